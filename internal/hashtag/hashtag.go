@@ -1,0 +1,48 @@
+// Package hashtag builds Redis key names that share one Redis Cluster hash
+// slot, whatever bytes the user's key holds.
+//
+// Redis Cluster hashes only the part of a key between the first '{' and the
+// first '}' after it, when that part is not empty. Names are built as
+// prefix + "{" + Escape(key) + "}" + suffix: the prefix holds no brace, so the
+// tag starts at our '{'; the escaped key holds no '}' and is never empty, so
+// the tag ends at our '}' and is the same for every suffix.
+package hashtag
+
+import "strings"
+
+// Escape returns key with '%' and '}' percent-encoded, and "%00" for the
+// empty key, so that the result is never empty, holds no '}' and different
+// keys never escape to the same string.
+func Escape(key string) string {
+	if key == "" {
+		return "%00"
+	}
+	if !strings.ContainsAny(key, "%}") {
+		return key
+	}
+	var b strings.Builder
+	b.Grow(len(key) + 8)
+	for i := 0; i < len(key); i++ {
+		switch c := key[i]; c {
+		case '%':
+			b.WriteString("%25")
+		case '}':
+			b.WriteString("%7D")
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// Base returns prefix + "{" + Escape(key) + "}". Names derived from it by
+// appending a suffix all hash to the same slot. prefix must not contain '{'
+// or '}'; ValidPrefix checks that.
+func Base(prefix, key string) string {
+	return prefix + "{" + Escape(key) + "}"
+}
+
+// ValidPrefix reports whether prefix can be used with Base.
+func ValidPrefix(prefix string) bool {
+	return !strings.ContainsAny(prefix, "{}")
+}

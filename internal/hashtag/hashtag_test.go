@@ -1,0 +1,85 @@
+package hashtag
+
+import (
+	"strings"
+	"testing"
+)
+
+// slot is Redis Cluster's key slot (CRC16/XMODEM of the hash tag, mod 16384),
+// written from the cluster specification so the tests need no server.
+func slot(key string) uint16 {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for k := 0; k < len(key); k++ {
+		crc ^= uint16(key[k]) << 8
+		for b := 0; b < 8; b++ {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc % 16384
+}
+
+func TestSlotMatchesSpec(t *testing.T) {
+	// Values from the Redis Cluster specification and CLUSTER KEYSLOT.
+	for key, want := range map[string]uint16{"123456789": 12739 % 16384, "foo": 12182, "{user1000}.following": 3443, "foo{}{bar}": 8363} {
+		if got := slot(key); got != want {
+			t.Errorf("slot(%q) = %d, want %d", key, got, want)
+		}
+	}
+}
+
+func TestEscape(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"", "%00"},
+		{"plain", "plain"},
+		{"a}b", "a%7Db"},
+		{"%", "%25"},
+		{"%7D", "%257D"},
+		{"{x}", "{x%7D"},
+		{"}", "%7D"},
+	} {
+		if got := Escape(tc.in); got != tc.want {
+			t.Errorf("Escape(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func checkKey(t *testing.T, key string) {
+	t.Helper()
+	base := Base("ns:", key)
+	want := slot(base)
+	for _, suffix := range []string{"", ":fence", ":q", ":wake", "}", "{", ":{x}"} {
+		if got := slot(base + suffix); got != want {
+			t.Fatalf("key %q: slot(%q) = %d, want %d (same as %q)", key, base+suffix, got, want, base)
+		}
+	}
+	if strings.Contains(Escape(key), "}") || Escape(key) == "" {
+		t.Fatalf("Escape(%q) = %q: holds '}' or is empty", key, Escape(key))
+	}
+}
+
+func TestDerivedNamesShareSlot(t *testing.T) {
+	for _, key := range []string{"", "}", "{", "{}", "}{", "a}b{c", "{user}", "\x00", "%7D", strings.Repeat("}", 100)} {
+		checkKey(t, key)
+	}
+}
+
+func FuzzEscape(f *testing.F) {
+	for _, s := range []string{"", "}", "{}", "%", "a%7Db", "x\x00y"} {
+		f.Add(s, "%7D")
+	}
+	f.Fuzz(func(t *testing.T, a, b string) {
+		checkKey(t, a)
+		if a != b && Escape(a) == Escape(b) {
+			t.Fatalf("Escape(%q) == Escape(%q) == %q", a, b, Escape(a))
+		}
+	})
+}

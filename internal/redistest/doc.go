@@ -1,0 +1,57 @@
+// Package redistest runs real redis-server processes for tests.
+//
+// Every server listens on a free port of 127.0.0.1 (and nowhere else), works
+// in its own temporary directory, keeps no data on disk (no RDB, no AOF) and is
+// killed when the test that started it ends. On Linux the servers are also
+// killed by the kernel if the test binary dies (PR_SET_PDEATHSIG), so a crashed
+// or timed-out test run leaves no stray processes behind.
+//
+// # Finding redis-server
+//
+// The binary is taken from $STAMPEDE_REDIS_SERVER or else looked up in $PATH.
+// When it is missing, tests that need it are skipped, unless
+// STAMPEDE_REQUIRE_REDIS=1 is set (as CI should), in which case they fail.
+// [Mini] and [Universal] never skip: they fall back to miniredis.
+//
+// # One server per test
+//
+// [Start] starts a standalone server for one test; the server can then be
+// killed, stopped, frozen (SIGSTOP: it keeps its sockets but answers nothing),
+// thawed and restarted on the same port to simulate failures:
+//
+//	func TestFailover(t *testing.T) {
+//		srv := redistest.Start(t)
+//		rdb := srv.Client(t)
+//		srv.Kill(t)    // every command now fails
+//		srv.Restart(t) // same address, empty data set
+//	}
+//
+// [StartCluster] starts a real Redis Cluster (all 16384 slots assigned, every
+// node in agreement, replicas attached) in about two seconds, and
+// [StartMasters] starts independent masters, as Redlock needs.
+//
+// # Shared servers
+//
+// Starting a server costs a few milliseconds and a cluster about two seconds,
+// so tests that only need "a Redis" should use [Shared], [SharedCluster],
+// [ForEach] or [Universal]: these start one server (or cluster) per test
+// binary and hand it to every test. Such tests must:
+//
+//   - use keys no other test uses, made with [Key];
+//   - never flush (FLUSHALL and FLUSHDB are disabled on shared servers);
+//   - never kill, stop, freeze or restart a shared server (these fail the test).
+//
+// The shared servers are stopped by [Main], which the package's TestMain must
+// call; Shared and its friends fail the test when it does not:
+//
+//	func TestMain(m *testing.M) { redistest.Main(m) }
+//
+// # Readiness
+//
+// Nothing here sleeps for a fixed time. A server is ready once it answers
+// commands as the process this package started (checked by its process id,
+// so a port stolen by another server is never mistaken for ours); a cluster is
+// ready once every node reports cluster_state:ok with all slots served, knows
+// every other node, and every replica is attached to its master. Both are
+// polled every few milliseconds up to a deadline.
+package redistest

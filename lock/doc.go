@@ -1,0 +1,53 @@
+// Package lock provides distributed locks on Redis: token locks with fencing
+// numbers, reentrant locks with an explicit owner, a watchdog that renews
+// leases, waits that are woken by the holder's release, and Redlock over
+// independent masters.
+//
+// # Guarantees
+//
+//   - Mutual exclusion while a lease lasts: a lock is taken with
+//     SET key token NX PX ttl (or, reentrant, a Redis hash owner → holds), and
+//     released, renewed and read only by compare-and-act Lua scripts, so a
+//     handle whose lease ran out never releases or extends the next holder's
+//     lock: it gets ErrNotHeld and nothing changes.
+//   - Fencing: every acquisition of a key gets a number larger than any
+//     earlier one (Lock.Fence), minted by the acquire script. A lease cannot
+//     protect a resource from a holder that paused past its lease; a fence
+//     checked by the resource can.
+//   - Waiting costs no polling: a waiter (WaitFor) joins a per-lock queue and
+//     is woken by the release, which reserves the lock for exactly one waiter
+//     (for Options.HandoffTimeout) and publishes its id. All waiters of a
+//     Client share one Pub/Sub connection, so Redis commands per acquisition
+//     do not grow with the number of waiters. A lock that expires instead of
+//     being released publishes nothing: waiters then retry when the holder's
+//     remaining lease ends.
+//   - Watchdog (AutoRenew): renews every ttl/3; Release stops it and waits
+//     for it; when a renewal finds the lock gone it stops and closes Lost.
+//   - Redis Cluster: the lock key, its fence counter, its wait queue and its
+//     wake channel share one hash tag derived from the key (any bytes,
+//     braces included), so each script touches one slot.
+//
+// # Redis layout
+//
+// For Prefix p (default "stampede:lock:") and key k, with {k} the escaped
+// hash tag:
+//
+//	p{k}         string token (token lock) or hash owner → holds (reentrant)
+//	p{k}:fence   fence counter, expires FenceRetention after last use
+//	p{k}:q       sorted set of waiters, score = wait deadline (Redis ms)
+//	p{k}:wake    Pub/Sub channel; message = id of the waiter woken
+//
+// # Errors
+//
+// Obtain returns ErrNotObtained when the lock is busy, errors.Join of
+// ErrNotObtained and ctx.Err() when the caller's context ends while waiting,
+// and a wrapped Redis error when Redis cannot be reached. Release, Refresh
+// and TTL return ErrNotHeld when the lock is no longer ours.
+//
+// # Redlock
+//
+// NewRedlock obtains locks on a majority of independent masters, valid for
+// ttl minus the time spent acquiring minus clock drift. It keeps working with
+// a minority of masters down. It is an efficiency tool: fencing numbers, not
+// a quorum, protect a resource from a paused holder.
+package lock

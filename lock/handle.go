@@ -1,0 +1,262 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/stampede-go/stampede/scripts"
+)
+
+// Lock is one held lock (or one hold of a reentrant lock). Its methods are
+// safe for concurrent use.
+type Lock struct {
+	c        *Client
+	key      string
+	nm       names
+	token    string
+	mode     string // "t" token lock, "r" reentrant
+	fence    int64
+	holds    int64
+	obtained time.Time
+
+	mu       sync.Mutex
+	ttl      time.Duration
+	released bool
+	expiry   *time.Timer // fires when the lease is no longer known valid
+
+	lost     chan struct{}
+	lostOnce sync.Once
+
+	wdStop, wdDone chan struct{} // nil without AutoRenew
+	wdCancel       context.CancelFunc
+	wdOnce         sync.Once
+}
+
+// Key returns the lock's name as given to Obtain.
+func (l *Lock) Key() string { return l.key }
+
+// Token returns the random token of a token lock, or the owner id of a
+// reentrant lock.
+func (l *Lock) Token() string { return l.token }
+
+// Fence returns the lock's fencing number. Every acquisition of a key gets a
+// number larger than all earlier ones (a reentrant re-acquire keeps the
+// number of the first hold). Pass it with every write to the protected
+// resource and have the resource reject numbers lower than the last it
+// accepted: that, not the lock, stops a holder that lost its lease during a
+// pause from overwriting newer data.
+//
+// Numbers come from a per-key counter floored by the Redis clock in
+// microseconds, so they keep increasing even if Redis loses the counter.
+func (l *Lock) Fence() int64 { return l.fence }
+
+// Holds returns how many holds the owner had right after this acquisition:
+// always 1 for a token lock.
+func (l *Lock) Holds() int64 { return l.holds }
+
+// Lost returns a channel that is closed when this handle no longer holds the
+// lock: the watchdog found it gone, its lease ran out without renewal, a
+// Refresh or Release found it taken, or it was released. Work protected by
+// the lock should stop when it closes.
+func (l *Lock) Lost() <-chan struct{} { return l.lost }
+
+func (l *Lock) closeLost(lost bool) {
+	l.lostOnce.Do(func() {
+		if h := l.c.opts.Hooks.Lost; lost && h != nil {
+			h(l.key)
+		}
+		close(l.lost)
+	})
+}
+
+func (l *Lock) markLost() { l.closeLost(true) }
+
+func (l *Lock) isLost() bool {
+	select {
+	case <-l.lost:
+		return true
+	default:
+		return false
+	}
+}
+
+// Release releases the lock (one hold, for a reentrant lock) and wakes one
+// waiter. It stops the watchdog first and waits for it, so no renewal runs
+// after Release returns. It returns ErrNotHeld, changing nothing in Redis,
+// when the lock was no longer ours.
+func (l *Lock) Release(ctx context.Context) error {
+	l.stopWatchdog()
+	l.mu.Lock()
+	if l.released {
+		l.mu.Unlock()
+		return ErrNotHeld
+	}
+	l.mu.Unlock()
+
+	keys := []string{l.nm.lock, l.nm.queue}
+	replies, errs := fanout(ctx, l.c.nodes, l.c.opts.CleanupTimeout, func(ctx context.Context, n *node) (int64, error) {
+		return scripts.LockRelease.Run(ctx, n.rdb, keys, l.token, l.nm.channel, ms(l.c.opts.HandoffTimeout)).Int64()
+	})
+	released, failures := 0, []error(nil)
+	for i, r := range replies {
+		switch {
+		case errs[i] != nil:
+			failures = append(failures, errs[i])
+		case r >= 0:
+			released++
+		}
+	}
+	if released < l.c.quorum && released+len(failures) >= l.c.quorum {
+		// Unknown outcome: the caller may retry Release.
+		return fmt.Errorf("lock: release %q: %w", l.key, errors.Join(failures...))
+	}
+	l.mu.Lock()
+	l.released = true
+	l.mu.Unlock()
+	l.expiry.Stop()
+	if released < l.c.quorum {
+		l.markLost()
+		return ErrNotHeld
+	}
+	l.closeLost(false)
+	if h := l.c.opts.Hooks.Released; h != nil {
+		h(l.key, time.Since(l.obtained))
+	}
+	return nil
+}
+
+// Refresh sets the lease of a held lock to ttl from now. It returns
+// ErrNotHeld, changing nothing, when the lock is no longer ours.
+func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
+	if ttl < time.Millisecond {
+		return fmt.Errorf("lock: ttl %v is below 1ms", ttl)
+	}
+	l.mu.Lock()
+	released := l.released
+	l.mu.Unlock()
+	if released || l.isLost() {
+		return ErrNotHeld
+	}
+	if err := l.refresh(ctx, ttl); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.ttl = ttl
+	l.mu.Unlock()
+	return nil
+}
+
+func (l *Lock) refresh(ctx context.Context, ttl time.Duration) error {
+	start := time.Now()
+	keys := []string{l.nm.lock, l.nm.fence}
+	replies, errs := fanout(ctx, l.c.nodes, l.c.nodeTimeout(ttl), func(ctx context.Context, n *node) (int64, error) {
+		return scripts.LockRefresh.Run(ctx, n.rdb, keys, l.token, ms(ttl), ms(l.c.opts.FenceRetention)).Int64()
+	})
+	held, notHeld, failures := 0, 0, []error(nil)
+	for i, r := range replies {
+		switch {
+		case errs[i] != nil:
+			failures = append(failures, errs[i])
+		case r == 1:
+			held++
+		default:
+			notHeld++
+		}
+	}
+	validity := ttl - time.Since(start) - l.c.drift(ttl)
+	switch {
+	case held >= l.c.quorum && validity > 0:
+		if !l.isLost() {
+			l.expiry.Reset(validity)
+		}
+		return nil
+	case len(l.c.nodes)-notHeld < l.c.quorum:
+		l.markLost()
+		return ErrNotHeld
+	case len(failures) > 0:
+		return fmt.Errorf("lock: refresh %q: %w", l.key, errors.Join(failures...))
+	default:
+		return fmt.Errorf("lock: refresh %q: lease too short for the time taken", l.key)
+	}
+}
+
+// TTL returns the remaining lease of a held lock as Redis sees it (the
+// smallest among the masters of a Redlock). It returns ErrNotHeld when the
+// lock is no longer ours.
+func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
+	replies, errs := fanout(ctx, l.c.nodes, l.c.opts.CleanupTimeout, func(ctx context.Context, n *node) (int64, error) {
+		return scripts.LockTTL.Run(ctx, n.rdb, []string{l.nm.lock}, l.token).Int64()
+	})
+	held := 0
+	var ttl time.Duration
+	var failures []error
+	for i, r := range replies {
+		switch {
+		case errs[i] != nil:
+			failures = append(failures, errs[i])
+		case r >= 0:
+			d := time.Duration(r) * time.Millisecond
+			if held == 0 || d < ttl {
+				ttl = d
+			}
+			held++
+		}
+	}
+	switch {
+	case held >= l.c.quorum:
+		return ttl, nil
+	case len(failures) > 0:
+		return 0, fmt.Errorf("lock: ttl %q: %w", l.key, errors.Join(failures...))
+	default:
+		return 0, ErrNotHeld
+	}
+}
+
+// watchdog renews the lease every ttl/3 until Release or loss.
+// ctx is cancelled by Release, so Release never waits for a renewal stuck
+// on a slow Redis.
+func (l *Lock) watchdog(ctx context.Context) {
+	defer close(l.wdDone)
+	for {
+		l.mu.Lock()
+		ttl := l.ttl
+		l.mu.Unlock()
+		interval := max(ttl/3, time.Millisecond)
+		t := time.NewTimer(interval)
+		select {
+		case <-l.wdStop:
+			t.Stop()
+			return
+		case <-l.lost:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		rctx, rcancel := context.WithTimeout(ctx, interval)
+		err := l.refresh(rctx, ttl)
+		rcancel()
+		if ctx.Err() != nil {
+			return // stopped by Release mid-renewal
+		}
+		if h := l.c.opts.Hooks.Renewed; h != nil {
+			h(l.key, err)
+		}
+		if errors.Is(err, ErrNotHeld) {
+			return
+		}
+	}
+}
+
+func (l *Lock) stopWatchdog() {
+	if l.wdStop == nil {
+		return
+	}
+	l.wdOnce.Do(func() {
+		close(l.wdStop)
+		l.wdCancel()
+		<-l.wdDone
+	})
+}

@@ -1,0 +1,70 @@
+// Package scripts holds every Lua script stampede runs on Redis, one file
+// each, embedded at build time and exported as *redis.Script.
+//
+// Each file starts with a header comment that states its KEYS, ARGV and
+// return values. Every script touches only the keys it is given in KEYS, and
+// callers give it keys that share one hash tag, so every script runs on one
+// Redis Cluster slot.
+//
+// A *redis.Script runs with EVALSHA and falls back to EVAL when the server
+// does not have the script cached yet (after a restart or a failover), so
+// callers never need to preload them.
+package scripts
+
+import (
+	"embed"
+	"sort"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed *.lua
+var files embed.FS
+
+func load(name string) *redis.Script {
+	src, err := files.ReadFile(name)
+	if err != nil {
+		panic("scripts: missing embedded " + name) // a build defect, not a runtime condition
+	}
+	return redis.NewScript(string(src))
+}
+
+// Lock scripts, used by package lock.
+var (
+	// LockAcquire takes a token lock or one hold of a reentrant lock and
+	// mints its fencing number; see lock_acquire.lua.
+	LockAcquire = load("lock_acquire.lua")
+	// LockRelease releases a lock (or one hold) and wakes one waiter; see
+	// lock_release.lua.
+	LockRelease = load("lock_release.lua")
+	// LockRefresh extends a held lock; see lock_refresh.lua.
+	LockRefresh = load("lock_refresh.lua")
+	// LockTTL reads the remaining lease of a held lock; see lock_ttl.lua.
+	LockTTL = load("lock_ttl.lua")
+)
+
+// All returns every embedded script by file name (without ".lua"), for
+// tools and tests that load them all into a server.
+func All() map[string]*redis.Script {
+	entries, err := files.ReadDir(".")
+	if err != nil {
+		panic("scripts: " + err.Error())
+	}
+	out := make(map[string]*redis.Script, len(entries))
+	for _, e := range entries {
+		out[strings.TrimSuffix(e.Name(), ".lua")] = load(e.Name())
+	}
+	return out
+}
+
+// Names returns the names All uses, sorted.
+func Names() []string {
+	all := All()
+	names := make([]string, 0, len(all))
+	for n := range all {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
