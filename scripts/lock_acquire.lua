@@ -47,7 +47,10 @@ if free then
   else
     redis.call('SET', lock, token, 'PX', ttl)
   end
-  redis.call('ZREM', queue, token)
+  if wait > 0 then
+    -- Only a caller that waits can be in the queue.
+    redis.call('ZREM', queue, token)
+  end
   return {1, mint(), 1}
 end
 

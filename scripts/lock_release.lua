@@ -20,6 +20,9 @@ local lock, queue = KEYS[1], KEYS[2]
 local token, channel, handoff = ARGV[1], ARGV[2], ARGV[3]
 
 local function wake()
+  if redis.call('EXISTS', queue) == 0 then
+    return
+  end
   local now = redis.call('TIME')
   local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
   redis.call('ZREMRANGEBYSCORE', queue, '-inf', '(' .. ms)
