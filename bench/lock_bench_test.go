@@ -351,26 +351,14 @@ func BenchmarkContention(b *testing.B) {
 func contention(b *testing.B, im impl, n int) {
 	ctx, cancel := context.WithTimeout(context.Background(), maxWait)
 	defer cancel()
-	addr := server(b)
-	obs := observer(b, addr)
-	key := uniqueKey(b.Name())
-	lockers := make([]locker, n)
-	attempts := make([]*atomic.Int64, n)
-	for i := range lockers {
-		attempts[i] = new(atomic.Int64)
-		lockers[i] = openT(b, im, addr, attempts[i])
-	}
-	if err := warmUp(ctx, im, obs, addr, key, lockers, attempts); err != nil {
-		b.Fatal(err)
-	}
+	obs, key, lockers := contenders(ctx, b, im, n)
 
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	var (
 		acquired  atomic.Int64 // acquisitions so far
-		inside    atomic.Bool  // someone is in the critical section
 		finished  atomic.Bool  // the b.N-th acquisition is done
-		counter   int64        // the shared state the lock protects
+		cs        criticalSection
 		perClient = make([]int, n)
 		wg        sync.WaitGroup
 		end       time.Time   // when the b.N-th release returned
@@ -397,11 +385,9 @@ func contention(b *testing.B, im impl, n int) {
 					}
 					return
 				}
-				if !inside.CompareAndSwap(false, true) {
+				if !cs.enter() {
 					fail("%s: client %d: obtained the lock while another client held it", im.name, i)
 				}
-				counter++ // guarded by the lock only (and checked by inside, above)
-				inside.Store(false)
 				k := acquired.Add(1)
 				if k <= int64(b.N) {
 					perClient[i]++
@@ -428,8 +414,8 @@ func contention(b *testing.B, im impl, n int) {
 		b.Fatalf("%s: run ended after %d of %d acquisitions", im.name, acquired.Load(), b.N)
 	case endErr != nil:
 		b.Fatal(endErr)
-	case counter != acquired.Load():
-		b.Fatalf("%s: counter is %d after %d acquisitions", im.name, counter, acquired.Load())
+	case cs.count != acquired.Load():
+		b.Fatalf("%s: counter is %d after %d acquisitions", im.name, cs.count, acquired.Load())
 	}
 	elapsed := end.Sub(start)
 	b.ReportMetric(float64(elapsed.Nanoseconds())/float64(b.N), "ns/op")
@@ -461,22 +447,8 @@ func BenchmarkHerd(b *testing.B) {
 func herd(b *testing.B, im impl, n int) {
 	ctx, cancel := context.WithTimeout(context.Background(), maxWait)
 	defer cancel()
-	addr := server(b)
-	obs := observer(b, addr)
-	key := uniqueKey(b.Name())
-	lockers := make([]locker, n)
-	attempts := make([]*atomic.Int64, n)
-	for i := range lockers {
-		attempts[i] = new(atomic.Int64)
-		lockers[i] = openT(b, im, addr, attempts[i])
-	}
-	if err := warmUp(ctx, im, obs, addr, key, lockers, attempts); err != nil {
-		b.Fatal(err)
-	}
-	var (
-		inside  atomic.Bool
-		counter int64
-	)
+	obs, key, lockers := contenders(ctx, b, im, n)
+	var cs criticalSection
 	stalls0 := stalls(lockers...)
 	before := mustStats(b, ctx, obs)
 	b.ResetTimer()
@@ -493,11 +465,9 @@ func herd(b *testing.B, im impl, n int) {
 					errs[i] = fmt.Errorf("%s: client %d: obtain: %w", im.name, i, err)
 					return
 				}
-				if !inside.CompareAndSwap(false, true) {
+				if !cs.enter() {
 					errs[i] = fmt.Errorf("%s: client %d: obtained the lock while another client held it", im.name, i)
 				}
-				counter++
-				inside.Store(false)
 				if err := release(); err != nil {
 					errs[i] = errors.Join(errs[i], fmt.Errorf("%s: client %d: release: %w", im.name, i, err))
 				}
@@ -512,12 +482,46 @@ func herd(b *testing.B, im impl, n int) {
 	}
 	b.StopTimer()
 	after := mustStats(b, ctx, obs)
-	if counter != int64(b.N) {
-		b.Fatalf("%s: counter is %d after %d acquisitions", im.name, counter, b.N)
+	if cs.count != int64(b.N) {
+		b.Fatalf("%s: counter is %d after %d acquisitions", im.name, cs.count, b.N)
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "acq/s")
 	reportServerWork(b, before, after, b.N)
 	reportStalls(b, stalls0, lockers...)
+}
+
+// contenders opens n lockers of im, each with its own Redis client, on a
+// fresh key, and warms them up. It returns an observer client and the key.
+func contenders(ctx context.Context, b *testing.B, im impl, n int) (*redis.Client, string, []locker) {
+	b.Helper()
+	addr := server(b)
+	obs := observer(b, addr)
+	key := uniqueKey(b.Name())
+	lockers := make([]locker, n)
+	attempts := make([]*atomic.Int64, n)
+	for i := range lockers {
+		attempts[i] = new(atomic.Int64)
+		lockers[i] = openT(b, im, addr, attempts[i])
+	}
+	if err := warmUp(ctx, im, obs, addr, key, lockers, attempts); err != nil {
+		b.Fatal(err)
+	}
+	return obs, key, lockers
+}
+
+// criticalSection is the shared state a lock protects: count is incremented
+// by holders only, without atomics, and enter reports false when another
+// holder is inside at the same time.
+type criticalSection struct {
+	inside atomic.Bool
+	count  int64
+}
+
+func (c *criticalSection) enter() bool {
+	ok := c.inside.CompareAndSwap(false, true)
+	c.count++ // guarded by the lock only (and checked by inside)
+	c.inside.Store(false)
+	return ok
 }
 
 // warmUp gets every locker's connections up (and, for stampede, its wake-up

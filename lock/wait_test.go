@@ -189,6 +189,12 @@ func TestWaiterGetsExpiredLock(t *testing.T) {
 		if err != nil {
 			t.Fatalf("waiter on an expiring lock: %v", err)
 		}
+		// It was queued and got the lock without a hand-off: the acquire
+		// must have taken it out of the queue, or the next release would
+		// reserve the lock for a caller that is no longer waiting.
+		if n, err := rdb.ZCard(ctxT(t), c.names(key).queue).Result(); err != nil || n != 0 {
+			t.Fatalf("wait queue holds %d entries (%v) after the waiter got the lock, want 0", n, err)
+		}
 		_ = l.Release(ctxT(t))
 	})
 }
