@@ -231,6 +231,52 @@ func BenchmarkUncontended(b *testing.B) {
 	}
 }
 
+// BenchmarkUncontendedInterleaved is BenchmarkUncontended with the
+// libraries taking turns inside one loop: each iteration does one lock+unlock
+// with every library, so a change in machine load during the run hits all of
+// them alike. Reported per library: lock+unlock pairs per second of the time
+// spent in that library's calls.
+func BenchmarkUncontendedInterleaved(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), maxWait)
+	defer cancel()
+	addr := server(b)
+	type run struct {
+		name  string
+		l     locker
+		key   string
+		spent time.Duration
+	}
+	runs := make([]*run, len(impls))
+	for i, im := range impls {
+		runs[i] = &run{name: im.name, l: openT(b, im, addr, nil), key: uniqueKey(b.Name() + im.name)}
+	}
+	lockUnlock := func(r *run) {
+		release, err := r.l.obtain(ctx, r.key, false)
+		if err != nil {
+			b.Fatalf("%s obtain: %v", r.name, err)
+		}
+		if err := release(); err != nil {
+			b.Fatalf("%s release: %v", r.name, err)
+		}
+	}
+	for _, r := range runs {
+		lockUnlock(r) // dial, load the scripts
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		for j := range runs {
+			r := runs[(i+j)%len(runs)] // rotate who goes first
+			start := time.Now()
+			lockUnlock(r)
+			r.spent += time.Since(start)
+		}
+	}
+	b.StopTimer()
+	for _, r := range runs {
+		b.ReportMetric(float64(b.N)/r.spent.Seconds(), r.name+"-locks/s")
+	}
+}
+
 // BenchmarkHandoff: holder A takes the lock, waiter B (its own Redis client,
 // so its own connections) blocks in obtain(wait=true); once B is seen parked,
 // A releases at t0 and B's obtain returns at t1. Reported: the median and the

@@ -16,16 +16,20 @@
 //     checked by the resource can.
 //   - Waiting costs no polling: a waiter (WaitFor) joins a per-lock queue and
 //     is woken by the release, which reserves the lock for exactly one waiter
-//     (for Options.HandoffTimeout) and publishes its id. All waiters of a
-//     Client share one Pub/Sub connection, so Redis commands per acquisition
-//     do not grow with the number of waiters. A lock that expires instead of
-//     being released publishes nothing: waiters then retry when the holder's
-//     remaining lease ends.
+//     (for Options.HandoffTimeout) and publishes its id on the wake channel
+//     of the waiter's Client. Each Client subscribes its own channel once,
+//     on one Pub/Sub connection shared by all its waiters, so a contended
+//     acquisition costs about three round trips (a try that queues, the try
+//     after the wake-up, the release) however many waiters there are. A
+//     waiter that gives up leaves the queue and passes on a reservation made
+//     for it. A lock that expires instead of being released publishes
+//     nothing: waiters then retry when the holder's remaining lease ends.
 //   - Watchdog (AutoRenew): renews every ttl/3; Release stops it and waits
 //     for it; when a renewal finds the lock gone it stops and closes Lost.
-//   - Redis Cluster: the lock key, its fence counter, its wait queue and its
-//     wake channel share one hash tag derived from the key (any bytes,
-//     braces included), so each script touches one slot.
+//   - Redis Cluster: the lock key, its fence counter and its wait queue
+//     share one hash tag derived from the key (any bytes, braces included),
+//     so each script touches one slot. Wake channels are classic Pub/Sub,
+//     which Redis Cluster delivers on every node.
 //
 // # Redis layout
 //
@@ -34,8 +38,10 @@
 //
 //	p{k}         string token (token lock) or hash owner → holds (reentrant)
 //	p{k}:fence   fence counter, expires FenceRetention after last use
-//	p{k}:q       sorted set of waiters, score = wait deadline (Redis ms)
-//	p{k}:wake    Pub/Sub channel; message = id of the waiter woken
+//	p{k}:q       sorted set of waiters, score = wait deadline (Redis ms),
+//	             member = "<len(channel)>:<channel><token>"
+//	pwake:<id>   Pub/Sub channel of one Client; message = token of the
+//	             waiter woken
 //
 // # Errors
 //

@@ -96,9 +96,8 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 	l.mu.Unlock()
 
-	keys := []string{l.nm.lock, l.nm.queue}
 	replies, errs := fanout(ctx, l.c.nodes, l.c.opts.CleanupTimeout, func(ctx context.Context, n *node) (int64, error) {
-		return scripts.LockRelease.Run(ctx, n.rdb, keys, l.token, l.nm.channel, ms(l.c.opts.HandoffTimeout)).Int64()
+		return l.c.releaseRun(ctx, n, l.nm, l.token, l.mode)
 	})
 	released, failures := 0, []error(nil)
 	for i, r := range replies {

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stampede-go/stampede/internal/hashtag"
+	"github.com/stampede-go/stampede/internal/notify"
 	"github.com/stampede-go/stampede/scripts"
 )
 
@@ -20,9 +21,11 @@ import (
 // (NewRedlock). It is safe for concurrent use. Close releases its shared
 // Pub/Sub connection.
 type Client struct {
-	nodes  []*node
-	quorum int
-	opts   Options
+	nodes   []*node
+	quorum  int
+	opts    Options
+	channel string // this Client's wake channel, the same on every node
+	trust   string // "1": PUBLISH receiver counts are reliable (not a cluster)
 
 	wg        sync.WaitGroup // best-effort cleanups still running
 	closeOnce sync.Once
@@ -31,7 +34,7 @@ type Client struct {
 
 type node struct {
 	rdb redis.UniversalClient
-	hub *hub
+	hub *notify.Hub
 }
 
 // New returns a Client that keeps its locks on rdb, which may be a
@@ -75,9 +78,16 @@ func newClient(rdbs []redis.UniversalClient, opts Options) *Client {
 	if !hashtag.ValidPrefix(o.Prefix) {
 		panic(fmt.Sprintf("lock: Prefix %q must not contain '{' or '}'", o.Prefix))
 	}
-	c := &Client{opts: o, quorum: len(rdbs)/2 + 1, closed: make(chan struct{})}
+	c := &Client{
+		opts: o, quorum: len(rdbs)/2 + 1, closed: make(chan struct{}),
+		channel: notify.NewChannel(o.Prefix + "wake:"), trust: "1",
+	}
 	for _, r := range rdbs {
-		c.nodes = append(c.nodes, &node{rdb: r, hub: newHub(r)})
+		if _, ok := r.(*redis.ClusterClient); ok {
+			// Cluster PUBLISH counts only the receivers on the script's node.
+			c.trust = "0"
+		}
+		c.nodes = append(c.nodes, &node{rdb: r, hub: notify.New(r, c.channel)})
 	}
 	return c
 }
@@ -90,7 +100,7 @@ func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		close(c.closed)
 		for _, n := range c.nodes {
-			errs = append(errs, n.hub.close())
+			errs = append(errs, n.hub.Close())
 		}
 		c.wg.Wait()
 	})
@@ -106,12 +116,12 @@ func (c *Client) isClosed() bool {
 	}
 }
 
-// names are the Redis names of one lock; they share one hash tag.
-type names struct{ lock, fence, queue, channel string }
+// names are the Redis keys of one lock; they share one hash tag.
+type names struct{ lock, fence, queue string }
 
 func (c *Client) names(key string) names {
 	b := hashtag.Base(c.opts.Prefix, key)
-	return names{lock: b, fence: b + ":fence", queue: b + ":q", channel: b + ":wake"}
+	return names{lock: b, fence: b + ":fence", queue: b + ":q"}
 }
 
 // Obtain takes the lock named key for ttl. It returns ErrNotObtained when the
@@ -175,9 +185,26 @@ func (c *Client) obtain(ctx context.Context, key, owner string, reentrant bool, 
 	nm := c.names(key)
 	start := time.Now()
 
-	a, err := c.attempt(ctx, nm, token, mode, ttl, 0)
+	// A waiter registers its wake channel before its first attempt, so a
+	// release right after that attempt finds it. When this Client's
+	// subscription is already confirmed, the first attempt joins the wait
+	// queue at once; otherwise it only tries, and the waiter subscribes
+	// before it queues (subscribe, then retry: a release in between is seen
+	// by the retry).
+	var wake chan struct{}
+	queued := false
+	if o.wait > 0 {
+		wake = make(chan struct{}, 1)
+		defer c.register(token, wake)()
+		queued = c.subscribed()
+	}
+	firstWait := time.Duration(0)
+	if queued {
+		firstWait = o.wait
+	}
+	a, err := c.attempt(ctx, nm, token, mode, ttl, firstWait)
 	if err != nil {
-		return nil, c.failed(ctx, key, nm, token, mode, err)
+		return nil, c.failed(ctx, key, nm, token, mode, queued, err)
 	}
 	if a.ok {
 		return c.newLock(key, nm, token, mode, ttl, a, start, o), nil
@@ -189,16 +216,15 @@ func (c *Client) obtain(ctx context.Context, key, owner string, reentrant bool, 
 	if testHookAfterFirstAttempt != nil {
 		testHookAfterFirstAttempt()
 	}
-	// Subscribe, then retry: a release between the failed attempt above and
-	// the subscription is seen by the retry; one after it wakes us.
 	deadline := start.Add(o.wait)
-	w := &waiter{id: token, wake: make(chan struct{}, 1)}
-	subCtx, cancel := context.WithDeadline(ctx, deadline)
-	unregister, err := c.register(subCtx, nm.channel, w)
-	cancel()
-	defer unregister()
-	if err != nil {
-		return nil, c.failed(ctx, key, nm, token, mode, err)
+	if !queued {
+		subCtx, cancel := context.WithDeadline(ctx, deadline)
+		err := c.subscribe(subCtx)
+		cancel()
+		if err != nil && (errors.Is(err, notify.ErrClosed) || ctx.Err() != nil) {
+			return nil, c.failed(ctx, key, nm, token, mode, false, ErrClosed)
+		}
+		// Unconfirmed in time: the fallback timer still serves.
 	}
 
 	timer := time.NewTimer(0)
@@ -206,41 +232,46 @@ func (c *Client) obtain(ctx context.Context, key, owner string, reentrant bool, 
 	defer timer.Stop()
 	var lastErr error
 	for {
+		if queued {
+			// Fallback for a lock that expires (an expiry publishes nothing)
+			// or a lost message: retry when the holder's lease ends.
+			pause := a.retry
+			if pause <= 0 {
+				pause = max(ttl/4, time.Millisecond)
+			}
+			timer.Reset(min(pause, max(time.Until(deadline), 0)))
+			select {
+			case <-wake:
+				if !timer.Stop() {
+					<-timer.C
+				}
+			case <-timer.C:
+			case <-ctx.Done():
+				c.leaveQueue(nm, token)
+				return nil, errors.Join(ErrNotObtained, ctx.Err())
+			}
+		}
 		remaining := time.Until(deadline)
 		if remaining <= 0 {
-			// Our queue entry expires with its deadline.
+			if queued {
+				c.leaveQueue(nm, token)
+			}
 			if lastErr != nil {
 				return nil, lastErr
 			}
 			return nil, ErrNotObtained
 		}
-		a, err := c.attempt(ctx, nm, token, mode, ttl, remaining)
+		queued = true
+		var err error
+		a, err = c.attempt(ctx, nm, token, mode, ttl, remaining)
 		switch {
 		case err != nil && len(c.nodes) > 1 && errors.Is(err, ErrNotObtained) && ctx.Err() == nil:
 			// Redlock with masters down: keep trying within the wait.
 			lastErr = err
 		case err != nil:
-			c.leaveQueue(nm, token)
-			return nil, c.failed(ctx, key, nm, token, mode, err)
+			return nil, c.failed(ctx, key, nm, token, mode, true, err)
 		case a.ok:
 			return c.newLock(key, nm, token, mode, ttl, a, start, o), nil
-		}
-		// Fallback for a lock that expires (an expiry publishes nothing) or
-		// a lost message: retry when the holder's lease ends.
-		pause := a.retry
-		if pause <= 0 {
-			pause = max(ttl/4, time.Millisecond)
-		}
-		timer.Reset(min(pause, time.Until(deadline)))
-		select {
-		case <-w.wake:
-			if !timer.Stop() {
-				<-timer.C
-			}
-		case <-timer.C:
-		case <-ctx.Done():
-			c.leaveQueue(nm, token)
-			return nil, errors.Join(ErrNotObtained, ctx.Err())
 		}
 	}
 }
@@ -248,13 +279,19 @@ func (c *Client) obtain(ctx context.Context, key, owner string, reentrant bool, 
 // failed turns an error of an acquire attempt into the caller's error. The
 // attempt may have taken the lock before failing (a timeout after the script
 // ran), so a token lock is released in the background.
-func (c *Client) failed(ctx context.Context, key string, nm names, token, mode string, err error) error {
-	if mode == "t" {
+func (c *Client) failed(ctx context.Context, key string, nm names, token, mode string, queued bool, err error) error {
+	switch {
+	case mode == "t":
 		c.background(func(bg context.Context) {
 			for _, n := range c.nodes {
-				_ = scripts.LockRelease.Run(bg, n.rdb, []string{nm.lock, nm.queue}, token, nm.channel, ms(c.opts.HandoffTimeout)).Err()
+				_ = c.release(bg, n, nm, token, "t")
 			}
 		})
+		if queued {
+			c.leaveQueue(nm, token)
+		}
+	case queued:
+		c.leaveQueue(nm, token)
 	}
 	if ctx.Err() != nil {
 		return errors.Join(ErrNotObtained, ctx.Err())
@@ -265,14 +302,26 @@ func (c *Client) failed(ctx context.Context, key string, nm names, token, mode s
 	return fmt.Errorf("lock: obtain %q: %w", key, err)
 }
 
-// leaveQueue removes a waiter that gives up early from the wait queue, so a
-// release does not reserve the lock for it.
+// leaveQueue takes a waiter that gives up out of the wait queue, and passes
+// on a hand-off reservation a release may have made for it meanwhile.
 func (c *Client) leaveQueue(nm names, token string) {
 	c.background(func(bg context.Context) {
 		for _, n := range c.nodes {
-			_ = n.rdb.ZRem(bg, nm.queue, token).Err()
+			_ = c.release(bg, n, nm, token, "l")
 		}
 	})
+}
+
+// release runs lock_release.lua on one node: mode "t" or "r" releases, "l"
+// leaves the wait queue.
+func (c *Client) release(ctx context.Context, n *node, nm names, token, mode string) error {
+	_, err := c.releaseRun(ctx, n, nm, token, mode)
+	return err
+}
+
+func (c *Client) releaseRun(ctx context.Context, n *node, nm names, token, mode string) (int64, error) {
+	return scripts.LockRelease.Run(ctx, n.rdb, []string{nm.lock, nm.queue},
+		token, mode, ms(c.opts.HandoffTimeout), c.trust, c.channel).Int64()
 }
 
 func (c *Client) background(f func(context.Context)) {
@@ -285,21 +334,36 @@ func (c *Client) background(f func(context.Context)) {
 	}()
 }
 
-func (c *Client) register(ctx context.Context, channel string, w *waiter) (func(), error) {
-	var unregs []func()
-	unregister := func() {
+// register routes wake-ups for token from every node to wake.
+func (c *Client) register(token string, wake chan struct{}) (unregister func()) {
+	unregs := make([]func(), len(c.nodes))
+	for i, n := range c.nodes {
+		unregs[i] = n.hub.Register(token, wake)
+	}
+	return func() {
 		for _, u := range unregs {
 			u()
 		}
 	}
+}
+
+// subscribed reports whether every node confirmed this Client's wake channel.
+func (c *Client) subscribed() bool {
 	for _, n := range c.nodes {
-		u, err := n.hub.register(ctx, channel, w)
-		unregs = append(unregs, u)
-		if err != nil && len(c.nodes) == 1 {
-			return unregister, err
+		if !n.hub.Subscribed() {
+			return false
 		}
 	}
-	return unregister, nil
+	return true
+}
+
+// subscribe subscribes the wake channel on every node and waits for the
+// confirmations, up to ctx.
+func (c *Client) subscribe(ctx context.Context) error {
+	_, errs := fanout(ctx, c.nodes, time.Hour, func(ctx context.Context, n *node) (struct{}, error) {
+		return struct{}{}, n.hub.Ready(ctx)
+	})
+	return errors.Join(errs...)
 }
 
 // attempt is the outcome of one acquire round on every node.
@@ -315,7 +379,7 @@ func (c *Client) attempt(ctx context.Context, nm names, token, mode string, ttl,
 	start := time.Now()
 	keys := []string{nm.lock, nm.fence, nm.queue}
 	replies, errs := fanout(ctx, c.nodes, c.nodeTimeout(ttl), func(ctx context.Context, n *node) ([]int64, error) {
-		v, err := scripts.LockAcquire.Run(ctx, n.rdb, keys, token, ms(ttl), mode, ms(wait), ms(c.opts.FenceRetention)).Int64Slice()
+		v, err := scripts.LockAcquire.Run(ctx, n.rdb, keys, token, ms(ttl), mode, ms(wait), ms(c.opts.FenceRetention), c.channel).Int64Slice()
 		if err == nil && len(v) != 3 {
 			err = fmt.Errorf("lock: unexpected acquire reply %v", v)
 		}
@@ -349,7 +413,7 @@ func (c *Client) attempt(ctx context.Context, nm names, token, mode string, ttl,
 		c.background(func(bg context.Context) {
 			for i, n := range c.nodes {
 				if errs[i] == nil && replies[i][0] == 1 {
-					_ = scripts.LockRelease.Run(bg, n.rdb, []string{nm.lock, nm.queue}, token, nm.channel, ms(c.opts.HandoffTimeout)).Err()
+					_ = c.release(bg, n, nm, token, mode)
 				}
 			}
 		})

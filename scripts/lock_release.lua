@@ -1,23 +1,30 @@
 -- lock_release.lua: release a token lock, or one hold of a reentrant lock, and
--- hand the lock to the next live waiter.
+-- hand the lock to the next live waiter; or, for a waiter that gives up,
+-- leave the wait queue.
 --
 -- KEYS[1] lock key
--- KEYS[2] queue key (sorted set of waiters, score = wait deadline in Redis ms)
+-- KEYS[2] queue key (sorted set of waiters, score = wait deadline in Redis ms;
+--         member "<#channel>:<channel><token>", see lock_acquire.lua)
 -- ARGV[1] token (token lock) or owner id (reentrant lock)
--- ARGV[2] wake channel (PUBLISH payload = the woken waiter's id)
+-- ARGV[2] mode: "t" release a token lock, "r" release one hold of a
+--         reentrant lock, "l" leave the queue (the caller's waiting ended)
 -- ARGV[3] hand-off reservation in milliseconds
+-- ARGV[4] "1" when a PUBLISH that reached nobody means the waiter is gone
+--         (a standalone server); "0" on Redis Cluster, where PUBLISH counts
+--         only the receivers on the node that runs the script
+-- ARGV[5] the caller's wake channel (mode "l" only)
 --
 -- Returns -1 when the caller does not hold the lock (nothing is changed,
--- except that a hand-off reservation made for the caller is passed on),
--- 0 when the lock was released, and n > 0 when a reentrant lock still has n
--- holds of this owner.
+-- except that a hand-off reservation made for the caller is passed on, and
+-- mode "l" leaves the queue), 0 when the lock was released, and n > 0 when a
+-- reentrant lock still has n holds of this owner.
 --
 -- Waking exactly one waiter (not all of them) keeps the Redis commands per
 -- acquisition flat in the number of waiters. The lock key is set to a short
--- reservation for that waiter so a barging caller cannot starve it; a waiter
--- that is gone (PUBLISH reached nobody) is skipped.
+-- reservation for that waiter so a barging caller cannot starve it.
 local lock, queue = KEYS[1], KEYS[2]
-local token, channel, handoff = ARGV[1], ARGV[2], ARGV[3]
+local token, mode, handoff, trust = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == '1'
+local reserved = 'stampede-handoff:' .. token
 
 local function wake()
   if redis.call('EXISTS', queue) == 0 then
@@ -31,29 +38,39 @@ local function wake()
     if #head == 0 then
       return
     end
-    redis.call('SET', lock, 'stampede-handoff:' .. head[1], 'PX', handoff)
-    if redis.call('PUBLISH', channel, head[1]) > 0 then
-      return
+    local n, rest = string.match(head[1], '^(%d+):(.*)$')
+    if n then
+      n = tonumber(n)
+      local channel, waiter = string.sub(rest, 1, n), string.sub(rest, n + 1)
+      redis.call('SET', lock, 'stampede-handoff:' .. waiter, 'PX', handoff)
+      if redis.call('PUBLISH', channel, waiter) > 0 or not trust then
+        return
+      end
+      redis.call('DEL', lock)
     end
-    redis.call('DEL', lock)
   end
 end
 
-local kind = redis.call('TYPE', lock).ok
-if kind == 'string' then
-  local v = redis.call('GET', lock)
-  if v == 'stampede-handoff:' .. token then
-    -- A reservation for a caller that got its lock elsewhere (Redlock):
-    -- pass it on rather than let it block everyone until it expires.
-    redis.call('DEL', lock)
-    wake()
-    return -1
-  end
+if mode == 'l' then
+  local channel = ARGV[5]
+  redis.call('ZREM', queue, #channel .. ':' .. channel .. token)
+end
+
+local v = redis.pcall('GET', lock) -- fails on a reentrant lock's hash
+if v == reserved then
+  -- A reservation for a caller that stopped waiting, or that got its lock
+  -- elsewhere (Redlock): pass it on rather than let it block everyone until
+  -- it expires.
+  redis.call('DEL', lock)
+  wake()
+  return -1
+end
+if mode == 't' then
   if v ~= token then
     return -1
   end
-elseif kind == 'hash' then
-  if redis.call('HEXISTS', lock, token) == 0 then
+elseif mode == 'r' then
+  if redis.call('TYPE', lock).ok ~= 'hash' or redis.call('HEXISTS', lock, token) == 0 then
     return -1
   end
   local holds = redis.call('HINCRBY', lock, token, -1)

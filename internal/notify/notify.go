@@ -1,0 +1,186 @@
+// Package notify gives each stampede client one Redis Pub/Sub channel of its
+// own and routes the messages that arrive on it to local waiters.
+//
+// A waiter that may be woken from another process (a lock waiter, a guard
+// caller waiting for a fill) registers an id with its client's Hub and hands
+// the Hub's Channel to Redis (a lock's wait queue, a key's waiter set). The
+// script that releases the lock or fills the key publishes the id to that
+// channel. A Hub subscribes once, for its whole life, so waiting costs no
+// SUBSCRIBE/UNSUBSCRIBE round trips per wait, and every waiter of a client
+// shares one connection.
+//
+// Messages can be lost (a reconnect, a server restart): waiters always keep a
+// fallback timer.
+package notify
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrClosed is returned by Ready after Close.
+var ErrClosed = errors.New("notify: hub closed")
+
+// Hub is one client's subscription. The zero value is not usable; use New.
+type Hub struct {
+	rdb     redis.UniversalClient
+	channel string
+
+	mu      sync.Mutex
+	ps      *redis.PubSub
+	ready   chan struct{} // closed when Redis confirmed the SUBSCRIBE
+	done    chan struct{} // closed when the dispatcher exits
+	quit    chan struct{} // closed by Close
+	closed  bool
+	waiters map[string]map[chan struct{}]struct{}
+}
+
+// NewChannel returns prefix followed by a random id: a channel name no other
+// client uses.
+func NewChannel(prefix string) string {
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // crypto/rand does not fail
+	return prefix + base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// New returns a Hub that will listen on channel through rdb. Nothing is sent
+// to Redis until the first Ready.
+func New(rdb redis.UniversalClient, channel string) *Hub {
+	return &Hub{
+		rdb: rdb, channel: channel,
+		ready: make(chan struct{}), quit: make(chan struct{}),
+		waiters: map[string]map[chan struct{}]struct{}{},
+	}
+}
+
+// Channel returns the channel this Hub listens on.
+func (h *Hub) Channel() string { return h.channel }
+
+// Subscribed reports, without blocking, whether Redis has confirmed the
+// subscription. Once true it stays true while the Hub is open: after a
+// reconnect go-redis subscribes again by itself, and messages sent in
+// between are lost, which waiters' fallback timers cover.
+func (h *Hub) Subscribed() bool {
+	select {
+	case <-h.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+// Ready subscribes on first use and waits until Redis confirmed the
+// subscription or ctx ends. It returns ctx's error in the latter case; the
+// subscription then still completes in the background.
+func (h *Hub) Ready(ctx context.Context) error {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return ErrClosed
+	}
+	if h.ps == nil {
+		// Subscribe sends SUBSCRIBE at once when it can; when Redis is down
+		// the dispatcher's Receive redials and subscribes later.
+		h.ps = h.rdb.Subscribe(context.WithoutCancel(ctx), h.channel)
+		h.done = make(chan struct{})
+		go h.dispatch(h.ps, h.done)
+	}
+	h.mu.Unlock()
+	select {
+	case <-h.ready:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Register routes messages carrying id to wake: each one does a
+// non-blocking send, so wake should have a buffer of 1. Several channels may
+// wait on one id. The returned func unregisters and must be called.
+func (h *Hub) Register(id string, wake chan struct{}) (unregister func()) {
+	h.mu.Lock()
+	set := h.waiters[id]
+	if set == nil {
+		set = map[chan struct{}]struct{}{}
+		h.waiters[id] = set
+	}
+	set[wake] = struct{}{}
+	h.mu.Unlock()
+	return func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		delete(set, wake)
+		if len(h.waiters[id]) == 0 {
+			delete(h.waiters, id)
+		}
+	}
+}
+
+func (h *Hub) dispatch(ps *redis.PubSub, done chan struct{}) {
+	defer close(done)
+	backoff := time.Millisecond
+	for {
+		msg, err := ps.Receive(context.Background())
+		if err != nil {
+			h.mu.Lock()
+			closed := h.closed
+			h.mu.Unlock()
+			if closed || errors.Is(err, redis.ErrClosed) {
+				return
+			}
+			// Connection trouble: go-redis redials and subscribes again on
+			// the next Receive. Back off so a dead server costs no CPU.
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-h.quit:
+				t.Stop()
+				return
+			}
+			backoff = min(backoff*2, 500*time.Millisecond)
+			continue
+		}
+		backoff = time.Millisecond
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if m.Kind == "subscribe" && !h.Subscribed() {
+				close(h.ready)
+			}
+		case *redis.Message:
+			h.mu.Lock()
+			for w := range h.waiters[m.Payload] {
+				select {
+				case w <- struct{}{}:
+				default:
+				}
+			}
+			h.mu.Unlock()
+		}
+	}
+}
+
+// Close stops the dispatcher and closes the Pub/Sub connection. Ready fails
+// with ErrClosed afterwards.
+func (h *Hub) Close() error {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil
+	}
+	h.closed = true
+	close(h.quit)
+	ps, done := h.ps, h.done
+	h.mu.Unlock()
+	if ps == nil {
+		return nil
+	}
+	err := ps.Close()
+	<-done
+	return err
+}
