@@ -68,3 +68,21 @@ func Names() []string {
 	sort.Strings(names)
 	return names
 }
+
+// Guard scripts, used by package guard. The names of one cache key (entry,
+// lease, fence, waiters, invalidation) share one hash tag, so each script
+// runs on one slot; the entry format is described in guard_read.lua.
+var (
+	// GuardRead reads an entry and, when it is not fresh, tries the refresh
+	// lease in the same round trip; see guard_read.lua.
+	GuardRead = load("guard_read.lua")
+	// GuardFill stores a loaded value under the fence checks, settles the
+	// lease and wakes the waiters; see guard_fill.lua.
+	GuardFill = load("guard_fill.lua")
+	// GuardLease renews or releases a refresh lease the caller holds; see
+	// guard_lease.lua.
+	GuardLease = load("guard_lease.lua")
+	// GuardInvalidate drops an entry and fences out refreshes in flight; see
+	// guard_invalidate.lua.
+	GuardInvalidate = load("guard_invalidate.lua")
+)

@@ -57,7 +57,10 @@ func TestLoadEverywhere(t *testing.T) {
 
 func TestNames(t *testing.T) {
 	names := Names()
-	for _, want := range []string{"lock_acquire", "lock_release", "lock_refresh", "lock_ttl"} {
+	for _, want := range []string{
+		"lock_acquire", "lock_release", "lock_refresh", "lock_ttl",
+		"guard_read", "guard_fill", "guard_lease", "guard_invalidate",
+	} {
 		found := false
 		for _, n := range names {
 			found = found || n == want

@@ -122,6 +122,13 @@ func (h *Hub) Register(id string, wake chan struct{}) (unregister func()) {
 	}
 }
 
+// Waiters returns how many wake channels are registered for id.
+func (h *Hub) Waiters(id string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.waiters[id])
+}
+
 func (h *Hub) dispatch(ps *redis.PubSub, done chan struct{}) {
 	defer close(done)
 	backoff := time.Millisecond

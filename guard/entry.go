@@ -1,0 +1,158 @@
+package guard
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+)
+
+// A cache entry is one Redis string, so a hit is one GET-class round trip:
+// an ASCII header line, then the payload.
+//
+//	"~1," fresh_until "," stale_until "," written "," load_us "," fence "," flags "\n" payload
+//
+// "~1" is the format version. The numbers are decimal, non-negative, without
+// sign or leading zeros, and fit an int64: fresh_until, stale_until and
+// written are Redis server milliseconds since the epoch (from TIME), load_us
+// is the duration of the load that produced the entry in microseconds (for
+// early refresh) and fence the fencing number of the writer. stale_until is
+// not before fresh_until, and the Redis TTL of the key ends at stale_until.
+// flags is "" for a value, "n" for a negative entry (the loader said not
+// found; the payload is empty) or "e" for an error marker (a cold key's load
+// failed; the payload is the error text and the entry lives only for the
+// back-off). Anything else is corrupt: formats evolve through the version,
+// not through unknown flags. The header, newline included, is at most
+// maxHeaderLen bytes.
+//
+// The scripts guard_read.lua and guard_fill.lua write and parse this format
+// with the same rules; scriptsdata_test.go holds them to it.
+
+// errCorrupt is wrapped by every error of decodeEntry.
+var errCorrupt = errors.New("guard: corrupt cache entry")
+
+const (
+	entryMagic   = "~1,"
+	maxHeaderLen = 128
+	// maxLoadMicros is the largest load_us whose time.Duration fits an int64.
+	maxLoadMicros = math.MaxInt64 / int64(time.Microsecond)
+)
+
+// entry is a decoded cache entry.
+type entry struct {
+	freshUntil int64 // Redis ms: fresh before this
+	staleUntil int64 // Redis ms: servable as stale before this; the key's TTL ends here
+	written    int64 // Redis ms when the entry was written
+	loadDur    time.Duration
+	fence      int64 // fencing number of the writer
+	negative   bool  // flag 'n': the loader said not found
+	errMark    bool  // flag 'e': value is the error text of a failed load
+	value      []byte
+}
+
+// entryFields names the numeric header fields in order, for error details.
+var entryFields = [...]string{"fresh_until", "stale_until", "written", "load_us", "fence"}
+
+// decodeEntry decodes b strictly. Every error wraps errCorrupt. It never
+// panics, and the value of the result aliases b (nothing is copied), so b
+// must not be modified while the entry is in use.
+func decodeEntry(b []byte) (entry, error) {
+	var e entry
+	if len(b) < len(entryMagic) || string(b[:len(entryMagic)]) != entryMagic {
+		return e, corruptf("unsupported version or no header (starts %q)", b[:min(len(b), 8)])
+	}
+	end := bytes.IndexByte(b[:min(len(b), maxHeaderLen)], '\n')
+	if end < 0 {
+		if len(b) > maxHeaderLen {
+			return e, corruptf("header longer than %d bytes", maxHeaderLen)
+		}
+		return e, corruptf("header has no newline")
+	}
+	h := b[len(entryMagic):end]
+	var nums [len(entryFields)]int64
+	for i := range nums {
+		n, k, why := parseDecimal(h)
+		switch {
+		case why != "":
+			return e, corruptf("%s: %s", entryFields[i], why)
+		case k == len(h):
+			return e, corruptf("header ends after %s", entryFields[i])
+		case h[k] != ',':
+			return e, corruptf("%s: unexpected byte %q", entryFields[i], h[k])
+		}
+		nums[i], h = n, h[k+1:]
+	}
+	e.freshUntil, e.staleUntil, e.written, e.fence = nums[0], nums[1], nums[2], nums[4]
+	if e.staleUntil < e.freshUntil {
+		return e, corruptf("stale_until %d before fresh_until %d", e.staleUntil, e.freshUntil)
+	}
+	if nums[3] > maxLoadMicros {
+		return e, corruptf("load_us %d overflows a duration", nums[3])
+	}
+	e.loadDur = time.Duration(nums[3]) * time.Microsecond
+	e.value = b[end+1:]
+	switch string(h) {
+	case "":
+	case "n":
+		if len(e.value) != 0 {
+			return entry{}, corruptf("negative entry with a %d-byte payload", len(e.value))
+		}
+		e.negative = true
+	case "e":
+		e.errMark = true
+	default:
+		return entry{}, corruptf("bad flags %q", h)
+	}
+	return e, nil
+}
+
+// parseDecimal reads the canonical decimal number at the start of b: one or
+// more ASCII digits, no leading zero, at most math.MaxInt64. It returns the
+// number and how many bytes it took, or why there is no such number.
+func parseDecimal(b []byte) (n int64, k int, why string) {
+	for k < len(b) && '0' <= b[k] && b[k] <= '9' {
+		d := int64(b[k] - '0')
+		if n > (math.MaxInt64-d)/10 {
+			return 0, 0, "overflows int64"
+		}
+		n = n*10 + d
+		k++
+	}
+	switch {
+	case k == 0 && k < len(b) && b[0] != ',':
+		return 0, 0, fmt.Sprintf("not a digit: %q", b[0])
+	case k == 0:
+		return 0, 0, "empty"
+	case k > 1 && b[0] == '0':
+		return 0, 0, "leading zero"
+	}
+	return n, k, ""
+}
+
+func corruptf(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{errCorrupt}, args...)...)
+}
+
+// encodeEntry encodes e in format v1. Negative numbers are written as 0 and
+// loadDur is truncated to microseconds (at most maxLoadMicros); the caller
+// keeps staleUntil >= freshUntil, sets at most one of negative and errMark,
+// and leaves value empty when negative, or the result does not decode.
+func encodeEntry(e entry) []byte {
+	b := make([]byte, 0, len(entryMagic)+5*20+2+len(e.value))
+	b = append(b, entryMagic...)
+	us := min(max(int64(e.loadDur/time.Microsecond), 0), maxLoadMicros)
+	for _, n := range [...]int64{e.freshUntil, e.staleUntil, e.written, us, e.fence} {
+		b = strconv.AppendInt(b, max(n, 0), 10)
+		b = append(b, ',')
+	}
+	if e.negative {
+		b = append(b, 'n')
+	}
+	if e.errMark {
+		b = append(b, 'e')
+	}
+	b = append(b, '\n')
+	return append(b, e.value...)
+}

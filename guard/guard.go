@@ -1,0 +1,722 @@
+package guard
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/golang-lru/v2/expirable"
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/stampede-go/stampede/internal/hashtag"
+	"github.com/stampede-go/stampede/internal/notify"
+)
+
+// LoadFunc loads the value of a key from the origin. It returns ErrNotFound
+// (possibly wrapped) when the key has no value.
+type LoadFunc func(ctx context.Context) ([]byte, error)
+
+// Status says where a value came from.
+type Status uint8
+
+const (
+	// Hit: a fresh value, from Redis or from the in-process tier.
+	Hit Status = iota + 1
+	// Stale: a value past its fresh time, served while one node refreshes it
+	// (or while refreshes fail and back off).
+	Stale
+	// Miss: there was no usable value and this caller's flight loaded it.
+	Miss
+	// Shared: the value was loaded by someone else: another caller of this
+	// process (singleflight) or another node (woken by its fill).
+	Shared
+	// Degraded: Redis was unavailable; the value was loaded through this
+	// process's singleflight alone.
+	Degraded
+)
+
+func (s Status) String() string {
+	switch s {
+	case Hit:
+		return "hit"
+	case Stale:
+		return "stale"
+	case Miss:
+		return "miss"
+	case Shared:
+		return "shared"
+	case Degraded:
+		return "degraded"
+	}
+	return "Status(" + strconv.Itoa(int(s)) + ")"
+}
+
+// Result is a value with where it came from and how old it is.
+type Result struct {
+	Value  []byte
+	Status Status
+	// Age is the time since the value was loaded, judged on the Redis clock
+	// (0 for a value this call loaded).
+	Age time.Duration
+}
+
+// Group guards the keys of one namespace. It is safe for concurrent use.
+// Close it to stop its background work.
+type Group struct {
+	rdb  redis.UniversalClient
+	opts Options
+	hub  *notify.Hub
+	sf   singleflight.Group
+	br   breaker
+	loc  *expirable.LRU[string, localEntry] // nil when the local tier is off
+
+	// Constant script arguments, boxed once.
+	leaseArg, chanArg, waitArg, keepArg any
+
+	mu   sync.Mutex
+	pend map[string]*pending // leases won by callers that joined a miss flight
+
+	bg        sync.WaitGroup // background refreshes
+	closed    atomic.Bool
+	closeOnce sync.Once
+}
+
+type localEntry struct {
+	value      []byte
+	freshUntil time.Time
+	written    time.Time
+}
+
+// pending carries a refresh lease from the caller whose read won it to the
+// miss flight of its process, whoever started that flight.
+type pending struct {
+	fence  int64
+	signal chan struct{}
+}
+
+// New returns a Group that keeps its entries in rdb (a *redis.Client, a
+// *redis.ClusterClient or any UniversalClient). It returns an error for a nil
+// client or invalid options.
+func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
+	if rdb == nil {
+		return nil, errors.New("guard: nil Redis client")
+	}
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	g := &Group{
+		rdb: rdb, opts: o,
+		hub:  notify.New(rdb, notify.NewChannel(o.Namespace+"fill:")),
+		pend: map[string]*pending{},
+		br:   breaker{threshold: o.BreakerFailures, cooldown: o.BreakerCooldown, hook: o.Hooks.Breaker},
+	}
+	g.leaseArg = ms(o.LockTTL)
+	g.chanArg = g.hub.Channel()
+	g.waitArg = ms(o.WaitTimeout + o.LockTTL)
+	g.keepArg = ms(fenceRetention)
+	if o.LocalEntries > 0 {
+		g.loc = expirable.NewLRU[string, localEntry](o.LocalEntries, nil, o.LocalTTL)
+	}
+	// Subscribe the fill channel now, so the first waiter finds it ready.
+	// A failure here (Redis down) is retried by the hub's dispatcher.
+	g.bg.Add(1)
+	go func() {
+		defer g.bg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), o.WaitTimeout)
+		defer cancel()
+		_ = g.hub.Ready(ctx)
+	}()
+	return g, nil
+}
+
+// fenceRetention is how long a key's fence counter and invalidation marker
+// are kept after last use.
+const fenceRetention = 24 * time.Hour
+
+// Close stops the Group: it waits for background refreshes (each bounded by
+// LoadTimeout) and closes the fill subscription. Calls after Close return
+// ErrClosed. It does not close the Redis client.
+func (g *Group) Close() error {
+	var err error
+	g.closeOnce.Do(func() {
+		g.closed.Store(true)
+		err = g.hub.Close()
+		g.bg.Wait()
+	})
+	return err
+}
+
+// Get returns the value of key, loading it with load when no usable value
+// exists. See Do.
+func (g *Group) Get(ctx context.Context, key string, load LoadFunc, opts ...CallOption) ([]byte, error) {
+	r, err := g.Do(ctx, key, load, opts...)
+	return r.Value, err
+}
+
+// Do returns the value of key with its Status and Age.
+//
+// A fresh value costs one Redis round trip (none from the in-process tier).
+// A stale value is returned at once; if this caller's read won the key's
+// refresh lease, the value is reloaded in the background. With no usable
+// value, one caller in the fleet loads it (singleflight in this process, a
+// Redis lease across processes) and the others wait for its fill, each
+// leaving on its own ctx. Errors of load reach the callers of its flight;
+// ErrNotFound is cached for NegativeFor. When Redis fails, Do loads through
+// this process's singleflight alone.
+func (g *Group) Do(ctx context.Context, key string, load LoadFunc, opts ...CallOption) (Result, error) {
+	if err := g.check(ctx, key, load); err != nil {
+		return Result{}, err
+	}
+	co := g.callOptions(opts)
+	if g.loc != nil {
+		if le, ok := g.loc.Get(key); ok && time.Now().Before(le.freshUntil) {
+			age := time.Since(le.written)
+			if h := g.opts.Hooks.Hit; h != nil {
+				h(key, age, true)
+			}
+			return Result{Value: le.value, Status: Hit, Age: age}, nil
+		}
+	}
+	if !g.br.allow() {
+		return g.degraded(ctx, key, load, co)
+	}
+	nm := g.names(key)
+	rr, err := g.read(ctx, nm, false)
+	if err != nil {
+		if ctx.Err() != nil {
+			return Result{}, ctx.Err()
+		}
+		return g.degraded(ctx, key, load, co)
+	}
+	e, state := g.classify(key, rr)
+	switch state {
+	case fresh:
+		res, err := g.served(key, e, rr.now, Hit)
+		if err == nil && g.opts.EarlyRefreshBeta > 0 && g.earlyRefresh(e, rr.now) {
+			g.refreshEarly(ctx, key, nm, load, co)
+		}
+		return res, err
+	case stale:
+		if rr.x > 0 {
+			g.leaseHook(key, true)
+			g.refreshAsync(ctx, key, nm, load, co, rr.x)
+		} else {
+			g.leaseHook(key, false)
+		}
+		return g.served(key, e, rr.now, Stale)
+	}
+	if h := g.opts.Hooks.Miss; h != nil {
+		h(key)
+	}
+	if rr.x > 0 {
+		g.leaseHook(key, true)
+		g.deposit(key, rr.x)
+	} else if rr.x < 0 {
+		g.leaseHook(key, false)
+	}
+	return g.missFlight(ctx, key, nm, load, co, rr.x)
+}
+
+func (g *Group) check(ctx context.Context, key string, load LoadFunc) error {
+	switch {
+	case ctx == nil:
+		return errors.New("guard: nil context")
+	case load == nil:
+		return errors.New("guard: nil LoadFunc")
+	case key == "":
+		return errors.New("guard: empty key")
+	case len(key) > MaxKeyBytes:
+		return fmt.Errorf("guard: key of %d bytes exceeds MaxKeyBytes (%d)", len(key), MaxKeyBytes)
+	case g.closed.Load():
+		return ErrClosed
+	}
+	return ctx.Err()
+}
+
+func (g *Group) callOptions(opts []CallOption) callOptions {
+	co := callOptions{freshFor: g.opts.FreshFor, staleFor: g.opts.StaleFor}
+	for _, o := range opts {
+		o(&co)
+	}
+	if co.freshFor <= 0 {
+		co.freshFor = g.opts.FreshFor
+	}
+	if co.staleFor < 0 || g.opts.NoStale {
+		co.staleFor = 0
+	}
+	return co
+}
+
+// names are the Redis names of one key; they share one hash tag.
+type names struct {
+	entry string
+	keys  []string // entry, lease, fence, waiters, inv
+}
+
+func (g *Group) names(key string) names {
+	b := hashtag.Base(g.opts.Namespace, key)
+	return names{entry: b, keys: []string{b, b + ":lease", b + ":fence", b + ":w", b + ":inv"}}
+}
+
+type state int
+
+const (
+	missing state = iota
+	fresh
+	stale
+)
+
+// classify decodes a read. A corrupt entry is reported and treated as
+// missing (the read script treats it so too).
+func (g *Group) classify(key string, rr readReply) (entry, state) {
+	if !rr.present {
+		return entry{}, missing
+	}
+	e, err := decodeEntry(rr.raw)
+	if err != nil {
+		if h := g.opts.Hooks.Corrupt; h != nil {
+			h(key, err)
+		}
+		return entry{}, missing
+	}
+	switch {
+	case rr.now < e.freshUntil:
+		return e, fresh
+	case rr.now < e.staleUntil && !e.negative && !e.errMark:
+		return e, stale
+	}
+	return entry{}, missing
+}
+
+// served turns a decoded entry into the caller's answer.
+func (g *Group) served(key string, e entry, now int64, st Status) (Result, error) {
+	age := time.Duration(max(now-e.written, 0)) * time.Millisecond
+	switch {
+	case e.negative:
+		return Result{Status: st, Age: age}, ErrNotFound
+	case e.errMark:
+		return Result{Status: st, Age: age}, ErrBackoff
+	}
+	if st == Stale {
+		if h := g.opts.Hooks.Stale; h != nil {
+			h(key, age)
+		}
+	} else {
+		if h := g.opts.Hooks.Hit; h != nil {
+			h(key, age, false)
+		}
+		g.keepLocal(key, e, now)
+	}
+	return Result{Value: e.value, Status: st, Age: age}, nil
+}
+
+func (g *Group) keepLocal(key string, e entry, now int64) {
+	if g.loc == nil || e.negative || e.errMark {
+		return
+	}
+	left := time.Duration(e.freshUntil-now) * time.Millisecond
+	if left <= 0 {
+		return
+	}
+	written := time.Now().Add(-time.Duration(max(now-e.written, 0)) * time.Millisecond)
+	g.loc.Add(key, localEntry{value: e.value, freshUntil: time.Now().Add(min(left, g.opts.LocalTTL)), written: written})
+}
+
+// earlyRefresh is the XFetch draw: true with probability
+// exp(-remaining / (beta * load duration)).
+func (g *Group) earlyRefresh(e entry, now int64) bool {
+	delta := float64(e.loadDur) / float64(time.Millisecond)
+	if delta <= 0 {
+		return false
+	}
+	remaining := float64(e.freshUntil - now)
+	return -delta*g.opts.EarlyRefreshBeta*math.Log(1-rand.Float64()) >= remaining
+}
+
+func (g *Group) leaseHook(key string, won bool) {
+	if h := g.opts.Hooks.Lease; h != nil {
+		h(key, won)
+	}
+}
+
+// missFlight runs the miss of key once per process: every caller of the
+// process that finds the key missing joins it, and each leaves on its own
+// ctx. x is the caller's read outcome: a lease it won (> 0, deposited) or
+// the remaining lease of the holder (< 0).
+func (g *Group) missFlight(ctx context.Context, key string, nm names, load LoadFunc, co callOptions, x int64) (Result, error) {
+	ran := false
+	detached := context.WithoutCancel(ctx)
+	ch := g.sf.DoChan("m"+key, func() (any, error) {
+		ran = true
+		return g.resolveMiss(detached, key, nm, load, co, x)
+	})
+	var r singleflight.Result
+	select {
+	case r = <-ch:
+	case <-ctx.Done():
+		g.returnDeposit(key, nm, x)
+		return Result{}, ctx.Err()
+	}
+	g.returnDeposit(key, nm, x)
+	res, _ := r.Val.(Result)
+	if r.Shared && !ran {
+		if h := g.opts.Hooks.Coalesced; h != nil {
+			h(key)
+		}
+		if res.Status == Miss {
+			res.Status = Shared
+		}
+	}
+	return res, r.Err
+}
+
+// resolveMiss is the body of a miss flight: load under a lease won by a
+// caller of this process, or wait for another node's fill.
+func (g *Group) resolveMiss(ctx context.Context, key string, nm names, load LoadFunc, co callOptions, x int64) (Result, error) {
+	start := time.Now()
+	deadline := start.Add(g.opts.WaitTimeout)
+	wake := make(chan struct{}, 1)
+	defer g.hub.Register(nm.entry, wake)()
+	signal := g.pendingSignal(key)
+	defer g.dropPending(key)
+
+	// Fallback polling for lost notifications and expired leases: short at
+	// first (a fill can land between a read and the registration above),
+	// doubling up to the holder's remaining lease.
+	poll := 50 * time.Millisecond
+	holder := time.Duration(-x) * time.Millisecond
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		if f := g.takeDeposit(key); f > 0 {
+			return g.loadAndFill(ctx, key, nm, load, co, f, false)
+		}
+		remaining := time.Until(deadline)
+		if remaining <= 0 {
+			break
+		}
+		wait := min(poll, remaining)
+		if holder > 0 {
+			wait = min(wait, holder)
+		}
+		timer.Reset(wait)
+		notified := false
+		select {
+		case <-wake:
+			notified = true
+		case <-signal:
+			continue
+		case <-timer.C:
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		if h := g.opts.Hooks.Woken; h != nil {
+			h(key, notified, time.Since(start))
+		}
+		poll = min(poll*2, g.opts.LockTTL)
+		rr, err := g.read(ctx, nm, false)
+		if err != nil {
+			// Redis trouble while waiting: load on this node alone.
+			return g.loadOnly(ctx, key, load, Degraded)
+		}
+		e, st := g.classify(key, rr)
+		switch st {
+		case fresh:
+			r, err := g.served(key, e, rr.now, Shared)
+			return r, err
+		case stale:
+			return g.served(key, e, rr.now, Stale)
+		}
+		switch {
+		case rr.x > 0:
+			g.leaseHook(key, true)
+			return g.loadAndFill(ctx, key, nm, load, co, rr.x, false)
+		case rr.x < 0:
+			holder = time.Duration(-rr.x) * time.Millisecond
+		}
+	}
+	if g.opts.WaitTimeoutPolicy == ReturnError {
+		return Result{}, ErrWaitTimeout
+	}
+	// Fence 0: stored only if nothing newer landed and nothing was
+	// invalidated meanwhile.
+	return g.loadAndFill(ctx, key, nm, load, co, 0, false)
+}
+
+// deposit hands a lease won by a caller's read to its process's miss flight.
+func (g *Group) deposit(key string, fence int64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	p := g.pend[key]
+	if p == nil {
+		p = &pending{signal: make(chan struct{}, 1)}
+		g.pend[key] = p
+	}
+	p.fence = fence
+	select {
+	case p.signal <- struct{}{}:
+	default:
+	}
+}
+
+func (g *Group) pendingSignal(key string) chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	p := g.pend[key]
+	if p == nil {
+		p = &pending{signal: make(chan struct{}, 1)}
+		g.pend[key] = p
+	}
+	return p.signal
+}
+
+func (g *Group) takeDeposit(key string) int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if p := g.pend[key]; p != nil {
+		f := p.fence
+		p.fence = 0
+		return f
+	}
+	return 0
+}
+
+func (g *Group) dropPending(key string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if p := g.pend[key]; p != nil && p.fence == 0 {
+		delete(g.pend, key)
+	}
+}
+
+// returnDeposit releases a lease the caller won and deposited if no flight
+// used it (the flight ended before it looked), so the next caller need not
+// wait for the lease to expire.
+func (g *Group) returnDeposit(key string, nm names, x int64) {
+	if x <= 0 {
+		return
+	}
+	g.mu.Lock()
+	p := g.pend[key]
+	unused := p != nil && p.fence == x
+	if unused {
+		p.fence = 0
+		delete(g.pend, key)
+	}
+	g.mu.Unlock()
+	if unused {
+		g.releaseLease(nm, x)
+	}
+}
+
+// refreshAsync reloads a stale key in the background under the lease the
+// caller's read won. It is detached from the caller and bounded by
+// LoadTimeout; Close waits for it.
+func (g *Group) refreshAsync(ctx context.Context, key string, nm names, load LoadFunc, co callOptions, fence int64) {
+	detached := context.WithoutCancel(ctx)
+	g.bg.Add(1)
+	go func() {
+		defer g.bg.Done()
+		_, _ = g.loadAndFill(detached, key, nm, load, co, fence, true)
+	}()
+}
+
+// refreshEarly tries the lease of a fresh key and, if won, refreshes it in
+// the background.
+func (g *Group) refreshEarly(ctx context.Context, key string, nm names, load LoadFunc, co callOptions) {
+	detached := context.WithoutCancel(ctx)
+	g.bg.Add(1)
+	go func() {
+		defer g.bg.Done()
+		rr, err := g.read(detached, nm, true)
+		if err != nil || rr.x <= 0 {
+			return
+		}
+		g.leaseHook(key, true)
+		_, _ = g.loadAndFill(detached, key, nm, load, co, rr.x, true)
+	}()
+}
+
+// loadAndFill calls load under the lease fence (renewed by a watchdog while
+// the load runs) and stores the outcome in one round trip that also releases
+// the lease and wakes the waiters. refresh is true when a stale value exists
+// and keeps being served if the load fails.
+func (g *Group) loadAndFill(ctx context.Context, key string, nm names, load LoadFunc, co callOptions, fence int64, refresh bool) (Result, error) {
+	stop := func() {}
+	if fence > 0 {
+		stop = g.renewLease(nm, fence)
+	}
+	v, err, d := g.callLoader(ctx, key, load)
+	stop()
+
+	f := fillSpec{fence: fence, loadDur: d, mode: "w"}
+	switch {
+	case err == nil && len(v) > g.opts.MaxValueBytes:
+		f.mode = "-" // served, not stored
+	case err == nil:
+		f.value, f.fresh, f.stale = v, g.jittered(co.freshFor), co.staleFor
+	case errors.Is(err, ErrNotFound) && g.opts.NegativeFor > 0:
+		f.fresh, f.flags = g.opts.NegativeFor, "n"
+	case errors.Is(err, ErrNotFound):
+		f.mode = "-"
+	case refresh:
+		// Stale-if-error: keep the stale value, and hold the lease for the
+		// back-off so no node retries at once.
+		f.mode, f.keepLease = "-", g.opts.ErrorBackoff
+		if h := g.opts.Hooks.RefreshError; h != nil {
+			h(key, err)
+		}
+	default:
+		// A cold key: an error marker (never over a value) makes every node
+		// back off instead of calling the failing loader again.
+		f.mode, f.fresh, f.flags = "m", g.opts.ErrorBackoff, "e"
+	}
+	g.store(ctx, key, nm, f)
+	if err != nil {
+		return Result{Status: Miss}, err
+	}
+	return Result{Value: v, Status: Miss}, nil
+}
+
+func (g *Group) jittered(d time.Duration) time.Duration {
+	if g.opts.Jitter == 0 {
+		return d
+	}
+	return d - time.Duration(rand.Float64()*g.opts.Jitter*float64(d))
+}
+
+// callLoader runs load detached from every caller, bounded by LoadTimeout,
+// turning a panic into *PanicError.
+func (g *Group) callLoader(ctx context.Context, key string, load LoadFunc) (v []byte, err error, d time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, g.opts.LoadTimeout)
+	defer cancel()
+	start := time.Now()
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				err = &PanicError{Value: p, Stack: debug.Stack()}
+			}
+		}()
+		v, err = load(ctx)
+	}()
+	d = time.Since(start)
+	if h := g.opts.Hooks.Load; h != nil {
+		h(key, d, err)
+	}
+	return v, err, d
+}
+
+// loadOnly loads through this process's singleflight without Redis.
+func (g *Group) loadOnly(ctx context.Context, key string, load LoadFunc, st Status) (Result, error) {
+	v, err, _ := g.callLoader(ctx, key, load)
+	return Result{Value: v, Status: st}, err
+}
+
+// degraded serves a caller while Redis is unavailable: one loader call per
+// key in this process at a time, no Redis.
+func (g *Group) degraded(ctx context.Context, key string, load LoadFunc, co callOptions) (Result, error) {
+	detached := context.WithoutCancel(ctx)
+	ch := g.sf.DoChan("d"+key, func() (any, error) {
+		return g.loadOnly(detached, key, load, Degraded)
+	})
+	select {
+	case r := <-ch:
+		res, _ := r.Val.(Result)
+		return res, r.Err
+	case <-ctx.Done():
+		return Result{}, ctx.Err()
+	}
+}
+
+// Invalidate deletes key's value everywhere: its Redis entry (and this
+// process's local copy), any refresh in flight (its fill will be rejected)
+// and wakes the waiters so they load anew.
+func (g *Group) Invalidate(ctx context.Context, key string) error {
+	if err := g.check(ctx, key, func(context.Context) ([]byte, error) { return nil, nil }); err != nil {
+		return err
+	}
+	if g.loc != nil {
+		g.loc.Remove(key)
+	}
+	nm := g.names(key)
+	return g.invalidate(ctx, nm)
+}
+
+// Fetch is Do for values of any type: load's result is stored as JSON
+// ([]byte and string are stored as they are).
+func Fetch[T any](ctx context.Context, g *Group, key string, load func(context.Context) (T, error), opts ...CallOption) (T, error) {
+	var zero T
+	raw, err := g.Get(ctx, key, func(ctx context.Context) ([]byte, error) {
+		v, err := load(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return marshal(v)
+	}, opts...)
+	if err != nil {
+		return zero, err
+	}
+	return unmarshal[T](raw)
+}
+
+// Wrap returns load guarded by g: calls with arguments that map to the same
+// key share one load across the fleet.
+func Wrap[A, T any](g *Group, key func(A) string, load func(context.Context, A) (T, error), opts ...CallOption) func(context.Context, A) (T, error) {
+	return func(ctx context.Context, a A) (T, error) {
+		return Fetch(ctx, g, key(a), func(ctx context.Context) (T, error) { return load(ctx, a) }, opts...)
+	}
+}
+
+func marshal(v any) ([]byte, error) {
+	switch x := v.(type) {
+	case []byte:
+		return x, nil
+	case string:
+		return []byte(x), nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("guard: encoding value: %w", err)
+	}
+	return b, nil
+}
+
+func unmarshal[T any](raw []byte) (T, error) {
+	var v T
+	switch p := any(&v).(type) {
+	case *[]byte:
+		*p = raw
+		return v, nil
+	case *string:
+		*p = string(raw)
+		return v, nil
+	}
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return v, fmt.Errorf("guard: decoding cached value: %w", err)
+	}
+	return v, nil
+}
+
+// ms converts d to whole milliseconds, rounding a positive sub-millisecond
+// duration up to 1.
+func ms(d time.Duration) int64 {
+	m := d.Milliseconds()
+	if m == 0 && d > 0 {
+		m = 1
+	}
+	return m
+}

@@ -1,0 +1,228 @@
+package guard
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/stampede-go/stampede/internal/hashtag"
+)
+
+// Options configures a Group. The zero value is ready to use: every field
+// documents its default. New rejects negative durations and other invalid
+// values with an error.
+type Options struct {
+	// Namespace is prepended to every Redis key and channel of the Group. It
+	// must not contain '{' or '}'. Default: "stampede:".
+	Namespace string
+
+	// FreshFor is how long a loaded value is served as fresh. Default: 1m.
+	FreshFor time.Duration
+	// StaleFor is how long after FreshFor the value is still served, at hit
+	// latency, while one node refreshes it in the background
+	// (stale-while-revalidate), and while refreshes fail (stale-if-error).
+	// Default: 5m. Set NoStale to serve nothing stale.
+	StaleFor time.Duration
+	// NoStale turns stale serving off: an expired value is a miss.
+	NoStale bool
+
+	// LockTTL is the lease of the node refreshing a key. A watchdog renews it
+	// every LockTTL/3 while the load runs, so a load may take longer; a node
+	// that dies mid-load loses the lease within LockTTL. Default: 10s.
+	LockTTL time.Duration
+	// WaitTimeout bounds how long a caller waits for another node's fill of
+	// a missing key (each caller also leaves on its own ctx). Then
+	// WaitTimeoutPolicy applies. Default: 5s.
+	WaitTimeout time.Duration
+	// WaitTimeoutPolicy is what a waiter does after WaitTimeout.
+	// Default: LoadLocally.
+	WaitTimeoutPolicy WaitTimeoutPolicy
+	// LoadTimeout bounds a shared load. The load runs detached from the
+	// caller that started it, so a cancelled caller never fails the others.
+	// Default: 30s.
+	LoadTimeout time.Duration
+
+	// EarlyRefreshBeta turns on probabilistic early refresh (XFetch, Vattani
+	// et al., VLDB 2015): a fresh hit starts a background refresh with
+	// probability exp(-remaining/(beta*load duration)), so hot keys are
+	// refreshed before they expire. 1 is the paper's choice; larger values
+	// refresh earlier. Default: 0 (off).
+	EarlyRefreshBeta float64
+	// Jitter shortens each value's FreshFor by a random share up to Jitter,
+	// so keys filled together do not expire together. Between 0 and 1.
+	// Default: 0.1. Set NoJitter for exact TTLs.
+	Jitter float64
+	// NoJitter turns Jitter off.
+	NoJitter bool
+
+	// NegativeFor is how long an ErrNotFound answer of a loader is cached.
+	// Default: 10s. Set NoNegative to not cache it.
+	NegativeFor time.Duration
+	// NoNegative turns negative caching off.
+	NoNegative bool
+	// ErrorBackoff is how long, after a failed load, no node loads the key
+	// again: a stale value keeps being served, and callers of a missing key
+	// get ErrBackoff. Default: 1s.
+	ErrorBackoff time.Duration
+
+	// RedisTimeout bounds every Redis call the guard makes. Default: 250ms.
+	RedisTimeout time.Duration
+	// BreakerFailures is how many Redis failures in a row open the breaker.
+	// While it is open the guard does not call Redis and serves callers
+	// through the in-process singleflight alone (at most one loader call per
+	// key per node at a time). Default: 3.
+	BreakerFailures int
+	// BreakerCooldown is how long the breaker stays open before one call
+	// probes Redis again. Default: 1s.
+	BreakerCooldown time.Duration
+
+	// MaxValueBytes is the largest value stored in Redis. Larger values are
+	// returned to the callers but not stored. Default: 8 MiB.
+	MaxValueBytes int
+
+	// LocalEntries turns on the in-process tier: up to this many fresh
+	// values are kept in memory for LocalTTL, so a hot key's hit costs no
+	// round trip. Invalidate drops the local copy of the calling node only.
+	// Default: 0 (off).
+	LocalEntries int
+	// LocalTTL bounds how long a local copy is served (never past the value's
+	// fresh-until). Default: 1s.
+	LocalTTL time.Duration
+
+	// Hooks observe the guard's events; nil funcs are skipped.
+	Hooks Hooks
+}
+
+// WaitTimeoutPolicy says what a caller does when another node's fill does
+// not land within Options.WaitTimeout.
+type WaitTimeoutPolicy int
+
+const (
+	// LoadLocally loads through this node's singleflight (one loader call
+	// per key on this node) and stores the value unless a newer one landed.
+	LoadLocally WaitTimeoutPolicy = iota
+	// ReturnError returns ErrWaitTimeout.
+	ReturnError
+)
+
+// MaxKeyBytes is the longest key accepted.
+const MaxKeyBytes = 64 << 10
+
+func (o Options) withDefaults() (Options, error) {
+	def := func(d *time.Duration, v time.Duration, name string) error {
+		switch {
+		case *d < 0:
+			return fmt.Errorf("guard: negative %s %v", name, *d)
+		case *d == 0:
+			*d = v
+		}
+		return nil
+	}
+	if o.Namespace == "" {
+		o.Namespace = "stampede:"
+	}
+	if !hashtag.ValidPrefix(o.Namespace) {
+		return o, fmt.Errorf("guard: Namespace %q must not contain '{' or '}'", o.Namespace)
+	}
+	errs := []error{
+		def(&o.FreshFor, time.Minute, "FreshFor"),
+		def(&o.StaleFor, 5*time.Minute, "StaleFor"),
+		def(&o.LockTTL, 10*time.Second, "LockTTL"),
+		def(&o.WaitTimeout, 5*time.Second, "WaitTimeout"),
+		def(&o.LoadTimeout, 30*time.Second, "LoadTimeout"),
+		def(&o.NegativeFor, 10*time.Second, "NegativeFor"),
+		def(&o.ErrorBackoff, time.Second, "ErrorBackoff"),
+		def(&o.RedisTimeout, 250*time.Millisecond, "RedisTimeout"),
+		def(&o.BreakerCooldown, time.Second, "BreakerCooldown"),
+		def(&o.LocalTTL, time.Second, "LocalTTL"),
+	}
+	if err := errors.Join(errs...); err != nil {
+		return o, err
+	}
+	if o.NoStale {
+		o.StaleFor = 0
+	}
+	if o.NoNegative {
+		o.NegativeFor = 0
+	}
+	switch {
+	case o.Jitter < 0 || o.Jitter >= 1:
+		return o, fmt.Errorf("guard: Jitter %v outside [0, 1)", o.Jitter)
+	case o.NoJitter:
+		o.Jitter = 0
+	case o.Jitter == 0:
+		o.Jitter = 0.1
+	}
+	if o.EarlyRefreshBeta < 0 {
+		return o, fmt.Errorf("guard: negative EarlyRefreshBeta %v", o.EarlyRefreshBeta)
+	}
+	if o.LockTTL < 3*time.Millisecond {
+		return o, fmt.Errorf("guard: LockTTL %v is below 3ms", o.LockTTL)
+	}
+	if o.BreakerFailures < 0 || o.MaxValueBytes < 0 || o.LocalEntries < 0 {
+		return o, errors.New("guard: negative BreakerFailures, MaxValueBytes or LocalEntries")
+	}
+	if o.BreakerFailures == 0 {
+		o.BreakerFailures = 3
+	}
+	if o.MaxValueBytes == 0 {
+		o.MaxValueBytes = 8 << 20
+	}
+	if o.WaitTimeoutPolicy != LoadLocally && o.WaitTimeoutPolicy != ReturnError {
+		return o, fmt.Errorf("guard: unknown WaitTimeoutPolicy %d", o.WaitTimeoutPolicy)
+	}
+	return o, nil
+}
+
+// CallOption changes one call's settings.
+type CallOption func(*callOptions)
+
+type callOptions struct {
+	freshFor, staleFor time.Duration
+	staleSet           bool
+}
+
+// WithFreshFor sets FreshFor for the value this call loads.
+func WithFreshFor(d time.Duration) CallOption {
+	return func(c *callOptions) { c.freshFor = d }
+}
+
+// WithStaleFor sets StaleFor for the value this call loads (0: no stale
+// window).
+func WithStaleFor(d time.Duration) CallOption {
+	return func(c *callOptions) { c.staleFor, c.staleSet = d, true }
+}
+
+// Hooks are optional callbacks for metrics and logs, called synchronously
+// from the goroutine that saw the event; they must be quick and must not
+// block. key is the caller's key.
+type Hooks struct {
+	// Hit: a fresh value was served; local is true when it came from the
+	// in-process tier (no round trip).
+	Hit func(key string, age time.Duration, local bool)
+	// Stale: a stale value was served while a refresh runs or backs off.
+	Stale func(key string, age time.Duration)
+	// Miss: no usable value; the caller loads, waits or shares a flight.
+	Miss func(key string)
+	// Coalesced: the caller shared another caller's flight in this process.
+	Coalesced func(key string)
+	// Load: a loader call finished, with its duration and error.
+	Load func(key string, d time.Duration, err error)
+	// Lease: this node won (true) or found busy (false) a key's refresh lease.
+	Lease func(key string, won bool)
+	// Woken: a waiter for another node's fill woke: by the fill's
+	// notification (notified true) or by its fallback timer.
+	Woken func(key string, notified bool, waited time.Duration)
+	// RefreshError: a background refresh failed; stale is being served.
+	RefreshError func(key string, err error)
+	// FillRejected: a fill was refused because a newer value (or an
+	// Invalidate) came after this node's lease was granted.
+	FillRejected func(key string)
+	// RedisError: a Redis call failed; op names it.
+	RedisError func(op string, err error)
+	// Breaker: the Redis breaker opened (true) or closed (false).
+	Breaker func(open bool)
+	// Corrupt: an entry in Redis could not be decoded; it is treated as a
+	// miss and overwritten by the next fill.
+	Corrupt func(key string, err error)
+}

@@ -1,0 +1,147 @@
+-- guard_fill.lua: store a loaded value, settle the refresh lease and wake the
+-- callers waiting for the fill, in one round trip.
+--
+-- KEYS[1] entry key   (string: "~1,fresh_until,stale_until,written,load_us,fence,flags\n" payload)
+-- KEYS[2] lease key   (string: the fence of the holder)
+-- KEYS[3] fence key   (not touched; passed so every name of the cache key is declared)
+-- KEYS[4] waiters key (set of the notification channels of callers waiting for a fill)
+-- KEYS[5] invalidation key (string: the fence minted by the last invalidation)
+-- ARGV[1] fence of the caller (decimal)
+-- ARGV[2] payload
+-- ARGV[3] fresh window in milliseconds (0 to 10^15)
+-- ARGV[4] stale window in milliseconds (0 to 10^15); fresh + stale > 0 when writing
+-- ARGV[5] duration of the load in microseconds (decimal, 0 to 9223372036854775)
+-- ARGV[6] flags: "" value, "n" negative (payload must be empty), "e" error marker
+-- ARGV[7] write mode: "w" write, "m" write only when no entry exists (never
+--         overwrite a value with an error marker), "-" do not write
+-- ARGV[8] keep-lease in milliseconds: 0 releases the lease when it is the
+--         caller's; > 0 keeps it that long when it is the caller's (back-off)
+-- ARGV[9] notification payload, PUBLISHed to every waiter channel
+--
+-- A write is rejected (not done) when an invalidation minted a fence above
+-- the caller's after its lease was taken, or when the current entry is a
+-- valid v1 entry written with a higher fence: a late writer never goes back
+-- in time. An equal fence is allowed (a retry of the same fill). Whether or
+-- not it wrote, the script settles the caller's lease and wakes the waiters.
+--
+-- Returns {written, now_ms, notified}: written is 1 when the entry was
+-- stored and 0 otherwise, now_ms the Redis clock in milliseconds (the entry's
+-- written time), notified the number of waiter channels published to.
+local entry, lease, waiters, inv = KEYS[1], KEYS[2], KEYS[4], KEYS[5]
+local mine, payload = ARGV[1], ARGV[2]
+local fresh, stale, loadus = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
+local flags, mode, hold, msg = ARGV[6], ARGV[7], tonumber(ARGV[8]), ARGV[9]
+
+local function nowms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- parse applies the rules of decodeEntry (guard/entry.go) to an entry whose
+-- first bytes (at least 128, or all) are v and whose length is n; it returns
+-- the fresh_until and fence fields (decimal strings) of a valid v1 entry, or
+-- nil.
+local function int(s, max)
+  return #s <= #max and (#s == 1 or s:byte(1) ~= 48) and (#s < #max or s <= max)
+end
+local function parse(v, n)
+  if not v then
+    return nil
+  end
+  local h, fu, su, w, us, f, fl = string.match(string.sub(v, 1, 128),
+    '^(~1,(%d+),(%d+),(%d+),(%d+),(%d+),(%l*)\n)')
+  if not h then
+    return nil
+  end
+  local max = '9223372036854775807'
+  if not (int(fu, max) and int(su, max) and int(w, max) and int(f, max)
+      and int(us, '9223372036854775')) then
+    return nil
+  end
+  if #su < #fu or (#su == #fu and su < fu) then
+    return nil
+  end
+  if not (fl == '' or fl == 'e' or (fl == 'n' and n == #h)) then
+    return nil
+  end
+  return fu, f
+end
+
+-- less compares two canonical decimal strings exactly (no float rounding).
+local function less(a, b)
+  return #a < #b or (#a == #b and a < b)
+end
+
+local function notify()
+  local n = 0
+  for _, ch in ipairs(redis.call('SMEMBERS', waiters)) do
+    redis.call('PUBLISH', ch, msg)
+    n = n + 1
+  end
+  if n > 0 then
+    redis.call('DEL', waiters)
+  end
+  return n
+end
+
+local function natural(x)
+  return x and x >= 0 and x % 1 == 0
+end
+if not (string.match(mine, '^%d+$') and int(mine, '9223372036854775807')) then
+  return redis.error_reply('ERR guard_fill: bad fence ' .. mine)
+end
+if mode ~= 'w' and mode ~= 'm' and mode ~= '-' then
+  return redis.error_reply('ERR guard_fill: bad write mode ' .. mode)
+end
+if not natural(hold) then
+  return redis.error_reply('ERR guard_fill: bad keep-lease ' .. ARGV[8])
+end
+if mode ~= '-' then
+  if not (natural(fresh) and natural(stale) and fresh + stale > 0
+      and fresh <= 1e15 and stale <= 1e15) then
+    return redis.error_reply('ERR guard_fill: bad windows ' .. ARGV[3] .. ' ' .. ARGV[4])
+  end
+  if not (string.match(loadus, '^%d+$') and int(loadus, '9223372036854775')) then
+    return redis.error_reply('ERR guard_fill: bad load duration ' .. loadus)
+  end
+  if not (flags == '' or flags == 'e' or (flags == 'n' and payload == '')) then
+    return redis.error_reply('ERR guard_fill: bad flags ' .. flags)
+  end
+end
+
+local now = nowms()
+local written = 0
+if mode ~= '-' then
+  local ok = true
+  local gen = redis.call('GET', inv)
+  if gen and less(mine, gen) then
+    ok = false
+  end
+  if ok then
+    if mode == 'm' then
+      ok = redis.call('EXISTS', entry) == 0
+    else
+      -- Only the header is needed: do not copy a large payload into Lua.
+      local _, f = parse(redis.call('GETRANGE', entry, 0, 127), redis.call('STRLEN', entry))
+      if f and less(mine, f) then
+        ok = false
+      end
+    end
+  end
+  if ok then
+    local header = string.format('~1,%d,%d,%d,%s,%s,%s\n',
+      now + fresh, now + fresh + stale, now, loadus, mine, flags)
+    redis.call('SET', entry, header .. payload, 'PX', string.format('%d', fresh + stale))
+    written = 1
+  end
+end
+
+if redis.call('GET', lease) == mine then
+  if hold > 0 then
+    redis.call('PEXPIRE', lease, string.format('%d', hold))
+  else
+    redis.call('DEL', lease)
+  end
+end
+
+return {written, now, notify()}

@@ -1,0 +1,55 @@
+-- guard_invalidate.lua: drop a cache entry and fence out every refresh that
+-- started before, then wake the callers waiting for a fill.
+--
+-- KEYS[1] entry key
+-- KEYS[2] lease key   (string: the fence of the holder)
+-- KEYS[3] fence key   (counter; never decreases, floored by the Redis clock)
+-- KEYS[4] waiters key (set of the notification channels of callers waiting for a fill)
+-- KEYS[5] invalidation key (string: the fence minted here)
+-- ARGV[1] fence retention in milliseconds (TTL of the fence and invalidation keys)
+-- ARGV[2] notification payload, PUBLISHed to every waiter channel
+--
+-- The lease is deleted so the next reader refreshes at once; the fill of a
+-- refresh in flight is rejected by guard_fill.lua, as its fence is below the
+-- one minted here.
+--
+-- Returns the fence minted by this invalidation.
+local entry, lease, fence, waiters, inv = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local keep, msg = ARGV[1], ARGV[2]
+
+if not tonumber(keep) or tonumber(keep) <= 0 then
+  return redis.error_reply('ERR guard_invalidate: bad fence retention ' .. tostring(keep))
+end
+
+-- The fence is max(counter + 1, Redis time in microseconds): it keeps rising
+-- even when the counter is lost (restart without persistence, failover to a
+-- replica that missed the last write), as long as the Redis clock moves on.
+local function mint()
+  local now = redis.call('TIME')
+  local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  local f = redis.call('INCR', fence)
+  if f < floor then
+    f = floor
+    redis.call('SET', fence, string.format('%d', f))
+  end
+  redis.call('PEXPIRE', fence, keep)
+  return f
+end
+
+local function notify()
+  local n = 0
+  for _, ch in ipairs(redis.call('SMEMBERS', waiters)) do
+    redis.call('PUBLISH', ch, msg)
+    n = n + 1
+  end
+  if n > 0 then
+    redis.call('DEL', waiters)
+  end
+  return n
+end
+
+local f = mint()
+redis.call('SET', inv, string.format('%d', f), 'PX', keep)
+redis.call('DEL', entry, lease)
+notify()
+return f

@@ -1,0 +1,23 @@
+-- guard_lease.lua: renew or release a refresh lease the caller holds
+-- (the watchdog of a background refresh, or giving up without a fill).
+--
+-- KEYS[1] lease key (string: the fence of the holder)
+-- ARGV[1] fence of the caller (decimal)
+-- ARGV[2] milliseconds: > 0 extends the lease to that long, 0 releases it
+--
+-- Returns 1 when the lease is the caller's (and was extended or released),
+-- 0 otherwise (nothing is changed: a lease that is not ours is never touched).
+local lease, mine, ms = KEYS[1], ARGV[1], tonumber(ARGV[2])
+
+if not ms or ms < 0 or ms % 1 ~= 0 then
+  return redis.error_reply('ERR guard_lease: bad milliseconds ' .. tostring(ARGV[2]))
+end
+if redis.call('GET', lease) ~= mine then
+  return 0
+end
+if ms > 0 then
+  redis.call('PEXPIRE', lease, string.format('%d', ms))
+else
+  redis.call('DEL', lease)
+end
+return 1

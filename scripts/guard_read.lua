@@ -1,0 +1,115 @@
+-- guard_read.lua: read a cache entry and, when it is not fresh, try to take
+-- its refresh lease in the same round trip.
+--
+-- KEYS[1] entry key   (string: "~1,fresh_until,stale_until,written,load_us,fence,flags\n" payload)
+-- KEYS[2] lease key   (string: the fence of the holder)
+-- KEYS[3] fence key   (counter; never decreases, floored by the Redis clock)
+-- KEYS[4] waiters key (set of the notification channels of callers waiting for a fill)
+-- ARGV[1] lease in milliseconds; 0 = only read, never try the lease
+-- ARGV[2] waiter channel; "" = do not register as a waiter
+-- ARGV[3] wait in milliseconds (> 0 when ARGV[2] is set): the waiters set lives
+--         at least this long
+-- ARGV[4] fence retention in milliseconds (TTL of the fence key)
+--
+-- Returns {entry, now_ms, x}: entry is the raw value (nil when missing),
+-- now_ms the Redis clock in milliseconds, and x
+--   = 0      when the entry is fresh, or the lease was not tried (ARGV[1] = 0);
+--   > 0      when this caller won the lease: x is its fence, the lease holds it;
+--   < 0      when another caller holds the lease: -x (>= 1) is its remaining
+--            lease in milliseconds.
+-- Fresh negative ('n') and error-marker ('e') entries count as fresh. A value
+-- that is not a valid v1 entry counts as missing (the lease is tried, waiters
+-- are registered) but is still returned so the caller can report it. Only a
+-- caller that finds no usable entry registers as a waiter; one that finds a
+-- stale entry is served that.
+local entry, lease, fence, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local leasems, channel = tonumber(ARGV[1]), ARGV[2]
+local wait, keep = tonumber(ARGV[3]), ARGV[4]
+
+if not leasems or leasems < 0 or leasems % 1 ~= 0 then
+  return redis.error_reply('ERR guard_read: bad lease ' .. tostring(ARGV[1]))
+end
+if not tonumber(keep) or tonumber(keep) <= 0 then
+  return redis.error_reply('ERR guard_read: bad fence retention ' .. tostring(keep))
+end
+if channel ~= '' and (not wait or wait <= 0 or wait % 1 ~= 0) then
+  return redis.error_reply('ERR guard_read: bad wait ' .. tostring(ARGV[3]))
+end
+
+local function nowms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- The fence is max(counter + 1, Redis time in microseconds): it keeps rising
+-- even when the counter is lost (restart without persistence, failover to a
+-- replica that missed the last write), as long as the Redis clock moves on.
+local function mint()
+  local now = redis.call('TIME')
+  local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  local f = redis.call('INCR', fence)
+  if f < floor then
+    f = floor
+    redis.call('SET', fence, string.format('%d', f))
+  end
+  redis.call('PEXPIRE', fence, keep)
+  return f
+end
+
+-- parse applies the rules of decodeEntry (guard/entry.go) to an entry whose
+-- first bytes (at least 128, or all) are v and whose length is n; it returns
+-- the fresh_until and fence fields (decimal strings) of a valid v1 entry, or
+-- nil.
+local function int(s, max)
+  return #s <= #max and (#s == 1 or s:byte(1) ~= 48) and (#s < #max or s <= max)
+end
+local function parse(v, n)
+  if not v then
+    return nil
+  end
+  local h, fu, su, w, us, f, fl = string.match(string.sub(v, 1, 128),
+    '^(~1,(%d+),(%d+),(%d+),(%d+),(%d+),(%l*)\n)')
+  if not h then
+    return nil
+  end
+  local max = '9223372036854775807'
+  if not (int(fu, max) and int(su, max) and int(w, max) and int(f, max)
+      and int(us, '9223372036854775')) then
+    return nil
+  end
+  if #su < #fu or (#su == #fu and su < fu) then
+    return nil
+  end
+  if not (fl == '' or fl == 'e' or (fl == 'n' and n == #h)) then
+    return nil
+  end
+  return fu, f
+end
+
+local now = nowms()
+local v = redis.call('GET', entry)
+local fu = v and parse(v, #v)
+if fu and tonumber(fu) > now then
+  return {v, now, 0}
+end
+if leasems == 0 then
+  return {v, now, 0}
+end
+
+if redis.call('EXISTS', lease) == 0 then
+  local f = mint()
+  redis.call('SET', lease, string.format('%d', f), 'PX', leasems)
+  return {v, now, f}
+end
+
+local pttl = redis.call('PTTL', lease)
+if pttl < 1 then
+  pttl = 1
+end
+if not fu and channel ~= '' then
+  redis.call('SADD', waiters, channel)
+  if redis.call('PTTL', waiters) < wait then
+    redis.call('PEXPIRE', waiters, wait)
+  end
+end
+return {v, now, -pttl}
