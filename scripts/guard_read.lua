@@ -10,6 +10,8 @@
 -- ARGV[3] wait in milliseconds (> 0 when ARGV[2] is set): the waiters set lives
 --         at least this long
 -- ARGV[4] fence retention in milliseconds (TTL of the fence key)
+-- ARGV[5] "1" to try the lease even when the entry is fresh (early refresh);
+--         optional, default "0"
 --
 -- Returns {entry, now_ms, x}: entry is the raw value (nil when missing),
 -- now_ms the Redis clock in milliseconds, and x
@@ -89,7 +91,7 @@ end
 local now = nowms()
 local v = redis.call('GET', entry)
 local fu = v and parse(v, #v)
-if fu and tonumber(fu) > now then
+if fu and tonumber(fu) > now and ARGV[5] ~= '1' then
   return {v, now, 0}
 end
 if leasems == 0 then

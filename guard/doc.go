@@ -1,0 +1,74 @@
+// Package guard stops cache stampedes across a fleet: when a key is missing
+// or stale, one caller in the whole fleet loads it, and everyone else is
+// served the previous value or woken the moment the new one lands.
+//
+// # Two tiers
+//
+// In a process, golang.org/x/sync/singleflight collapses the callers of a
+// key into one flight. Across processes, a Redis lease (a per-key token
+// taken with SET NX PX inside a Lua script) lets exactly one node refresh a
+// key. Every Redis name of a key shares one hash tag, so the guard runs
+// unchanged on Redis Cluster.
+//
+// # Serving rules
+//
+// Each entry carries its fresh-until and stale-until times on the Redis
+// clock (never compared with a node's clock):
+//
+//	fresh     → the value (1 round trip; 0 with the in-process tier)
+//	stale     → the value at once; the caller whose read won the lease
+//	            refreshes it in the background (same round trip)
+//	negative  → ErrNotFound, until NegativeFor ends
+//	missing   → the lease winner loads and fills (1 more round trip, which
+//	            also releases the lease and wakes the waiters); everyone
+//	            else waits for the fill notification up to WaitTimeout,
+//	            then applies WaitTimeoutPolicy
+//
+// Waiters wake on the fill's Pub/Sub message, on one subscription per
+// Group, with a bounded polling fallback for lost messages and expired
+// leases.
+//
+// # Guarantees
+//
+//   - One loader call per key per refresh across all nodes while Redis is
+//     healthy.
+//   - A stale value is served at hit latency while the refresh runs.
+//   - Every lease carries a fencing number; a fill from a holder whose lease
+//     was lost (a pause, a partition) or that began before an Invalidate is
+//     rejected when something newer landed, so the stored value never goes
+//     back in time.
+//   - Loads run detached from the caller that started them
+//     (context.WithoutCancel), bounded by LoadTimeout: a cancelled caller
+//     never fails the others, and each caller leaves on its own ctx.
+//   - A loader panic reaches the callers of its flight as *PanicError; the
+//     process survives and the lease is released.
+//   - A failing loader is not hammered: a stale value keeps being served and
+//     the lease is held for ErrorBackoff (stale-if-error); a missing key
+//     answers ErrBackoff on every node for ErrorBackoff.
+//   - Redis trouble degrades, it does not cascade: every Redis call has its
+//     own RedisTimeout, a breaker stops paying it while Redis is down, and
+//     callers are then served through singleflight alone (at most one
+//     loader call per key per node at a time). Coordination resumes by
+//     itself.
+//
+// # Redis layout
+//
+// For Namespace ns and key k, with {k} the escaped hash tag:
+//
+//	ns{k}        the entry: "~1,fresh_until,stale_until,written,load_us,fence,flags\n" payload
+//	ns{k}:lease  the refresh lease; value = the holder's fence
+//	ns{k}:fence  fence counter (floored by Redis TIME in µs)
+//	ns{k}:w      set of the fill channels of nodes waiting for a fill
+//	ns{k}:inv    fence of the last Invalidate
+//	nsfill:<id>  Pub/Sub channel of one Group
+//
+// Garbage under an entry key is a miss (reported to Hooks.Corrupt) and is
+// overwritten by the next fill.
+//
+// # Observability
+//
+// Hooks is a struct of optional funcs (hits, stale answers, misses,
+// coalesced callers, loads, leases, wake-ups, refresh errors, rejected
+// fills, Redis errors, breaker changes, corrupt entries): wire it to your
+// metrics; the package itself logs nothing.
+package guard
