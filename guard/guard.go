@@ -129,13 +129,11 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 	}
 	// Subscribe the fill channel now, so the first waiter finds it ready.
 	// A failure here (Redis down) is retried by the hub's dispatcher.
-	g.bg.Add(1)
-	go func() {
-		defer g.bg.Done()
+	g.goBackground(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), o.WaitTimeout)
 		defer cancel()
 		_ = g.hub.Ready(ctx)
-	}()
+	})
 	return g, nil
 }
 
@@ -149,11 +147,28 @@ const fenceRetention = 24 * time.Hour
 func (g *Group) Close() error {
 	var err error
 	g.closeOnce.Do(func() {
+		g.mu.Lock()
 		g.closed.Store(true)
+		g.mu.Unlock()
 		err = g.hub.Close()
 		g.bg.Wait()
 	})
 	return err
+}
+
+// goBackground runs f in a goroutine Close waits for; after Close it does
+// nothing.
+func (g *Group) goBackground(f func()) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed.Load() {
+		return
+	}
+	g.bg.Add(1)
+	go func() {
+		defer g.bg.Done()
+		f()
+	}()
 }
 
 // Get returns the value of key, loading it with load when no usable value
@@ -528,27 +543,24 @@ func (g *Group) returnDeposit(key string, nm names, x int64) {
 // LoadTimeout; Close waits for it.
 func (g *Group) refreshAsync(ctx context.Context, key string, nm names, load LoadFunc, co callOptions, fence int64) {
 	detached := context.WithoutCancel(ctx)
-	g.bg.Add(1)
-	go func() {
-		defer g.bg.Done()
+	g.goBackground(func() {
 		_, _ = g.loadAndFill(detached, key, nm, load, co, fence, true)
-	}()
+	})
+
 }
 
 // refreshEarly tries the lease of a fresh key and, if won, refreshes it in
 // the background.
 func (g *Group) refreshEarly(ctx context.Context, key string, nm names, load LoadFunc, co callOptions) {
 	detached := context.WithoutCancel(ctx)
-	g.bg.Add(1)
-	go func() {
-		defer g.bg.Done()
+	g.goBackground(func() {
 		rr, err := g.read(detached, nm, true)
 		if err != nil || rr.x <= 0 {
 			return
 		}
 		g.leaseHook(key, true)
 		_, _ = g.loadAndFill(detached, key, nm, load, co, rr.x, true)
-	}()
+	})
 }
 
 // loadAndFill calls load under the lease fence (renewed by a watchdog while

@@ -73,26 +73,29 @@ func TestRoundTripBudget(t *testing.T) {
 
 		skey := redistest.Key(t, "stale")
 		putEntry(t, rdb, g, skey, "old", -1, 60_000, 1)
-		done := make(chan struct{})
+		started, gate := make(chan struct{}), make(chan struct{})
 		var refresh int64
+		var before int64
 		stale := measure(func() {
-			before := hook.n.Load()
+			before = hook.n.Load()
 			r, err := g.Do(ctxT(t), skey, func(context.Context) ([]byte, error) {
 				refresh = hook.n.Load() - before
-				defer close(done)
+				close(started)
+				<-gate
 				return []byte("new"), nil
 			})
 			if err != nil || r.Status != Stale {
 				t.Fatalf("stale: %v %v", r.Status, err)
 			}
 		})
-		<-done
+		<-started
+		close(gate)
+		g.bg.Wait() // the background refresh has finished, its fill included
 		if stale != 1 || refresh != 1 {
 			t.Errorf("stale read that wins the lease: %d commands (%d before the refresh loads), want 1", stale, refresh)
 		}
-		g.bg.Wait() // the background refresh has finished (its fill included)
-		if n := hook.n.Load(); n == 0 {
-			t.Fatal("no commands counted")
+		if n := hook.n.Load() - before; n != 2 {
+			t.Errorf("stale read + background refresh: %d commands, want 2 (read with lease, fill)", n)
 		}
 	})
 }

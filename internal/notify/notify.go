@@ -95,6 +95,8 @@ func (h *Hub) Ready(ctx context.Context) error {
 	select {
 	case <-h.ready:
 		return nil
+	case <-h.quit:
+		return ErrClosed
 	case <-ctx.Done():
 		return ctx.Err()
 	}

@@ -1,0 +1,105 @@
+package guard
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stampede-go/stampede/internal/redistest"
+)
+
+// TestFreshnessOnRedisClock: entries are judged on the Redis server's clock.
+// Redis here runs 26 years behind this process; a value filled a moment ago
+// must still be fresh, although by this process's clock it expired long ago.
+func TestFreshnessOnRedisClock(t *testing.T) {
+	mr, rdb := redistest.Mini(t)
+	mr.SetTime(time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC))
+	g := newGroup(t, rdb, Options{FreshFor: time.Minute, NoJitter: true})
+	var loads atomic.Int64
+	load := func(context.Context) ([]byte, error) { loads.Add(1); return []byte("v"), nil }
+	for range 3 {
+		if _, err := g.Do(ctxT(t), "k", load); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if loads.Load() != 1 {
+		t.Fatalf("%d loads, want 1: freshness was judged on the wrong clock", loads.Load())
+	}
+	raw, err := rdb.Get(ctxT(t), g.names("k").entry).Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := decodeEntry(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := time.UnixMilli(e.freshUntil).UTC().Year(); got != 2000 {
+		t.Fatalf("fresh-until in year %d, want the Redis clock's 2000", got)
+	}
+}
+
+// TestWatchdogKeepsLongLoadLeased: a load that runs for several lease
+// lengths keeps its lease (renewed every LockTTL/3), so another node waits
+// instead of loading too.
+func TestWatchdogKeepsLongLoadLeased(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
+		const ttl = 150 * time.Millisecond
+		a := newGroup(t, rdb, Options{LockTTL: ttl})
+		b := newGroup(t, rdb, Options{LockTTL: ttl, WaitTimeout: time.Minute})
+		key := redistest.Key(t)
+		org := newOrigin(true)
+		done := make(chan error, 2)
+		go func() { _, err := a.Do(ctxT(t), key, org.load); done <- err }()
+		eventually(t, 10*time.Second, "the load to start", func() bool { return org.calls.Load() == 1 })
+		go func() { _, err := b.Do(ctxT(t), key, org.load); done <- err }()
+		// Watch the lease for 4 lease lengths: it must never lapse.
+		start := time.Now()
+		lease := a.names(key).keys[1]
+		for time.Since(start) < 4*ttl {
+			n, err := rdb.Exists(ctxT(t), lease).Result()
+			if err != nil || n != 1 {
+				t.Fatalf("lease lapsed after %v of a long load (%v)", time.Since(start), err)
+			}
+			time.Sleep(10 * time.Millisecond) // sampling rate of the check, not synchronisation
+		}
+		close(org.gate)
+		for range 2 {
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if org.calls.Load() != 1 {
+			t.Fatalf("%d loads, want 1", org.calls.Load())
+		}
+	})
+}
+
+// TestPerCallTTLsAndJitter: WithFreshFor/WithStaleFor set the entry's
+// windows; jitter only shortens the fresh window, within Jitter.
+func TestPerCallTTLsAndJitter(t *testing.T) {
+	_, rdb := redistest.Mini(t)
+	g := newGroup(t, rdb, Options{Jitter: 0.5})
+	load := func(context.Context) ([]byte, error) { return []byte("v"), nil }
+	for i := range 20 {
+		key := "k" + string(rune('a'+i))
+		if _, err := g.Do(ctxT(t), key, load, WithFreshFor(10*time.Second), WithStaleFor(20*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := rdb.Get(ctxT(t), g.names(key).entry).Bytes()
+		e, err := decodeEntry(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fresh := e.freshUntil - e.written
+		stale := e.staleUntil - e.freshUntil
+		if fresh < 5000 || fresh > 10000 || stale != 20000 {
+			t.Fatalf("windows fresh %dms stale %dms, want fresh in [5s, 10s] and stale 20s", fresh, stale)
+		}
+	}
+	if j := (&Group{opts: Options{Jitter: 0}}).jittered(time.Second); j != time.Second {
+		t.Fatalf("no jitter changed %v", j)
+	}
+}
