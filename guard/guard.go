@@ -62,6 +62,8 @@ func (s Status) String() string {
 
 // Result is a value with where it came from and how old it is.
 type Result struct {
+	// Value is shared with the other callers that got the same value (and
+	// with the in-process tier): read it, never modify it.
 	Value  []byte
 	Status Status
 	// Age is the time since the value was loaded, judged on the Redis clock
@@ -206,40 +208,78 @@ func (g *Group) Do(ctx context.Context, key string, load LoadFunc, opts ...CallO
 		return g.degraded(ctx, key, load, co)
 	}
 	nm := g.names(key)
-	rr, err := g.read(ctx, nm, false)
+	lk, err := g.lookup(ctx, key, nm, load, co)
 	if err != nil {
 		if ctx.Err() != nil {
 			return Result{}, ctx.Err()
 		}
 		return g.degraded(ctx, key, load, co)
 	}
-	e, state := g.classify(key, rr)
-	switch state {
+	switch lk.st {
 	case fresh:
-		res, err := g.served(key, e, rr.now, Hit)
-		if err == nil && g.opts.EarlyRefreshBeta > 0 && g.earlyRefresh(e, rr.now) {
-			g.refreshEarly(ctx, key, nm, load, co)
-		}
-		return res, err
+		return g.served(key, lk.e, lk.now, Hit)
 	case stale:
-		if rr.x > 0 {
-			g.leaseHook(key, true)
-			g.refreshAsync(ctx, key, nm, load, co, rr.x)
-		} else {
-			g.leaseHook(key, false)
-		}
-		return g.served(key, e, rr.now, Stale)
+		return g.served(key, lk.e, lk.now, Stale)
 	}
 	if h := g.opts.Hooks.Miss; h != nil {
 		h(key)
 	}
-	if rr.x > 0 {
-		g.leaseHook(key, true)
-		g.deposit(key, rr.x)
-	} else if rr.x < 0 {
-		g.leaseHook(key, false)
+	return g.missFlight(ctx, key, nm, load, co, lk.x)
+}
+
+// lookup is the outcome of one read of a key, shared by the callers of the
+// process that asked for the key while it ran.
+type lookup struct {
+	e   entry
+	st  state
+	now int64 // Redis clock, ms
+	x   int64 // the read's lease outcome (see readReply)
+}
+
+// lookup reads key once for all its concurrent callers in this process (so
+// a herd of N callers costs one round trip, not N) and acts on the lease
+// the read may have won: a stale key is refreshed in the background, a
+// missing key's miss flight is started. Each caller leaves on its own ctx.
+func (g *Group) lookup(ctx context.Context, key string, nm names, load LoadFunc, co callOptions) (lookup, error) {
+	detached := context.WithoutCancel(ctx)
+	fn := func() (any, error) {
+		rr, err := g.read(detached, nm, false)
+		if err != nil {
+			return lookup{}, err
+		}
+		e, st := g.classify(key, rr)
+		switch {
+		case st == fresh:
+			if g.opts.EarlyRefreshBeta > 0 && !e.negative && !e.errMark && g.earlyRefresh(e, rr.now) {
+				g.refreshEarly(detached, key, nm, load, co)
+			}
+		case st == stale && rr.x > 0:
+			g.leaseHook(key, true)
+			g.refreshAsync(detached, key, nm, load, co, rr.x)
+		case rr.x > 0:
+			// Missing, and this read won the lease: the fleet is owed a
+			// fill even if every caller leaves, so start the miss flight.
+			g.leaseHook(key, true)
+			g.deposit(key, rr.x)
+			g.startMiss(detached, key, nm, load, co, rr.x)
+		case rr.x < 0:
+			g.leaseHook(key, false)
+		}
+		return lookup{e: e, st: st, now: rr.now, x: rr.x}, nil
 	}
-	return g.missFlight(ctx, key, nm, load, co, rr.x)
+	if ctx.Done() == nil {
+		// Nothing can cancel this caller: no goroutine needed.
+		v, err, _ := g.sf.Do("r"+key, fn)
+		lk, _ := v.(lookup)
+		return lk, err
+	}
+	select {
+	case r := <-g.sf.DoChan("r"+key, fn):
+		lk, _ := r.Val.(lookup)
+		return lk, r.Err
+	case <-ctx.Done():
+		return lookup{}, ctx.Err()
+	}
 }
 
 func (g *Group) check(ctx context.Context, key string, load LoadFunc) error {
@@ -280,7 +320,11 @@ type names struct {
 
 func (g *Group) names(key string) names {
 	b := hashtag.Base(g.opts.Namespace, key)
-	return names{entry: b, keys: []string{b, b + ":lease", b + ":fence", b + ":w", b + ":inv"}}
+	// One allocation for the five names: substrings of one string.
+	all := b + b + ":lease" + b + ":fence" + b + ":w" + b + ":inv"
+	n := len(b)
+	lease, fence, w := n+n+6, n+n+6+n+6, n+n+6+n+6+n+2
+	return names{entry: all[:n], keys: []string{all[:n], all[n:lease], all[lease:fence], all[fence:w], all[w:]}}
 }
 
 type state int
@@ -364,32 +408,41 @@ func (g *Group) leaseHook(key string, won bool) {
 	}
 }
 
-// missFlight runs the miss of key once per process: every caller of the
-// process that finds the key missing joins it, and each leaves on its own
-// ctx. x is the caller's read outcome: a lease it won (> 0, deposited) or
-// the remaining lease of the holder (< 0).
+// missOutcome is a miss flight's answer; exactly one of its callers claims
+// a Miss (the others get Shared).
+type missOutcome struct {
+	res     Result
+	claimed *atomic.Bool
+}
+
+func (g *Group) missFn(ctx context.Context, key string, nm names, load LoadFunc, co callOptions, x int64) func() (any, error) {
+	return func() (any, error) {
+		res, err := g.resolveMiss(ctx, key, nm, load, co, x)
+		return missOutcome{res: res, claimed: new(atomic.Bool)}, err
+	}
+}
+
+// startMiss makes sure a miss flight for key is running.
+func (g *Group) startMiss(ctx context.Context, key string, nm names, load LoadFunc, co callOptions, x int64) {
+	g.sf.DoChan("m"+key, g.missFn(ctx, key, nm, load, co, x)) // buffered: nobody need receive
+}
+
+// missFlight joins the miss flight of key (one per process); each caller
+// leaves on its own ctx. x is the read's lease outcome.
 func (g *Group) missFlight(ctx context.Context, key string, nm names, load LoadFunc, co callOptions, x int64) (Result, error) {
-	ran := false
-	detached := context.WithoutCancel(ctx)
-	ch := g.sf.DoChan("m"+key, func() (any, error) {
-		ran = true
-		return g.resolveMiss(detached, key, nm, load, co, x)
-	})
 	var r singleflight.Result
 	select {
-	case r = <-ch:
+	case r = <-g.sf.DoChan("m"+key, g.missFn(context.WithoutCancel(ctx), key, nm, load, co, x)):
 	case <-ctx.Done():
-		g.returnDeposit(key, nm, x)
 		return Result{}, ctx.Err()
 	}
-	g.returnDeposit(key, nm, x)
-	res, _ := r.Val.(Result)
-	if r.Shared && !ran {
+	g.returnDeposit(key, nm)
+	mo, _ := r.Val.(missOutcome)
+	res := mo.res
+	if res.Status == Miss && !mo.claimed.CompareAndSwap(false, true) {
+		res.Status = Shared
 		if h := g.opts.Hooks.Coalesced; h != nil {
 			h(key)
-		}
-		if res.Status == Miss {
-			res.Status = Shared
 		}
 	}
 	return res, r.Err
@@ -412,6 +465,9 @@ func (g *Group) resolveMiss(ctx context.Context, key string, nm names, load Load
 	holder := time.Duration(-x) * time.Millisecond
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	// x == 0: the read judged the entry fresh yet it did not decode (or it
+	// was an expired negative entry); read again at once, trying the lease.
+	force := x == 0
 	for {
 		if f := g.takeDeposit(key); f > 0 {
 			return g.loadAndFill(ctx, key, nm, load, co, f, false)
@@ -420,30 +476,33 @@ func (g *Group) resolveMiss(ctx context.Context, key string, nm names, load Load
 		if remaining <= 0 {
 			break
 		}
-		wait := min(poll, remaining)
-		if holder > 0 {
-			wait = min(wait, holder)
-		}
-		timer.Reset(wait)
-		notified := false
-		select {
-		case <-wake:
-			notified = true
-		case <-signal:
-			continue
-		case <-timer.C:
-		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
+		if !force {
+			wait := min(poll, remaining)
+			if holder > 0 {
+				wait = min(wait, holder)
 			}
+			timer.Reset(wait)
+			notified := false
+			select {
+			case <-wake:
+				notified = true
+			case <-signal:
+				continue
+			case <-timer.C:
+			}
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+			if h := g.opts.Hooks.Woken; h != nil {
+				h(key, notified, time.Since(start))
+			}
+			poll = min(poll*2, g.opts.LockTTL)
 		}
-		if h := g.opts.Hooks.Woken; h != nil {
-			h(key, notified, time.Since(start))
-		}
-		poll = min(poll*2, g.opts.LockTTL)
-		rr, err := g.read(ctx, nm, false)
+		rr, err := g.read(ctx, nm, force)
+		force = false
 		if err != nil {
 			// Redis trouble while waiting: load on this node alone.
 			return g.loadOnly(ctx, key, load, Degraded)
@@ -462,6 +521,8 @@ func (g *Group) resolveMiss(ctx context.Context, key string, nm names, load Load
 			return g.loadAndFill(ctx, key, nm, load, co, rr.x, false)
 		case rr.x < 0:
 			holder = time.Duration(-rr.x) * time.Millisecond
+		default:
+			force = true // undecodable yet "fresh" to the script
 		}
 	}
 	if g.opts.WaitTimeoutPolicy == ReturnError {
@@ -518,23 +579,20 @@ func (g *Group) dropPending(key string) {
 	}
 }
 
-// returnDeposit releases a lease the caller won and deposited if no flight
-// used it (the flight ended before it looked), so the next caller need not
-// wait for the lease to expire.
-func (g *Group) returnDeposit(key string, nm names, x int64) {
-	if x <= 0 {
-		return
-	}
+// returnDeposit releases a lease deposited after the miss flight stopped
+// looking (it ended with a value meanwhile), so no node waits for the lease
+// to expire.
+func (g *Group) returnDeposit(key string, nm names) {
 	g.mu.Lock()
 	p := g.pend[key]
-	unused := p != nil && p.fence == x
-	if unused {
-		p.fence = 0
+	f := int64(0)
+	if p != nil && p.fence > 0 {
+		f, p.fence = p.fence, 0
 		delete(g.pend, key)
 	}
 	g.mu.Unlock()
-	if unused {
-		g.releaseLease(nm, x)
+	if f > 0 {
+		g.releaseLease(nm, f)
 	}
 }
 

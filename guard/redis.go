@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/stampede-go/stampede/scripts"
 )
@@ -42,7 +43,8 @@ func (g *Group) read(ctx context.Context, nm names, force bool) (readReply, erro
 		return rr, err
 	}
 	if s, ok := v[0].(string); ok {
-		rr.raw, rr.present = []byte(s), true
+		// No copy: the value is read-only from here on (see Result.Value).
+		rr.raw, rr.present = unsafe.Slice(unsafe.StringData(s), len(s)), true
 	}
 	rr.now, _ = v[1].(int64)
 	rr.x, _ = v[2].(int64)
