@@ -117,3 +117,39 @@ func TestNamesShareOneTag(t *testing.T) {
 		t.Fatalf("entry %q", nm.entry)
 	}
 }
+
+// TestLeaseGrace: a read's lease is short until the load's watchdog extends
+// it, so a lease whose caller is gone frees up quickly, while a long load
+// keeps its lease.
+func TestLeaseGrace(t *testing.T) {
+	// Not parallel: changes a package variable.
+	old := leaseGrace
+	leaseGrace = 90 * time.Millisecond
+	t.Cleanup(func() { leaseGrace = old })
+	rdb := redistest.Shared(t).Client(t)
+	g := newGroup(t, rdb, Options{LockTTL: 10 * time.Second})
+
+	orphan := redistest.Key(t, "orphan")
+	rr, err := g.read(ctxT(t), g.names(orphan), false)
+	if err != nil || rr.x <= 0 {
+		t.Fatalf("read did not win the lease: %+v %v", rr, err)
+	}
+	if pttl, err := rdb.PTTL(ctxT(t), g.names(orphan).keys[1]).Result(); err != nil || pttl > leaseGrace {
+		t.Fatalf("a read's lease lives %v (%v), want at most %v", pttl, err, leaseGrace)
+	}
+
+	key := redistest.Key(t, "long")
+	org := newOrigin(true)
+	done := make(chan error, 1)
+	go func() { _, err := g.Do(ctxT(t), key, org.load); done <- err }()
+	eventually(t, 10*time.Second, "the load to start", func() bool { return org.calls.Load() == 1 })
+	lease := g.names(key).keys[1]
+	eventually(t, 10*time.Second, "the watchdog to extend the lease to LockTTL", func() bool {
+		pttl, err := rdb.PTTL(ctxT(t), lease).Result()
+		return err == nil && pttl > 5*time.Second
+	})
+	close(org.gate)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -18,7 +18,8 @@ func newRedis() (*redis.Client, func()) {
 	if err := mr.StartAddr("127.0.0.1:0"); err != nil {
 		panic(err)
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	// ContextTimeoutEnabled lets guard.Options.RedisTimeout bound each call.
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
 	return rdb, func() { _ = rdb.Close(); mr.Close() }
 }
 

@@ -279,6 +279,11 @@ func TestBadInput(t *testing.T) {
 	if _, err := New(nil, Options{}); err == nil {
 		t.Fatal("New(nil) succeeded")
 	}
+	blocking := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer blocking.Close()
+	if _, err := New(blocking, Options{}); err == nil || !strings.Contains(err.Error(), "ContextTimeoutEnabled") {
+		t.Fatalf("New with a client that ignores ctx deadlines: %v, want an error naming ContextTimeoutEnabled", err)
+	}
 	for _, o := range []Options{{FreshFor: -1}, {LockTTL: -time.Second}, {Namespace: "a{b"}, {Jitter: 2}, {EarlyRefreshBeta: -1}, {WaitTimeoutPolicy: 7}} {
 		if _, err := New(rdb, o); err == nil {
 			t.Errorf("New with %+v succeeded", o)

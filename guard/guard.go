@@ -81,6 +81,8 @@ type Group struct {
 	br   breaker
 	loc  *expirable.LRU[string, localEntry] // nil when the local tier is off
 
+	firstLease time.Duration // lease taken by a read, before the watchdog extends it
+
 	// Constant script arguments, boxed once.
 	leaseArg, chanArg, waitArg, keepArg any
 
@@ -107,10 +109,16 @@ type pending struct {
 
 // New returns a Group that keeps its entries in rdb (a *redis.Client, a
 // *redis.ClusterClient or any UniversalClient). It returns an error for a nil
-// client or invalid options.
+// client, invalid options, or a *redis.Client or *redis.ClusterClient made
+// without ContextTimeoutEnabled: go-redis then ignores context deadlines on
+// the socket, so RedisTimeout could not bound a call to a stalled Redis (it
+// would wait out ReadTimeout, 3s by default, on every retry).
 func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 	if rdb == nil {
 		return nil, errors.New("guard: nil Redis client")
+	}
+	if !contextTimeouts(rdb) {
+		return nil, errors.New("guard: the Redis client needs ContextTimeoutEnabled: true, or RedisTimeout cannot bound its calls")
 	}
 	o, err := opts.withDefaults()
 	if err != nil {
@@ -122,7 +130,8 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 		pend: map[string]*pending{},
 		br:   breaker{threshold: o.BreakerFailures, cooldown: o.BreakerCooldown, hook: o.Hooks.Breaker},
 	}
-	g.leaseArg = ms(o.LockTTL)
+	g.firstLease = min(o.LockTTL, leaseGrace)
+	g.leaseArg = ms(g.firstLease)
 	g.chanArg = g.hub.Channel()
 	g.waitArg = ms(o.WaitTimeout + o.LockTTL)
 	g.keepArg = ms(fenceRetention)
@@ -138,6 +147,24 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 	})
 	return g, nil
 }
+
+// contextTimeouts reports whether rdb applies context deadlines to socket
+// I/O, for the client types that say.
+func contextTimeouts(rdb redis.UniversalClient) bool {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return true
+}
+
+// leaseGrace caps the lease a read takes. A read whose caller timed out may
+// still run on a stalled Redis when it resumes and win a lease nobody will
+// use; such a lease is free again within leaseGrace. A load that runs
+// longer has its lease extended to LockTTL by the watchdog.
+var leaseGrace = time.Second // a var for tests
 
 // fenceRetention is how long a key's fence counter and invalidation marker
 // are kept after last use.

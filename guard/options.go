@@ -28,7 +28,11 @@ type Options struct {
 
 	// LockTTL is the lease of the node refreshing a key. A watchdog renews it
 	// every LockTTL/3 while the load runs, so a load may take longer; a node
-	// that dies mid-load loses the lease within LockTTL. Default: 10s.
+	// that dies mid-load loses the lease within LockTTL. The lease a read
+	// takes starts at min(LockTTL, 1s) and is extended to LockTTL once the
+	// load has run a third of that, so a lease won by a read whose caller
+	// gave up (a stalled Redis that resumes) is free again within a second.
+	// Default: 10s.
 	LockTTL time.Duration
 	// WaitTimeout bounds how long a caller waits for another node's fill of
 	// a missing key (each caller also leaves on its own ctx). Then

@@ -86,13 +86,15 @@ func (g *Group) store(ctx context.Context, key string, nm names, f fillSpec) {
 	}
 }
 
-// renewLease keeps the lease fence alive every LockTTL/3 until the returned
-// func is called; the func waits for the renewer to stop.
+// renewLease keeps the lease fence alive until the returned func is called;
+// the func waits for the renewer to stop. The first renewal comes a third of
+// the way into the read's short first lease and extends it to LockTTL; then
+// every LockTTL/3. A load shorter than that costs no renewal.
 func (g *Group) renewLease(nm names, fence int64) (stop func()) {
 	quit, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(max(g.opts.LockTTL/3, time.Millisecond))
+		t := time.NewTimer(max(g.firstLease/3, time.Millisecond))
 		defer t.Stop()
 		for {
 			select {
@@ -100,8 +102,9 @@ func (g *Group) renewLease(nm names, fence int64) (stop func()) {
 				return
 			case <-t.C:
 			}
+			t.Reset(max(g.opts.LockTTL/3, time.Millisecond))
 			ctx, cancel := context.WithTimeout(context.Background(), g.opts.RedisTimeout)
-			n, err := scripts.GuardLease.Run(ctx, g.rdb, nm.keys[1:2], fence, g.leaseArg).Int64()
+			n, err := scripts.GuardLease.Run(ctx, g.rdb, nm.keys[1:2], fence, ms(g.opts.LockTTL)).Int64()
 			cancel()
 			if err != nil {
 				g.redisFailed("renew", err)

@@ -269,7 +269,7 @@ func clusterNodes(ctx context.Context, a *redis.Client) (map[string]nodeEntry, e
 // by t.Cleanup. opts may adjust the options before the client is made.
 func (c *Cluster) Client(t testing.TB, opts ...func(*redis.ClusterOptions)) *redis.ClusterClient {
 	t.Helper()
-	o := &redis.ClusterOptions{Addrs: slices.Clone(c.Addrs)}
+	o := &redis.ClusterOptions{Addrs: slices.Clone(c.Addrs), ContextTimeoutEnabled: true}
 	for _, f := range opts {
 		f(o)
 	}

@@ -434,12 +434,13 @@ func infoField(info, field string) string {
 	return ""
 }
 
-// Client returns a client of s, authenticated when s has a password, closed
+// Client returns a client of s (ContextTimeoutEnabled, so a ctx deadline
+// bounds socket I/O), authenticated when s has a password, closed
 // by t.Cleanup. opts may adjust the options before the client is made. The
 // client keeps working across [Server.Restart]: the address does not change.
 func (s *Server) Client(t testing.TB, opts ...func(*redis.Options)) *redis.Client {
 	t.Helper()
-	o := &redis.Options{Addr: s.Addr, Password: s.cfg.password}
+	o := &redis.Options{Addr: s.Addr, Password: s.cfg.password, ContextTimeoutEnabled: true}
 	for _, f := range opts {
 		f(o)
 	}

@@ -158,7 +158,7 @@ func ForEach(t *testing.T, f func(t *testing.T, rdb redis.UniversalClient)) {
 func Mini(t testing.TB) (*miniredis.Miniredis, *redis.Client) {
 	t.Helper()
 	m := miniredis.RunT(t)
-	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	c := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
 	return m, c
 }
