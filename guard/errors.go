@@ -42,3 +42,21 @@ func (p *PanicError) Unwrap() error {
 	err, _ := p.Value.(error)
 	return err
 }
+
+// NoStore marks a loader's answer that is not an origin failure but must not
+// be stored or shared with other nodes (a response that turned out private,
+// say). The guard returns it to the callers of the flight as it is (the
+// callers of this process's flight see the same error: errors.As finds what
+// err wraps), stores nothing, releases the lease at once and backs off
+// nothing, so the next caller loads again.
+func NoStore(err error) error {
+	if err == nil {
+		err = errors.New("guard: not stored")
+	}
+	return &noStoreError{err: err}
+}
+
+type noStoreError struct{ err error }
+
+func (e *noStoreError) Error() string { return e.err.Error() }
+func (e *noStoreError) Unwrap() error { return e.err }

@@ -144,3 +144,26 @@ func TestWaitTimeoutPolicy(t *testing.T) {
 		}
 	})
 }
+
+// TestNoStore: an answer marked NoStore reaches the flight's callers, is not
+// stored, and frees the lease at once, so the next call loads again.
+func TestNoStore(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	g := newGroup(t, rdb, Options{ErrorBackoff: time.Minute})
+	key := redistest.Key(t)
+	private := errors.New("private response")
+	var loads atomic.Int64
+	load := func(context.Context) ([]byte, error) { loads.Add(1); return nil, NoStore(private) }
+	for range 2 {
+		if _, err := g.Do(ctxT(t), key, load); !errors.Is(err, private) {
+			t.Fatalf("got %v, want the loader's error", err)
+		}
+	}
+	if loads.Load() != 2 {
+		t.Fatalf("%d loads, want 2 (nothing stored, no back-off)", loads.Load())
+	}
+	nm := g.names(key)
+	if n, err := rdb.Exists(ctxT(t), nm.keys[0], nm.keys[1]).Result(); err != nil || n != 0 {
+		t.Fatalf("entry or lease left in Redis (%d, %v)", n, err)
+	}
+}

@@ -666,6 +666,8 @@ func (g *Group) loadAndFill(ctx context.Context, key string, nm names, load Load
 		f.mode = "-" // served, not stored
 	case err == nil:
 		f.value, f.fresh, f.stale = v, g.jittered(co.freshFor), co.staleFor
+	case isNoStore(err):
+		f.mode = "-" // the lease is released; nothing is stored or backed off
 	case errors.Is(err, ErrNotFound) && g.opts.NegativeFor > 0:
 		f.fresh, f.flags = g.opts.NegativeFor, "n"
 	case errors.Is(err, ErrNotFound):
@@ -687,6 +689,11 @@ func (g *Group) loadAndFill(ctx context.Context, key string, nm names, load Load
 		return Result{Status: Miss}, err
 	}
 	return Result{Value: v, Status: Miss}, nil
+}
+
+func isNoStore(err error) bool {
+	var ns *noStoreError
+	return errors.As(err, &ns)
 }
 
 func (g *Group) jittered(d time.Duration) time.Duration {
