@@ -564,11 +564,7 @@ func (g *Group) resolveMiss(ctx context.Context, key string, nm names, load Load
 func (g *Group) deposit(key string, fence int64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	p := g.pend[key]
-	if p == nil {
-		p = &pending{signal: make(chan struct{}, 1)}
-		g.pend[key] = p
-	}
+	p := g.pendingLocked(key)
 	p.fence = fence
 	select {
 	case p.signal <- struct{}{}:
@@ -579,12 +575,17 @@ func (g *Group) deposit(key string, fence int64) {
 func (g *Group) pendingSignal(key string) chan struct{} {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	return g.pendingLocked(key).signal
+}
+
+// pendingLocked returns key's pending slot, made on first use; g.mu is held.
+func (g *Group) pendingLocked(key string) *pending {
 	p := g.pend[key]
 	if p == nil {
 		p = &pending{signal: make(chan struct{}, 1)}
 		g.pend[key] = p
 	}
-	return p.signal
+	return p
 }
 
 func (g *Group) takeDeposit(key string) int64 {

@@ -32,56 +32,9 @@ local mine, payload = ARGV[1], ARGV[2]
 local fresh, stale, loadus = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local flags, mode, hold, msg = ARGV[6], ARGV[7], tonumber(ARGV[8]), ARGV[9]
 
-local function nowms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
--- parse applies the rules of decodeEntry (guard/entry.go) to an entry whose
--- first bytes (at least 128, or all) are v and whose length is n; it returns
--- the fresh_until and fence fields (decimal strings) of a valid v1 entry, or
--- nil.
-local function int(s, max)
-  return #s <= #max and (#s == 1 or s:byte(1) ~= 48) and (#s < #max or s <= max)
-end
-local function parse(v, n)
-  if not v then
-    return nil
-  end
-  local h, fu, su, w, us, f, fl = string.match(string.sub(v, 1, 128),
-    '^(~1,(%d+),(%d+),(%d+),(%d+),(%d+),(%l*)\n)')
-  if not h then
-    return nil
-  end
-  local max = '9223372036854775807'
-  if not (int(fu, max) and int(su, max) and int(w, max) and int(f, max)
-      and int(us, '9223372036854775')) then
-    return nil
-  end
-  if #su < #fu or (#su == #fu and su < fu) then
-    return nil
-  end
-  if not (fl == '' or fl == 'e' or (fl == 'n' and n == #h)) then
-    return nil
-  end
-  return fu, f
-end
-
 -- less compares two canonical decimal strings exactly (no float rounding).
 local function less(a, b)
   return #a < #b or (#a == #b and a < b)
-end
-
-local function notify()
-  local n = 0
-  for _, ch in ipairs(redis.call('SMEMBERS', waiters)) do
-    redis.call('PUBLISH', ch, msg)
-    n = n + 1
-  end
-  if n > 0 then
-    redis.call('DEL', waiters)
-  end
-  return n
 end
 
 local function natural(x)
@@ -144,4 +97,4 @@ if redis.call('GET', lease) == mine then
   end
 end
 
-return {written, now, notify()}
+return {written, now, notify(waiters, msg)}

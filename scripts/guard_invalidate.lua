@@ -21,35 +21,8 @@ if not tonumber(keep) or tonumber(keep) <= 0 then
   return redis.error_reply('ERR guard_invalidate: bad fence retention ' .. tostring(keep))
 end
 
--- The fence is max(counter + 1, Redis time in microseconds): it keeps rising
--- even when the counter is lost (restart without persistence, failover to a
--- replica that missed the last write), as long as the Redis clock moves on.
-local function mint()
-  local now = redis.call('TIME')
-  local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  local f = redis.call('INCR', fence)
-  if f < floor then
-    f = floor
-    redis.call('SET', fence, string.format('%d', f))
-  end
-  redis.call('PEXPIRE', fence, keep)
-  return f
-end
-
-local function notify()
-  local n = 0
-  for _, ch in ipairs(redis.call('SMEMBERS', waiters)) do
-    redis.call('PUBLISH', ch, msg)
-    n = n + 1
-  end
-  if n > 0 then
-    redis.call('DEL', waiters)
-  end
-  return n
-end
-
-local f = mint()
+local f = mint(fence, keep)
 redis.call('SET', inv, string.format('%d', f), 'PX', keep)
 redis.call('DEL', entry, lease)
-notify()
+notify(waiters, msg)
 return f

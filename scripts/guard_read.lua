@@ -38,56 +38,6 @@ if channel ~= '' and (not wait or wait <= 0 or wait % 1 ~= 0) then
   return redis.error_reply('ERR guard_read: bad wait ' .. tostring(ARGV[3]))
 end
 
-local function nowms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
--- The fence is max(counter + 1, Redis time in microseconds): it keeps rising
--- even when the counter is lost (restart without persistence, failover to a
--- replica that missed the last write), as long as the Redis clock moves on.
-local function mint()
-  local now = redis.call('TIME')
-  local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  local f = redis.call('INCR', fence)
-  if f < floor then
-    f = floor
-    redis.call('SET', fence, string.format('%d', f))
-  end
-  redis.call('PEXPIRE', fence, keep)
-  return f
-end
-
--- parse applies the rules of decodeEntry (guard/entry.go) to an entry whose
--- first bytes (at least 128, or all) are v and whose length is n; it returns
--- the fresh_until and fence fields (decimal strings) of a valid v1 entry, or
--- nil.
-local function int(s, max)
-  return #s <= #max and (#s == 1 or s:byte(1) ~= 48) and (#s < #max or s <= max)
-end
-local function parse(v, n)
-  if not v then
-    return nil
-  end
-  local h, fu, su, w, us, f, fl = string.match(string.sub(v, 1, 128),
-    '^(~1,(%d+),(%d+),(%d+),(%d+),(%d+),(%l*)\n)')
-  if not h then
-    return nil
-  end
-  local max = '9223372036854775807'
-  if not (int(fu, max) and int(su, max) and int(w, max) and int(f, max)
-      and int(us, '9223372036854775')) then
-    return nil
-  end
-  if #su < #fu or (#su == #fu and su < fu) then
-    return nil
-  end
-  if not (fl == '' or fl == 'e' or (fl == 'n' and n == #h)) then
-    return nil
-  end
-  return fu, f
-end
-
 local now = nowms()
 local v = redis.call('GET', entry)
 local fu = v and parse(v, #v)
@@ -99,7 +49,7 @@ if leasems == 0 then
 end
 
 if redis.call('EXISTS', lease) == 0 then
-  local f = mint()
+  local f = mint(fence, keep)
   redis.call('SET', lease, string.format('%d', f), 'PX', leasems)
   return {v, now, f}
 end

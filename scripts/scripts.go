@@ -22,10 +22,21 @@ import (
 //go:embed *.lua
 var files embed.FS
 
+// guardLib holds the Lua functions the guard scripts share; load puts it in
+// front of each of them (Redis Lua has no includes).
+const guardLib = "guard_lib.lua"
+
 func load(name string) *redis.Script {
 	src, err := files.ReadFile(name)
 	if err != nil {
 		panic("scripts: missing embedded " + name) // a build defect, not a runtime condition
+	}
+	if strings.HasPrefix(name, "guard_") && name != guardLib {
+		lib, err := files.ReadFile(guardLib)
+		if err != nil {
+			panic("scripts: missing embedded " + guardLib)
+		}
+		src = append(lib, src...)
 	}
 	return redis.NewScript(string(src))
 }
@@ -53,6 +64,9 @@ func All() map[string]*redis.Script {
 	}
 	out := make(map[string]*redis.Script, len(entries))
 	for _, e := range entries {
+		if e.Name() == guardLib {
+			continue // a prelude, not a script
+		}
 		out[strings.TrimSuffix(e.Name(), ".lua")] = load(e.Name())
 	}
 	return out

@@ -1,0 +1,74 @@
+-- guard_lib.lua: functions shared by the guard scripts. scripts.go puts this
+-- chunk in front of guard_read.lua, guard_fill.lua and guard_invalidate.lua
+-- (Redis Lua has no includes); it is never run alone.
+
+-- nowms returns the Redis clock in milliseconds.
+local function nowms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- mint returns a new fencing number for the counter key fence, kept for
+-- keep milliseconds. The fence is max(counter + 1, Redis time in
+-- microseconds): it keeps rising even when the counter is lost (restart
+-- without persistence, failover to a replica that missed the last write), as
+-- long as the Redis clock moves on.
+local function mint(fence, keep)
+  local now = redis.call('TIME')
+  local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  local f = redis.call('INCR', fence)
+  if f < floor then
+    f = floor
+    redis.call('SET', fence, string.format('%d', f))
+  end
+  redis.call('PEXPIRE', fence, keep)
+  return f
+end
+
+-- int reports whether the decimal string s is canonical (no leading zero)
+-- and at most max (a decimal string).
+local function int(s, max)
+  return #s <= #max and (#s == 1 or s:byte(1) ~= 48) and (#s < #max or s <= max)
+end
+
+-- parse applies the rules of decodeEntry (guard/entry.go) to an entry whose
+-- first bytes (at least 128, or all) are v and whose length is n; it returns
+-- the fresh_until and fence fields (decimal strings) of a valid v1 entry, or
+-- nil.
+local function parse(v, n)
+  if not v then
+    return nil
+  end
+  local h, fu, su, w, us, f, fl = string.match(string.sub(v, 1, 128),
+    '^(~1,(%d+),(%d+),(%d+),(%d+),(%d+),(%l*)\n)')
+  if not h then
+    return nil
+  end
+  local max = '9223372036854775807'
+  if not (int(fu, max) and int(su, max) and int(w, max) and int(f, max)
+      and int(us, '9223372036854775')) then
+    return nil
+  end
+  if #su < #fu or (#su == #fu and su < fu) then
+    return nil
+  end
+  if not (fl == '' or fl == 'e' or (fl == 'n' and n == #h)) then
+    return nil
+  end
+  return fu, f
+end
+
+-- notify publishes msg to every channel in the set waiters, then deletes
+-- the set; it returns how many channels it published to.
+local function notify(waiters, msg)
+  local n = 0
+  for _, ch in ipairs(redis.call('SMEMBERS', waiters)) do
+    redis.call('PUBLISH', ch, msg)
+    n = n + 1
+  end
+  if n > 0 then
+    redis.call('DEL', waiters)
+  end
+  return n
+end
+
