@@ -153,3 +153,38 @@ func TestLeaseGrace(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestEntryTimesFromRedis: on a real server, an entry's times are Redis's
+// TIME at the fill, bracketed by TIME read before and after.
+func TestEntryTimesFromRedis(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
+		g := newGroup(t, rdb, Options{FreshFor: time.Minute, StaleFor: time.Hour, NoJitter: true})
+		key := redistest.Key(t)
+		before, err := rdb.Time(ctxT(t)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := g.Do(ctxT(t), key, func(context.Context) ([]byte, error) { return []byte("v"), nil }); err != nil {
+			t.Fatal(err)
+		}
+		after, err := rdb.Time(ctxT(t)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := rdb.Get(ctxT(t), g.names(key).entry).Bytes()
+		e, err := decodeEntry(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.written < before.UnixMilli() || e.written > after.UnixMilli() {
+			t.Fatalf("written %d outside the Redis clock's [%d, %d]", e.written, before.UnixMilli(), after.UnixMilli())
+		}
+		if e.freshUntil != e.written+60_000 || e.staleUntil != e.freshUntil+3_600_000 {
+			t.Fatalf("windows %d/%d from written %d, want +1m and +1h", e.freshUntil, e.staleUntil, e.written)
+		}
+		pttl, err := rdb.PTTL(ctxT(t), g.names(key).entry).Result()
+		if err != nil || pttl < 61*time.Minute-time.Second || pttl > 61*time.Minute {
+			t.Fatalf("entry TTL %v (%v), want stale-until (61m)", pttl, err)
+		}
+	})
+}

@@ -100,36 +100,37 @@ func TestPanicReachesEveryCaller(t *testing.T) {
 // TestCancelledLeaderDoesNotFailFollowers: the caller whose flight runs the
 // load leaves; the load goes on and the others get the value.
 func TestCancelledLeaderDoesNotFailFollowers(t *testing.T) {
-	rdb := redistest.Universal(t)
-	var arrived counter
-	g := newGroup(t, rdb, Options{Hooks: Hooks{Miss: func(string) { arrived.add() }}})
-	key := redistest.Key(t)
-	org := newOrigin(true)
-	leaderCtx, cancel := context.WithCancel(context.Background())
-	leaderErr := make(chan error, 1)
-	go func() {
-		_, err := g.Do(leaderCtx, key, org.load)
-		leaderErr <- err
-	}()
-	eventually(t, 10*time.Second, "the load to start", func() bool { return org.calls.Load() == 1 })
-	follower := make(chan Result, 1)
-	go func() {
-		r, err := g.Do(ctxT(t), key, org.load)
-		if err != nil {
-			t.Error(err)
+	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
+		var arrived counter
+		g := newGroup(t, rdb, Options{Hooks: Hooks{Miss: func(string) { arrived.add() }}})
+		key := redistest.Key(t)
+		org := newOrigin(true)
+		leaderCtx, cancel := context.WithCancel(context.Background())
+		leaderErr := make(chan error, 1)
+		go func() {
+			_, err := g.Do(leaderCtx, key, org.load)
+			leaderErr <- err
+		}()
+		eventually(t, 10*time.Second, "the load to start", func() bool { return org.calls.Load() == 1 })
+		follower := make(chan Result, 1)
+		go func() {
+			r, err := g.Do(ctxT(t), key, org.load)
+			if err != nil {
+				t.Error(err)
+			}
+			follower <- r
+		}()
+		eventually(t, 10*time.Second, "the follower at the miss", func() bool { return arrived.n.Load() == 2 })
+		cancel()
+		if err := <-leaderErr; !errors.Is(err, context.Canceled) {
+			t.Fatalf("leader got %v, want context.Canceled", err)
 		}
-		follower <- r
-	}()
-	eventually(t, 10*time.Second, "the follower at the miss", func() bool { return arrived.n.Load() == 2 })
-	cancel()
-	if err := <-leaderErr; !errors.Is(err, context.Canceled) {
-		t.Fatalf("leader got %v, want context.Canceled", err)
-	}
-	close(org.gate)
-	// The flight's one Miss goes to a caller that is still there.
-	if r := <-follower; string(r.Value) != "v1" || r.Status != Miss {
-		t.Fatalf("follower got %v %q, want miss v1", r.Status, r.Value)
-	}
+		close(org.gate)
+		// The flight's one Miss goes to a caller that is still there.
+		if r := <-follower; string(r.Value) != "v1" || r.Status != Miss {
+			t.Fatalf("follower got %v %q, want miss v1", r.Status, r.Value)
+		}
+	})
 }
 
 // TestNegativeCaching: ErrNotFound is cached for NegativeFor on every node.
