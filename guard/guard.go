@@ -82,6 +82,8 @@ type Group struct {
 	loc  *expirable.LRU[string, localEntry] // nil when the local tier is off
 
 	firstLease time.Duration // lease taken by a read, before the watchdog extends it
+	clk        redisClock    // estimate of the Redis clock, for the fast hit path
+	hints      hints         // key → fresh-until seen lately, for the fast hit path
 
 	// Constant script arguments, boxed once.
 	leaseArg, chanArg, waitArg, keepArg any
@@ -126,9 +128,11 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 	}
 	g := &Group{
 		rdb: rdb, opts: o,
-		hub:  notify.New(rdb, notify.NewChannel(o.Namespace+"fill:")),
-		pend: map[string]*pending{},
-		br:   breaker{threshold: o.BreakerFailures, cooldown: o.BreakerCooldown, hook: o.Hooks.Breaker},
+		hub:   notify.New(rdb, notify.NewChannel(o.Namespace+"fill:")),
+		pend:  map[string]*pending{},
+		clk:   redisClock{base: time.Now()},
+		hints: newHints(),
+		br:    breaker{threshold: o.BreakerFailures, cooldown: o.BreakerCooldown, hook: o.Hooks.Breaker},
 	}
 	g.firstLease = min(o.LockTTL, leaseGrace)
 	g.leaseArg = ms(g.firstLease)
@@ -234,6 +238,17 @@ func (g *Group) Do(ctx context.Context, key string, load LoadFunc, opts ...CallO
 	if !g.br.allow() {
 		return g.degraded(ctx, key, load, co)
 	}
+	if e, now, ok, err := g.fastHit(ctx, key); err != nil {
+		if ctx.Err() != nil {
+			return Result{}, ctx.Err()
+		}
+		return g.degraded(ctx, key, load, co)
+	} else if ok {
+		if g.opts.EarlyRefreshBeta > 0 && !e.negative && !e.errMark && g.earlyRefresh(e, now) {
+			g.refreshEarly(context.WithoutCancel(ctx), key, g.names(key), load, co)
+		}
+		return g.served(key, e, now, Hit)
+	}
 	nm := g.names(key)
 	lk, err := g.lookup(ctx, key, nm, load, co)
 	if err != nil {
@@ -277,6 +292,7 @@ func (g *Group) lookup(ctx context.Context, key string, nm names, load LoadFunc,
 		e, st := g.classify(key, rr)
 		switch {
 		case st == fresh:
+			g.hint(key, e.freshUntil)
 			if g.opts.EarlyRefreshBeta > 0 && !e.negative && !e.errMark && g.earlyRefresh(e, rr.now) {
 				g.refreshEarly(detached, key, nm, load, co)
 			}
@@ -327,8 +343,12 @@ func (g *Group) check(ctx context.Context, key string, load LoadFunc) error {
 
 func (g *Group) callOptions(opts []CallOption) callOptions {
 	co := callOptions{freshFor: g.opts.FreshFor, staleFor: g.opts.StaleFor}
-	for _, o := range opts {
-		o(&co)
+	if len(opts) > 0 {
+		c := co // only a call with options pays for the escaping copy
+		for _, o := range opts {
+			o(&c)
+		}
+		co = c
 	}
 	if co.freshFor <= 0 {
 		co.freshFor = g.opts.FreshFor
@@ -757,6 +777,7 @@ func (g *Group) Invalidate(ctx context.Context, key string) error {
 	if g.loc != nil {
 		g.loc.Remove(key)
 	}
+	g.hints.c.Remove(key)
 	nm := g.names(key)
 	return g.invalidate(ctx, nm)
 }

@@ -30,6 +30,7 @@ func (g *Group) read(ctx context.Context, nm names, force bool) (readReply, erro
 	if force {
 		forceArg = "1"
 	}
+	sent := g.clk.local()
 	v, err := scripts.GuardRead.Run(rctx, g.rdb, nm.keys[:4], g.leaseArg, g.chanArg, g.waitArg, g.keepArg, forceArg).Slice()
 	if err != nil {
 		g.redisFailed("read", err)
@@ -48,6 +49,7 @@ func (g *Group) read(ctx context.Context, nm names, force bool) (readReply, erro
 	}
 	rr.now, _ = v[1].(int64)
 	rr.x, _ = v[2].(int64)
+	g.clk.observe(rr.now, sent)
 	return rr, nil
 }
 
@@ -72,6 +74,7 @@ func (g *Group) store(ctx context.Context, key string, nm names, f fillSpec) {
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.opts.RedisTimeout)
 	defer cancel()
+	sent := g.clk.local()
 	v, err := scripts.GuardFill.Run(rctx, g.rdb, nm.keys, f.fence, f.value, ms(fresh), ms(f.stale),
 		f.loadDur.Microseconds(), f.flags, f.mode, ms(f.keepLease), nm.entry).Int64Slice()
 	if err != nil {
@@ -79,10 +82,17 @@ func (g *Group) store(ctx context.Context, key string, nm names, f fillSpec) {
 		return
 	}
 	g.br.success()
-	if f.mode != "-" && len(v) == 3 && v[0] == 0 {
+	if len(v) != 3 {
+		return
+	}
+	g.clk.observe(v[1], sent)
+	switch {
+	case f.mode != "-" && v[0] == 0:
 		if h := g.opts.Hooks.FillRejected; h != nil {
 			h(key)
 		}
+	case v[0] == 1 && f.flags == "":
+		g.hint(key, v[1]+ms(f.fresh))
 	}
 }
 
