@@ -28,6 +28,15 @@
 // Group, with a bounded polling fallback for lost messages and expired
 // leases.
 //
+// The read is a Lua script, and a script call costs Redis 7.0 far more
+// server time than a GET (about 10-15 µs against 0.4 µs). So a key this
+// process has lately seen fresh, with at least 25ms of freshness left, is
+// served by a plain GET of its entry, judged against an estimate of the
+// Redis clock (the local monotonic clock plus an offset read from every
+// script reply, which can only run ahead of Redis's clock, never behind).
+// An entry found missing, undecodable or no longer clearly fresh goes to
+// the script, which decides stale, lease and waiting as above.
+//
 // # Guarantees
 //
 //   - One loader call per key per refresh across all nodes while Redis is
