@@ -57,7 +57,8 @@ func TestLateWriterRejected(t *testing.T) {
 func TestPanicReachesEveryCaller(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
 		var arrived counter
-		g := newGroup(t, rdb, Options{ErrorBackoff: time.Minute, Hooks: Hooks{Miss: func(string) { arrived.add() }}})
+		g := newGroup(t, rdb, Options{ErrorBackoff: time.Minute})
+		g.testJoined = func(string) { arrived.add() }
 		key := redistest.Key(t)
 		gate := make(chan struct{})
 		const callers = 8
@@ -74,7 +75,7 @@ func TestPanicReachesEveryCaller(t *testing.T) {
 				errs <- err
 			}()
 		}
-		eventually(t, 10*time.Second, "every caller at the miss", func() bool { return arrived.n.Load() == callers })
+		eventually(t, 10*time.Second, "every caller inside the flight", func() bool { return arrived.n.Load() == callers })
 		close(gate)
 		wg.Wait()
 		close(errs)
@@ -102,7 +103,8 @@ func TestPanicReachesEveryCaller(t *testing.T) {
 func TestCancelledLeaderDoesNotFailFollowers(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
 		var arrived counter
-		g := newGroup(t, rdb, Options{Hooks: Hooks{Miss: func(string) { arrived.add() }}})
+		g := newGroup(t, rdb, Options{})
+		g.testJoined = func(string) { arrived.add() }
 		key := redistest.Key(t)
 		org := newOrigin(true)
 		leaderCtx, cancel := context.WithCancel(context.Background())
@@ -120,7 +122,7 @@ func TestCancelledLeaderDoesNotFailFollowers(t *testing.T) {
 			}
 			follower <- r
 		}()
-		eventually(t, 10*time.Second, "the follower at the miss", func() bool { return arrived.n.Load() == 2 })
+		eventually(t, 10*time.Second, "the follower inside the flight", func() bool { return arrived.n.Load() == 2 })
 		cancel()
 		if err := <-leaderErr; !errors.Is(err, context.Canceled) {
 			t.Fatalf("leader got %v, want context.Canceled", err)

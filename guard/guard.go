@@ -88,8 +88,12 @@ type Group struct {
 	// Constant script arguments, boxed once.
 	leaseArg, chanArg, waitArg, keepArg any
 
-	mu   sync.Mutex
-	pend map[string]*pending // leases won by callers that joined a miss flight
+	mu sync.Mutex // guards closed against bg.Add
+
+	// testJoined, set by tests, runs when a caller has joined the read
+	// flight of key (as its leader or a follower): the seam tests use to
+	// know a herd is inside one flight.
+	testJoined func(key string)
 
 	bg        sync.WaitGroup // background refreshes
 	closed    atomic.Bool
@@ -100,13 +104,6 @@ type localEntry struct {
 	value      []byte
 	freshUntil time.Time
 	written    time.Time
-}
-
-// pending carries a refresh lease from the caller whose read won it to the
-// miss flight of its process, whoever started that flight.
-type pending struct {
-	fence  int64
-	signal chan struct{}
 }
 
 // New returns a Group that keeps its entries in rdb (a *redis.Client, a
@@ -129,7 +126,6 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 	g := &Group{
 		rdb: rdb, opts: o,
 		hub:   notify.New(rdb, notify.NewChannel(o.Namespace+"fill:")),
-		pend:  map[string]*pending{},
 		clk:   redisClock{base: time.Now()},
 		hints: newHints(),
 		br:    breaker{threshold: o.BreakerFailures, cooldown: o.BreakerCooldown, hook: o.Hooks.Breaker},
@@ -238,19 +234,7 @@ func (g *Group) Do(ctx context.Context, key string, load LoadFunc, opts ...CallO
 	if !g.br.allow() {
 		return g.degraded(ctx, key, load, co)
 	}
-	if e, now, ok, err := g.fastHit(ctx, key); err != nil {
-		if ctx.Err() != nil {
-			return Result{}, ctx.Err()
-		}
-		return g.degraded(ctx, key, load, co)
-	} else if ok {
-		if g.opts.EarlyRefreshBeta > 0 && !e.negative && !e.errMark && g.earlyRefresh(e, now) {
-			g.refreshEarly(context.WithoutCancel(ctx), key, g.names(key), load, co)
-		}
-		return g.served(key, e, now, Hit)
-	}
-	nm := g.names(key)
-	lk, err := g.lookup(ctx, key, nm, load, co)
+	lk, err := g.lookup(ctx, key, load, co)
 	if err != nil {
 		if ctx.Err() != nil {
 			return Result{}, ctx.Err()
@@ -262,11 +246,23 @@ func (g *Group) Do(ctx context.Context, key string, load LoadFunc, opts ...CallO
 		return g.served(key, lk.e, lk.now, Hit)
 	case stale:
 		return g.served(key, lk.e, lk.now, Stale)
+	case loaded:
+		if h := g.opts.Hooks.Miss; h != nil {
+			h(key)
+		}
+		res := lk.res
+		if res.Status == Miss && !lk.claimed.CompareAndSwap(false, true) {
+			res.Status = Shared
+			if h := g.opts.Hooks.Coalesced; h != nil {
+				h(key)
+			}
+		}
+		return res, lk.err
 	}
 	if h := g.opts.Hooks.Miss; h != nil {
 		h(key)
 	}
-	return g.missFlight(ctx, key, nm, load, co, lk.x)
+	return g.missFlight(ctx, key, g.names(key), load, co, lk.x)
 }
 
 // lookup is the outcome of one read of a key, shared by the callers of the
@@ -276,15 +272,29 @@ type lookup struct {
 	st  state
 	now int64 // Redis clock, ms
 	x   int64 // the read's lease outcome (see readReply)
+
+	// st == loaded: the read won the lease of a missing key and loaded it.
+	res     Result
+	err     error
+	claimed *atomic.Bool // the first caller to look claims the Miss
 }
 
 // lookup reads key once for all its concurrent callers in this process (so
 // a herd of N callers costs one round trip, not N) and acts on the lease
 // the read may have won: a stale key is refreshed in the background, a
 // missing key's miss flight is started. Each caller leaves on its own ctx.
-func (g *Group) lookup(ctx context.Context, key string, nm names, load LoadFunc, co callOptions) (lookup, error) {
+func (g *Group) lookup(ctx context.Context, key string, load LoadFunc, co callOptions) (lookup, error) {
 	detached := context.WithoutCancel(ctx)
 	fn := func() (any, error) {
+		if e, now, ok, err := g.fastHit(detached, key); err != nil {
+			return lookup{}, err
+		} else if ok {
+			if g.opts.EarlyRefreshBeta > 0 && !e.negative && !e.errMark && g.earlyRefresh(e, now) {
+				g.refreshEarly(detached, key, g.names(key), load, co)
+			}
+			return lookup{e: e, st: fresh, now: now}, nil
+		}
+		nm := g.names(key)
 		rr, err := g.read(detached, nm, false)
 		if err != nil {
 			return lookup{}, err
@@ -300,11 +310,12 @@ func (g *Group) lookup(ctx context.Context, key string, nm names, load LoadFunc,
 			g.leaseHook(key, true)
 			g.refreshAsync(detached, key, nm, load, co, rr.x)
 		case rr.x > 0:
-			// Missing, and this read won the lease: the fleet is owed a
-			// fill even if every caller leaves, so start the miss flight.
+			// Missing, and this read won the lease: load right here, so
+			// every caller of this read shares the load, and the fleet gets
+			// its fill even if every caller leaves.
 			g.leaseHook(key, true)
-			g.deposit(key, rr.x)
-			g.startMiss(detached, key, nm, load, co, rr.x)
+			res, err := g.loadAndFill(detached, key, nm, load, co, rr.x, false)
+			return lookup{st: loaded, res: res, err: err, claimed: new(atomic.Bool)}, nil
 		case rr.x < 0:
 			g.leaseHook(key, false)
 		}
@@ -316,8 +327,12 @@ func (g *Group) lookup(ctx context.Context, key string, nm names, load LoadFunc,
 		lk, _ := v.(lookup)
 		return lk, err
 	}
+	ch := g.sf.DoChan("r"+key, fn)
+	if g.testJoined != nil {
+		g.testJoined(key)
+	}
 	select {
-	case r := <-g.sf.DoChan("r"+key, fn):
+	case r := <-ch:
 		lk, _ := r.Val.(lookup)
 		return lk, r.Err
 	case <-ctx.Done():
@@ -380,6 +395,7 @@ const (
 	missing state = iota
 	fresh
 	stale
+	loaded // by the read's own flight, which won the lease
 )
 
 // classify decodes a read. A corrupt entry is reported and treated as
@@ -469,11 +485,6 @@ func (g *Group) missFn(ctx context.Context, key string, nm names, load LoadFunc,
 	}
 }
 
-// startMiss makes sure a miss flight for key is running.
-func (g *Group) startMiss(ctx context.Context, key string, nm names, load LoadFunc, co callOptions, x int64) {
-	g.sf.DoChan("m"+key, g.missFn(ctx, key, nm, load, co, x)) // buffered: nobody need receive
-}
-
 // missFlight joins the miss flight of key (one per process); each caller
 // leaves on its own ctx. x is the read's lease outcome.
 func (g *Group) missFlight(ctx context.Context, key string, nm names, load LoadFunc, co callOptions, x int64) (Result, error) {
@@ -483,7 +494,6 @@ func (g *Group) missFlight(ctx context.Context, key string, nm names, load LoadF
 	case <-ctx.Done():
 		return Result{}, ctx.Err()
 	}
-	g.returnDeposit(key, nm)
 	mo, _ := r.Val.(missOutcome)
 	res := mo.res
 	if res.Status == Miss && !mo.claimed.CompareAndSwap(false, true) {
@@ -502,8 +512,6 @@ func (g *Group) resolveMiss(ctx context.Context, key string, nm names, load Load
 	deadline := start.Add(g.opts.WaitTimeout)
 	wake := make(chan struct{}, 1)
 	defer g.hub.Register(nm.entry, wake)()
-	signal := g.pendingSignal(key)
-	defer g.dropPending(key)
 
 	// Fallback polling for lost notifications and expired leases: short at
 	// first (a fill can land between a read and the registration above),
@@ -516,9 +524,6 @@ func (g *Group) resolveMiss(ctx context.Context, key string, nm names, load Load
 	// was an expired negative entry); read again at once, trying the lease.
 	force := x == 0
 	for {
-		if f := g.takeDeposit(key); f > 0 {
-			return g.loadAndFill(ctx, key, nm, load, co, f, false)
-		}
 		remaining := time.Until(deadline)
 		if remaining <= 0 {
 			break
@@ -533,8 +538,6 @@ func (g *Group) resolveMiss(ctx context.Context, key string, nm names, load Load
 			select {
 			case <-wake:
 				notified = true
-			case <-signal:
-				continue
 			case <-timer.C:
 			}
 			if !timer.Stop() {
@@ -578,70 +581,6 @@ func (g *Group) resolveMiss(ctx context.Context, key string, nm names, load Load
 	// Fence 0: stored only if nothing newer landed and nothing was
 	// invalidated meanwhile.
 	return g.loadAndFill(ctx, key, nm, load, co, 0, false)
-}
-
-// deposit hands a lease won by a caller's read to its process's miss flight.
-func (g *Group) deposit(key string, fence int64) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	p := g.pendingLocked(key)
-	p.fence = fence
-	select {
-	case p.signal <- struct{}{}:
-	default:
-	}
-}
-
-func (g *Group) pendingSignal(key string) chan struct{} {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.pendingLocked(key).signal
-}
-
-// pendingLocked returns key's pending slot, made on first use; g.mu is held.
-func (g *Group) pendingLocked(key string) *pending {
-	p := g.pend[key]
-	if p == nil {
-		p = &pending{signal: make(chan struct{}, 1)}
-		g.pend[key] = p
-	}
-	return p
-}
-
-func (g *Group) takeDeposit(key string) int64 {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if p := g.pend[key]; p != nil {
-		f := p.fence
-		p.fence = 0
-		return f
-	}
-	return 0
-}
-
-func (g *Group) dropPending(key string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if p := g.pend[key]; p != nil && p.fence == 0 {
-		delete(g.pend, key)
-	}
-}
-
-// returnDeposit releases a lease deposited after the miss flight stopped
-// looking (it ended with a value meanwhile), so no node waits for the lease
-// to expire.
-func (g *Group) returnDeposit(key string, nm names) {
-	g.mu.Lock()
-	p := g.pend[key]
-	f := int64(0)
-	if p != nil && p.fence > 0 {
-		f, p.fence = p.fence, 0
-		delete(g.pend, key)
-	}
-	g.mu.Unlock()
-	if f > 0 {
-		g.releaseLease(nm, f)
-	}
 }
 
 // refreshAsync reloads a stale key in the background under the lease the

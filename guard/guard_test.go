@@ -90,14 +90,14 @@ func TestOneLoadAcrossNodes(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
 		const nodes, callers = 4, 16
 		var arrived counter
-		o := Options{Hooks: Hooks{Miss: func(string) { arrived.add() }}}
 		org := newOrigin(true)
 		key := redistest.Key(t)
 		var wg sync.WaitGroup
 		results := make(chan Result, nodes*callers)
 		errs := make(chan error, nodes*callers)
 		for range nodes {
-			g := newGroup(t, rdb, o)
+			g := newGroup(t, rdb, Options{})
+			g.testJoined = func(string) { arrived.add() }
 			for range callers {
 				wg.Add(1)
 				go func() {
@@ -108,8 +108,8 @@ func TestOneLoadAcrossNodes(t *testing.T) {
 				}()
 			}
 		}
-		// Hold the load until every caller has found the key missing.
-		eventually(t, 10*time.Second, "every caller at the miss", func() bool { return arrived.n.Load() == nodes*callers })
+		// Hold the load until every caller is inside a read flight.
+		eventually(t, 10*time.Second, "every caller inside a flight", func() bool { return arrived.n.Load() == nodes*callers })
 		close(org.gate)
 		wg.Wait()
 		close(results)

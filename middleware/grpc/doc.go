@@ -1,0 +1,68 @@
+// Package guardgrpc puts a guard.Group in front of unary gRPC methods: one
+// handler call in the whole fleet answers all the concurrent and later
+// calls of a method with the same request, until the answer expires.
+//
+//	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(
+//		guardgrpc.UnaryServerInterceptor(g, guardgrpc.WithMethods("/catalog.v1.Catalog/GetProduct")),
+//	))
+//
+// UnaryClientInterceptor does the same on the calling side, for callers of
+// expensive RPCs.
+//
+// # What is cached
+//
+// Only the methods listed with WithMethods; with none listed nothing is
+// cached. Only OK answers that are proto messages: a handler's error
+// reaches the callers of its flight (the calls of this process that shared
+// it) and is stored nowhere, so the next call runs the handler again.
+// WithNegativeNotFound is the one exception: codes.NotFound is cached as
+// guard.ErrNotFound for guard.Options.NegativeFor.
+//
+// Calls carrying "authorization" metadata (on the client, also a
+// grpc.PerRPCCredentials call option) bypass the cache unless
+// WithAllowAuthorization is given. The interceptors cannot see a
+// connection's identity (mTLS, credentials set at dial time): a method
+// whose answer depends on who calls must not be listed, or must be keyed
+// by a KeyFunc.
+//
+// # The key
+//
+// The method's full name, the request's deterministic proto bytes
+// (proto.MarshalOptions{Deterministic: true}: field and map order do not
+// matter) and the values of the metadata keys listed with WithMetadata,
+// each length-prefixed, hashed with SHA-256 behind a versioned prefix
+// ("grpc:v1:"). Metadata not listed does not take part: calls differing
+// only there share one answer. WithKeyFunc replaces the key.
+//
+// # The stored answer
+//
+// The answer is stored as its message's full name followed by its proto
+// bytes. A node serving a cached answer builds a new message of that type
+// and unmarshals into it, so it needs no handler run of its own and no
+// per-method configuration: the type is the one this process's handler has
+// answered the method with (an entry of another type is refused), else the
+// one protoregistry.GlobalTypes holds under that name: every generated
+// message registers itself there. (Method descriptors would not do:
+// services registered from a hand-written grpc.ServiceDesc have none.) An
+// entry whose type the binary lacks or that does not decode is bypassed:
+// the handler answers, and the entry expires on its own. The client
+// interceptor unmarshals into the caller's reply after proto.Reset, if the
+// stored type is the reply's.
+//
+// Each caller gets its own message; the caller whose handler run produced
+// the answer gets the handler's message itself.
+//
+// # Guarantees
+//
+//   - The handler runs detached from the cancellation of the call that
+//     started it (context.WithoutCancel, bounded by
+//     guard.Options.LoadTimeout): a caller that leaves does not fail the
+//     others, and each caller leaves on its own deadline. It sees that
+//     call's context values and metadata, so it must depend only on what
+//     the key covers. Header and trailer metadata it sets reach that call
+//     alone (none, if it runs as a background refresh) and are not cached.
+//   - A handler panic answers codes.Internal to the callers of its flight,
+//     is not cached, and the process survives.
+//   - The server sets the response header "cache-status" (HeaderCacheStatus)
+//     on every cacheable call; it never carries the key.
+package guardgrpc

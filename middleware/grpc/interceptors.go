@@ -1,0 +1,414 @@
+package guardgrpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+
+	"github.com/stampede-go/stampede/guard"
+)
+
+// HeaderCacheStatus is the response header metadata key that says how the
+// server interceptor answered a cacheable call, in the manner of RFC 9211
+// Cache-Status: "stampede; hit", "stampede; fwd=stale",
+// "stampede; fwd=miss", "stampede; fwd=miss; collapsed" (another caller's
+// load was shared), "stampede; fwd=miss; detail=degraded" (Redis
+// unavailable) or "stampede; fwd=bypass". It never carries the key.
+const HeaderCacheStatus = "cache-status"
+
+const (
+	statusHit      = "stampede; hit"
+	statusStale    = "stampede; fwd=stale"
+	statusMiss     = "stampede; fwd=miss"
+	statusShared   = "stampede; fwd=miss; collapsed"
+	statusDegraded = "stampede; fwd=miss; detail=degraded"
+	statusBypass   = "stampede; fwd=bypass"
+)
+
+func statusOf(s guard.Status) string {
+	switch s {
+	case guard.Hit:
+		return statusHit
+	case guard.Stale:
+		return statusStale
+	case guard.Shared:
+		return statusShared
+	case guard.Degraded:
+		return statusDegraded
+	}
+	return statusMiss
+}
+
+var deterministic = proto.MarshalOptions{Deterministic: true}
+
+// cache is the state both interceptors share.
+type cache struct {
+	g *guard.Group
+	o *options
+	// types holds, per method, the type of the answers this process has
+	// produced: it resolves types absent from protoregistry.GlobalTypes
+	// (dynamicpb, say) and rejects an entry of another type (written by an
+	// older build whose method answered differently).
+	types sync.Map // full method → protoreflect.MessageType
+}
+
+func newCache(g *guard.Group, opts []Option) *cache {
+	if g == nil {
+		panic("guardgrpc: nil *guard.Group")
+	}
+	return &cache{g: g, o: evaluateOptions(opts)}
+}
+
+// key returns the guard key of a call; reqBytes, when not nil, are the
+// request's deterministic bytes. ok is false when the call must bypass the
+// cache.
+func (c *cache) key(ctx context.Context, method string, req proto.Message, reqBytes []byte, md metadata.MD) (string, bool) {
+	if !c.o.allowAuth && len(md["authorization"]) > 0 {
+		return "", false
+	}
+	if c.o.keyFunc != nil {
+		return c.o.keyFunc(ctx, method, req)
+	}
+	if reqBytes == nil {
+		var err error
+		if reqBytes, err = deterministic.Marshal(req); err != nil {
+			return "", false
+		}
+	}
+	return requestKey(method, reqBytes, md, c.o.metadata), true
+}
+
+func (c *cache) encode(method string, m proto.Message) ([]byte, error) {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	mt := m.ProtoReflect().Type()
+	if old, ok := c.types.Load(method); !ok || old != mt {
+		c.types.Store(method, mt)
+	}
+	return encodeValue(mt.Descriptor().FullName(), b), nil
+}
+
+// messageType resolves the type of a cached answer of method: the type
+// this process has answered method with, else any type linked into the
+// binary.
+func (c *cache) messageType(method string, name protoreflect.FullName) (protoreflect.MessageType, error) {
+	if v, ok := c.types.Load(method); ok {
+		mt := v.(protoreflect.MessageType)
+		if got := mt.Descriptor().FullName(); got != name {
+			return nil, fmt.Errorf("guardgrpc: cached %s, %s answers %s", name, method, got)
+		}
+		return mt, nil
+	}
+	return protoregistry.GlobalTypes.FindMessageByName(name)
+}
+
+func (c *cache) decode(method string, v []byte) (proto.Message, error) {
+	name, b, err := decodeValue(v)
+	if err != nil {
+		return nil, err
+	}
+	mt, err := c.messageType(method, name)
+	if err != nil {
+		return nil, err
+	}
+	m := mt.New().Interface()
+	if err := proto.Unmarshal(b, m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// failure maps an error of guard.Do that is not the handler's own.
+func failure(ctx context.Context, err error) error {
+	switch {
+	case errors.Is(err, guard.ErrNotFound):
+		return notFoundCached
+	case ctx.Err() != nil:
+		return status.FromContextError(ctx.Err()).Err()
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return status.FromContextError(err).Err()
+	}
+	return status.Error(codes.Unavailable, "guardgrpc: "+err.Error())
+}
+
+// once makes a call's load run at most once: a guard.Group may hand one
+// call's load to two flights (the flight its read started and the one the
+// call joins, when the first ends before the call joins it, as a failed
+// load does at once). Later runs get the first outcome.
+func once(load guard.LoadFunc) guard.LoadFunc {
+	var (
+		o   sync.Once
+		v   []byte
+		err error
+	)
+	return func(ctx context.Context) ([]byte, error) {
+		o.Do(func() { v, err = load(ctx) })
+		return v, err
+	}
+}
+
+// answer is the outcome of a call's own handler (or invoker) run, kept for
+// that call: it needs no decoding, and a failure reaches the call as it is
+// even when the guard answers it from an entry the run has just stored.
+type answer struct {
+	resp any
+	err  error
+}
+
+// UnaryServerInterceptor caches the OK answers of the methods listed with
+// WithMethods in g, so that one handler call in the fleet answers every
+// concurrent and later call with the same key until the answer expires.
+// See the package doc for what is cached and how. It panics if g is nil.
+func UnaryServerInterceptor(g *guard.Group, opts ...Option) grpc.UnaryServerInterceptor {
+	c := newCache(g, opts)
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if !c.o.methods[info.FullMethod] {
+			return handler(ctx, req)
+		}
+		msg, ok := req.(proto.Message)
+		if !ok {
+			return handler(ctx, req)
+		}
+		md, _ := metadata.FromIncomingContext(ctx)
+		key, ok := c.key(ctx, info.FullMethod, msg, nil, md)
+		if !ok {
+			setStatus(ctx, statusBypass)
+			return handler(ctx, req)
+		}
+
+		var own atomic.Pointer[answer]
+		load := once(func(lctx context.Context) ([]byte, error) {
+			var resp any
+			err := safely(func() (err error) {
+				resp, err = handler(lctx, req)
+				return err
+			})
+			if err != nil {
+				own.Store(&answer{err: callerError(err)})
+				return nil, c.o.loadError(err)
+			}
+			own.Store(&answer{resp: resp})
+			m, ok := resp.(proto.Message)
+			if !ok {
+				return nil, guard.NoStore(errUncacheable)
+			}
+			v, err := c.encode(info.FullMethod, m)
+			if err != nil {
+				return nil, guard.NoStore(errUncacheable)
+			}
+			return v, nil
+		})
+
+		res, err := c.g.Do(ctx, key, load, c.o.callOpts...)
+		if err != nil {
+			var he *handlerError
+			switch a := own.Load(); {
+			case a != nil && a.err != nil:
+				setStatus(ctx, statusMiss)
+				return nil, a.err
+			case errors.As(err, &he):
+				setStatus(ctx, statusMiss)
+				return nil, he.err
+			case errors.Is(err, errUncacheable):
+				setStatus(ctx, statusBypass)
+				if a := own.Load(); a != nil {
+					return a.resp, nil
+				}
+				return handler(ctx, req)
+			case errors.Is(err, guard.ErrNotFound):
+				setStatus(ctx, statusHit)
+			case errors.Is(err, guard.ErrClosed):
+				setStatus(ctx, statusBypass)
+				return handler(ctx, req)
+			}
+			return nil, failure(ctx, err)
+		}
+		// The answer of this call's own handler run needs no decoding. A
+		// hit or stale answer comes from the cache even if this call's
+		// load runs in the background meanwhile.
+		if a := own.Load(); a != nil && res.Status != guard.Hit && res.Status != guard.Stale {
+			if res.Status == guard.Degraded {
+				setStatus(ctx, statusDegraded)
+			} else {
+				setStatus(ctx, statusMiss)
+			}
+			return a.resp, nil
+		}
+		resp, err := c.decode(info.FullMethod, res.Value)
+		if err != nil {
+			// An entry of a type this binary does not know (or garbage):
+			// answer from the handler; the entry expires on its own.
+			setStatus(ctx, statusBypass)
+			return handler(ctx, req)
+		}
+		st := res.Status
+		if st == guard.Miss {
+			st = guard.Shared // the flight's load was another caller's
+		}
+		setStatus(ctx, statusOf(st))
+		return resp, nil
+	}
+}
+
+// setStatus sets the cache-status response header. It fails, harmlessly,
+// when the handler has sent its headers already.
+func setStatus(ctx context.Context, v string) {
+	_ = grpc.SetHeader(ctx, metadata.Pairs(HeaderCacheStatus, v))
+}
+
+// UnaryClientInterceptor caches, in g, the OK replies of the methods listed
+// with WithMethods, for callers of expensive RPCs: one call in the fleet
+// reaches the server for each key until the reply expires, and every call
+// gets its reply filled from the cache. The keying rules are those of
+// UnaryServerInterceptor, with the outgoing metadata.
+//
+// The cached call runs detached from the caller's cancellation (bounded by
+// guard.Options.LoadTimeout), with the caller's call options except
+// grpc.Header, grpc.Trailer, grpc.Peer and grpc.OnFinish, which could
+// otherwise fire after the caller has returned: grpc.Header receives the
+// cache-status (and only it), grpc.OnFinish is called with the caller's
+// outcome, grpc.Trailer and grpc.Peer stay empty. It panics if g is nil.
+func UnaryClientInterceptor(g *guard.Group, opts ...Option) grpc.UnaryClientInterceptor {
+	c := newCache(g, opts)
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) (err error) {
+		if !c.o.methods[method] {
+			return invoker(ctx, method, req, reply, cc, callOpts...)
+		}
+		in, ok1 := req.(proto.Message)
+		out, ok2 := reply.(proto.Message)
+		if !ok1 || !ok2 || (!c.o.allowAuth && hasPerRPCCreds(callOpts)) {
+			return invoker(ctx, method, req, reply, cc, callOpts...)
+		}
+		// The request is snapshotted: a load may run after the caller has
+		// returned and reused req.
+		reqBytes, err := deterministic.Marshal(in)
+		if err != nil {
+			return invoker(ctx, method, req, reply, cc, callOpts...)
+		}
+		md, _ := metadata.FromOutgoingContext(ctx)
+		key, ok := c.key(ctx, method, in, reqBytes, md)
+		if !ok {
+			return invoker(ctx, method, req, reply, cc, callOpts...)
+		}
+
+		loadOpts, finish := splitCallOptions(callOpts)
+		defer func() {
+			for _, f := range finish {
+				f(err)
+			}
+		}()
+		// direct calls the server itself; grpc then calls OnFinish.
+		direct := func() error {
+			finish = nil
+			return invoker(ctx, method, req, reply, cc, callOpts...)
+		}
+		reqType, replyType := in.ProtoReflect().Type(), out.ProtoReflect().Type()
+		var own atomic.Pointer[answer]
+		load := once(func(lctx context.Context) ([]byte, error) {
+			req := reqType.New().Interface()
+			if err := proto.Unmarshal(reqBytes, req); err != nil {
+				return nil, guard.NoStore(&handlerError{err: status.Errorf(codes.Internal, "guardgrpc: request snapshot: %v", err)})
+			}
+			reply := replyType.New().Interface()
+			if err := safely(func() error { return invoker(lctx, method, req, reply, cc, loadOpts...) }); err != nil {
+				own.Store(&answer{err: callerError(err)})
+				return nil, c.o.loadError(err)
+			}
+			v, err := c.encode(method, reply)
+			if err != nil {
+				return nil, guard.NoStore(&handlerError{err: status.Errorf(codes.Internal, "guardgrpc: marshal reply: %v", err)})
+			}
+			return v, nil
+		})
+
+		res, err := c.g.Do(ctx, key, load, c.o.callOpts...)
+		if err != nil {
+			var he *handlerError
+			switch a := own.Load(); {
+			case a != nil && a.err != nil:
+				setHeaderOptions(callOpts, statusMiss)
+				return a.err
+			case errors.As(err, &he):
+				setHeaderOptions(callOpts, statusMiss)
+				return he.err
+			case errors.Is(err, guard.ErrNotFound):
+				setHeaderOptions(callOpts, statusHit)
+			case errors.Is(err, guard.ErrClosed):
+				return direct()
+			}
+			return failure(ctx, err)
+		}
+		name, b, err := decodeValue(res.Value)
+		if err == nil && name != replyType.Descriptor().FullName() {
+			err = fmt.Errorf("guardgrpc: cached %s, want %s", name, replyType.Descriptor().FullName())
+		}
+		if err == nil {
+			proto.Reset(out)
+			err = proto.Unmarshal(b, out)
+		}
+		if err != nil {
+			proto.Reset(out)
+			return direct()
+		}
+		setHeaderOptions(callOpts, statusOf(res.Status))
+		return nil
+	}
+}
+
+func hasPerRPCCreds(opts []grpc.CallOption) bool {
+	for _, o := range opts {
+		switch o.(type) {
+		case grpc.PerRPCCredsCallOption, *grpc.PerRPCCredsCallOption:
+			return true
+		}
+	}
+	return false
+}
+
+// splitCallOptions drops the options that write to the caller's memory (or
+// call back) when the call ends, returning the OnFinish callbacks.
+func splitCallOptions(opts []grpc.CallOption) (keep []grpc.CallOption, finish []func(error)) {
+	keep = make([]grpc.CallOption, 0, len(opts))
+	for _, o := range opts {
+		switch o := o.(type) {
+		case grpc.HeaderCallOption, *grpc.HeaderCallOption,
+			grpc.TrailerCallOption, *grpc.TrailerCallOption,
+			grpc.PeerCallOption, *grpc.PeerCallOption:
+		case grpc.OnFinishCallOption:
+			finish = append(finish, o.OnFinish)
+		case *grpc.OnFinishCallOption:
+			finish = append(finish, o.OnFinish)
+		default:
+			keep = append(keep, o)
+		}
+	}
+	return keep, finish
+}
+
+// setHeaderOptions hands the cache status to grpc.Header options.
+func setHeaderOptions(opts []grpc.CallOption, v string) {
+	for _, o := range opts {
+		var addr *metadata.MD
+		switch o := o.(type) {
+		case grpc.HeaderCallOption:
+			addr = o.HeaderAddr
+		case *grpc.HeaderCallOption:
+			addr = o.HeaderAddr
+		}
+		if addr != nil {
+			*addr = metadata.Pairs(HeaderCacheStatus, v)
+		}
+	}
+}

@@ -1,0 +1,94 @@
+package guardgrpc
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+func TestRequestKey(t *testing.T) {
+	type in struct {
+		method string
+		req    string
+		md     metadata.MD
+		keys   []string
+	}
+	// Pairs that a plain concatenation would confuse.
+	distinct := [][2]in{
+		{{method: "/s/ab", req: "c"}, {method: "/s/a", req: "bc"}},
+		{{method: "/s/m", req: "a", keys: []string{"k"}}, {method: "/s/m", req: "a", md: metadata.Pairs("k", ""), keys: []string{"k"}}},
+		{{method: "/s/m", md: metadata.Pairs("k", "ab"), keys: []string{"k"}}, {method: "/s/m", md: metadata.Pairs("k", "a", "k", "b"), keys: []string{"k"}}},
+		{{method: "/s/m", md: metadata.Pairs("k", "a", "k", "b"), keys: []string{"k"}}, {method: "/s/m", md: metadata.Pairs("k", "b", "k", "a"), keys: []string{"k"}}},
+		{{method: "/s/m", md: metadata.Pairs("a", "1"), keys: []string{"a", "b"}}, {method: "/s/m", md: metadata.Pairs("b", "1"), keys: []string{"a", "b"}}},
+	}
+	key := func(x in) string { return requestKey(x.method, []byte(x.req), x.md, x.keys) }
+	for i, p := range distinct {
+		if a, b := key(p[0]), key(p[1]); a == b {
+			t.Errorf("pair %d: same key %s for %+v and %+v", i, a, p[0], p[1])
+		}
+	}
+	a := key(in{method: "/s/m", req: "x", md: metadata.Pairs("k", "v", "other", "1"), keys: []string{"k"}})
+	b := key(in{method: "/s/m", req: "x", md: metadata.Pairs("k", "v", "other", "2"), keys: []string{"k"}})
+	if a != b {
+		t.Errorf("metadata not listed changed the key: %s, %s", a, b)
+	}
+	if !strings.HasPrefix(a, keyPrefix) || len(a) != len(keyPrefix)+64 {
+		t.Errorf("got key %q, want %q and a SHA-256 in hex", a, keyPrefix)
+	}
+}
+
+func TestWithMetadataNormalises(t *testing.T) {
+	o := evaluateOptions([]Option{WithMetadata("X-B", "x-a"), WithMetadata("x-b")})
+	if got := strings.Join(o.metadata, ","); got != "x-a,x-b" {
+		t.Errorf("got %q, want %q", got, "x-a,x-b")
+	}
+}
+
+func FuzzValue(f *testing.F) {
+	f.Add("google.protobuf.StringValue", []byte("\x0a\x01a"))
+	f.Add("a", []byte{})
+	f.Add("", []byte{1, 2})
+	f.Fuzz(func(t *testing.T, name string, msg []byte) {
+		// Decoding arbitrary bytes must not panic.
+		_, _, _ = decodeValue(msg)
+		fn := protoreflect.FullName(name)
+		if !fn.IsValid() {
+			return
+		}
+		gotName, gotMsg, err := decodeValue(encodeValue(fn, msg))
+		if err != nil || gotName != fn || !bytes.Equal(gotMsg, msg) {
+			t.Fatalf("round trip of %q, %x: got %q, %x, %v", name, msg, gotName, gotMsg, err)
+		}
+	})
+}
+
+func TestDecodeType(t *testing.T) {
+	c := &cache{o: evaluateOptions(nil)}
+	s, _ := proto.Marshal(wrapperspb.String("x"))
+	// No handler run yet: resolved by name through protoregistry.
+	m, err := c.decode("/s/Get", encodeValue("google.protobuf.StringValue", s))
+	if err != nil || m.(*wrapperspb.StringValue).GetValue() != "x" {
+		t.Fatalf("got %v, %v; want StringValue x", m, err)
+	}
+	if _, err := c.decode("/s/Get", encodeValue("no.such.Type", s)); err == nil {
+		t.Error("decoded a type the binary lacks")
+	}
+	// Once the handler answered with Duration, a StringValue entry of the
+	// method (an older build's) is refused.
+	if _, err := c.encode("/s/Get", durationpb.New(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.decode("/s/Get", encodeValue("google.protobuf.StringValue", s)); err == nil {
+		t.Error("decoded an entry of another type than the method answers")
+	}
+	if _, err := c.decode("/s/Get", []byte("garbage")); err == nil {
+		t.Error("decoded garbage")
+	}
+}
