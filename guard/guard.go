@@ -90,6 +90,9 @@ type Group struct {
 
 	mu sync.Mutex // guards closed against bg.Add
 
+	fmu     sync.Mutex
+	flights map[string]*flight // read flights with callers waiting
+
 	// testJoined, set by tests, runs when a caller has joined the read
 	// flight of key (as its leader or a follower): the seam tests use to
 	// know a herd is inside one flight.
@@ -125,10 +128,11 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 	}
 	g := &Group{
 		rdb: rdb, opts: o,
-		hub:   notify.New(rdb, notify.NewChannel(o.Namespace+"fill:")),
-		clk:   redisClock{base: time.Now()},
-		hints: newHints(),
-		br:    breaker{threshold: o.BreakerFailures, cooldown: o.BreakerCooldown, hook: o.Hooks.Breaker},
+		hub:     notify.New(rdb, notify.NewChannel(o.Namespace+"fill:")),
+		clk:     redisClock{base: time.Now()},
+		flights: map[string]*flight{},
+		hints:   newHints(),
+		br:      breaker{threshold: o.BreakerFailures, cooldown: o.BreakerCooldown, hook: o.Hooks.Breaker},
 	}
 	g.firstLease = min(o.LockTTL, leaseGrace)
 	g.leaseArg = ms(g.firstLease)
@@ -247,7 +251,7 @@ func (g *Group) Do(ctx context.Context, key string, load LoadFunc, opts ...CallO
 	case stale:
 		return g.served(key, lk.e, lk.now, Stale)
 	case loaded:
-		if h := g.opts.Hooks.Miss; h != nil {
+		if h := g.opts.Hooks.Miss; h != nil && !lk.missSeen {
 			h(key)
 		}
 		res := lk.res
@@ -277,6 +281,39 @@ type lookup struct {
 	res     Result
 	err     error
 	claimed *atomic.Bool // the first caller to look claims the Miss
+
+	missSeen bool // this caller's Miss hook already ran
+}
+
+// flight is what the waiting callers of one read flight share besides its
+// result: word that the flight found the key missing and is loading it, so
+// each caller reports its miss while the load runs.
+type flight struct {
+	loading chan struct{}
+	once    sync.Once
+	callers int
+}
+
+func (f *flight) startLoading() { f.once.Do(func() { close(f.loading) }) }
+
+func (g *Group) joinFlight(key string) *flight {
+	g.fmu.Lock()
+	defer g.fmu.Unlock()
+	f := g.flights[key]
+	if f == nil {
+		f = &flight{loading: make(chan struct{})}
+		g.flights[key] = f
+	}
+	f.callers++
+	return f
+}
+
+func (g *Group) leaveFlight(key string, f *flight) {
+	g.fmu.Lock()
+	defer g.fmu.Unlock()
+	if f.callers--; f.callers == 0 && g.flights[key] == f {
+		delete(g.flights, key)
+	}
 }
 
 // lookup reads key once for all its concurrent callers in this process (so
@@ -285,6 +322,7 @@ type lookup struct {
 // missing key's miss flight is started. Each caller leaves on its own ctx.
 func (g *Group) lookup(ctx context.Context, key string, load LoadFunc, co callOptions) (lookup, error) {
 	detached := context.WithoutCancel(ctx)
+	var fl *flight // nil on the uncancellable path
 	fn := func() (any, error) {
 		if e, now, ok, err := g.fastHit(detached, key); err != nil {
 			return lookup{}, err
@@ -314,6 +352,9 @@ func (g *Group) lookup(ctx context.Context, key string, load LoadFunc, co callOp
 			// every caller of this read shares the load, and the fleet gets
 			// its fill even if every caller leaves.
 			g.leaseHook(key, true)
+			if fl != nil {
+				fl.startLoading()
+			}
 			res, err := g.loadAndFill(detached, key, nm, load, co, rr.x, false)
 			return lookup{st: loaded, res: res, err: err, claimed: new(atomic.Bool)}, nil
 		case rr.x < 0:
@@ -327,16 +368,27 @@ func (g *Group) lookup(ctx context.Context, key string, load LoadFunc, co callOp
 		lk, _ := v.(lookup)
 		return lk, err
 	}
+	fl = g.joinFlight(key)
+	defer g.leaveFlight(key, fl)
 	ch := g.sf.DoChan("r"+key, fn)
 	if g.testJoined != nil {
 		g.testJoined(key)
 	}
-	select {
-	case r := <-ch:
-		lk, _ := r.Val.(lookup)
-		return lk, r.Err
-	case <-ctx.Done():
-		return lookup{}, ctx.Err()
+	loading, missSeen := fl.loading, false
+	for {
+		select {
+		case r := <-ch:
+			lk, _ := r.Val.(lookup)
+			lk.missSeen = missSeen
+			return lk, r.Err
+		case <-loading:
+			if h := g.opts.Hooks.Miss; h != nil {
+				h(key)
+			}
+			loading, missSeen = nil, true
+		case <-ctx.Done():
+			return lookup{}, ctx.Err()
+		}
 	}
 }
 
