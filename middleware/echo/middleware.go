@@ -1,0 +1,104 @@
+package guardecho
+
+import (
+	"errors"
+	"net/http"
+	"slices"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/stampede-go/stampede/guard"
+	"github.com/stampede-go/stampede/middleware/internal/httpcache"
+)
+
+// Config configures MiddlewareWithConfig. The zero value is safe.
+type Config struct {
+	// Skipper defines a function to skip the middleware: the handler runs
+	// directly. It has the type of echo's middleware.Skipper, so one can be
+	// assigned. Default: never skip.
+	Skipper func(c echo.Context) bool
+
+	// KeyHeaders are request headers whose values are part of the key. A
+	// response whose Vary names a header not listed here is never shared.
+	// Default: none.
+	KeyHeaders []string
+
+	// KeyFunc replaces the derived key. It is called for GET and HEAD
+	// requests only, which share entries. Return "" to not share the
+	// request. Default: the derived key (scheme, Host, path, sorted query,
+	// KeyHeaders).
+	KeyFunc func(c echo.Context) string
+
+	// MaxBodyBytes is the largest body stored; a larger response is
+	// streamed to its client, not stored. Default: 1 MiB.
+	MaxBodyBytes int
+
+	// Statuses are the response statuses shared. 206 and 5xx are never
+	// shared. Default: 200, 203, 204, 300, 301, 308, 404, 405, 410, 414.
+	Statuses []int
+
+	// HonorClientNoCache lets a client's Cache-Control: no-cache skip the
+	// cache. Default: false (any client could stampede the origin).
+	HonorClientNoCache bool
+
+	// UpstreamWindows lets the handler's Cache-Control max-age, s-maxage,
+	// stale-while-revalidate and stale-if-error set the guard's windows per
+	// key. Default: false.
+	UpstreamWindows bool
+}
+
+// Middleware returns MiddlewareWithConfig(g, Config{}).
+func Middleware(g *guard.Group) echo.MiddlewareFunc {
+	return MiddlewareWithConfig(g, Config{})
+}
+
+// MiddlewareWithConfig returns a middleware that serves GET responses
+// through g. It panics when g is nil.
+func MiddlewareWithConfig(g *guard.Group, cfg Config) echo.MiddlewareFunc {
+	if cfg.Skipper == nil {
+		cfg.Skipper = func(echo.Context) bool { return false }
+	}
+	o := httpcache.Options{
+		KeyHeaders:         cfg.KeyHeaders,
+		MaxBodyBytes:       cfg.MaxBodyBytes,
+		Statuses:           cfg.Statuses,
+		HonorClientNoCache: cfg.HonorClientNoCache,
+		UpstreamWindows:    cfg.UpstreamWindows,
+	}
+	eng := httpcache.New(g, o)
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			if cfg.Skipper(c) {
+				return next(c)
+			}
+			r := c.Request()
+			// Snapshot what a detached run needs: c goes back to echo's
+			// pool when this request ends, possibly before the run.
+			e, path := c.Echo(), c.Path()
+			names, values := slices.Clone(c.ParamNames()), slices.Clone(c.ParamValues())
+			run := func(w http.ResponseWriter, req *http.Request) error {
+				lc := e.NewContext(req, w)
+				lc.SetPath(path)
+				lc.SetParamNames(names...)
+				lc.SetParamValues(values...)
+				return next(lc)
+			}
+			direct := func() error { return next(c) }
+			var err error
+			if cfg.KeyFunc != nil {
+				k := ""
+				if r.Method == http.MethodGet || r.Method == http.MethodHead {
+					k = cfg.KeyFunc(c)
+				}
+				err = eng.ServeKey(c.Response(), r, k, direct, run)
+			} else {
+				err = eng.Serve(c.Response(), r, direct, run)
+			}
+			var se *httpcache.StatusError
+			if errors.As(err, &se) {
+				return echo.NewHTTPError(se.Code).SetInternal(se.Err)
+			}
+			return err
+		}
+	}
+}

@@ -1,0 +1,237 @@
+package httpcache
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+
+	"github.com/stampede-go/stampede/guard"
+)
+
+// Options configure an Engine; the framework packages document each field
+// on their own Config.
+type Options struct {
+	KeyHeaders         []string
+	KeyFunc            func(*http.Request) string
+	MaxBodyBytes       int
+	Statuses           []int
+	HonorClientNoCache bool
+	UpstreamWindows    bool
+}
+
+// DefaultMaxBodyBytes is the largest body stored by default.
+const DefaultMaxBodyBytes = 1 << 20
+
+// DefaultStatuses are the statuses shared by default: RFC 9110's
+// heuristically cacheable ones, without 206 and 501.
+var DefaultStatuses = []int{200, 203, 204, 300, 301, 308, 404, 405, 410, 414}
+
+// upstreamMemo bounds the per-key windows learned from upstream responses.
+const upstreamMemo = 4096
+
+// Cache-Status values (RFC 9211); never the key.
+const (
+	csHit       = "stampede; hit"
+	csStale     = "stampede; fwd=stale"
+	csStored    = "stampede; fwd=miss; stored"
+	csCollapsed = "stampede; fwd=miss; collapsed"
+	csDegraded  = "stampede; fwd=miss; detail=degraded"
+	csMiss      = "stampede; fwd=miss"
+	csBypass    = "stampede; fwd=bypass"
+)
+
+// Engine serves requests through a guard.Group. It is safe for concurrent
+// use.
+type Engine struct {
+	g           *guard.Group
+	keyHeaders  []string
+	keyFunc     func(*http.Request) string
+	maxBody     int
+	statuses    [600]bool
+	honorClient bool
+	memo        *lru.Cache[string, windows] // nil unless UpstreamWindows
+}
+
+// New returns an Engine for g; it panics on a nil g (a programming error).
+func New(g *guard.Group, o Options) *Engine {
+	if g == nil {
+		panic("httpcache: nil *guard.Group")
+	}
+	e := &Engine{
+		g:           g,
+		keyHeaders:  canonicalHeaders(o.KeyHeaders),
+		keyFunc:     o.KeyFunc,
+		maxBody:     o.MaxBodyBytes,
+		honorClient: o.HonorClientNoCache,
+	}
+	if e.maxBody <= 0 {
+		e.maxBody = DefaultMaxBodyBytes
+	}
+	st := o.Statuses
+	if len(st) == 0 {
+		st = DefaultStatuses
+	}
+	for _, s := range st {
+		if s >= 200 && s < 500 && s != http.StatusPartialContent {
+			e.statuses[s] = true
+		}
+	}
+	if o.UpstreamWindows {
+		e.memo, _ = lru.New[string, windows](upstreamMemo)
+	}
+	return e
+}
+
+// Handler runs the downstream handler, writing to w, for r.
+type Handler func(w http.ResponseWriter, r *http.Request) error
+
+// StatusError is returned by Serve when the engine, not the handler,
+// decides the answer: the adapter renders Code its framework's way.
+type StatusError struct {
+	Code int
+	Err  error
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("httpcache: %d %s: %v", e.Code, http.StatusText(e.Code), e.Err)
+}
+
+func (e *StatusError) Unwrap() error { return e.Err }
+
+// Serve answers r on w. direct runs the handler for this request on w as it
+// is (for requests that are not shared); h runs the handler on a detached
+// copy of r and a capturing writer, possibly in another goroutine and after
+// Serve returned, so it must not touch anything of this request but its
+// arguments. Serve returns the error of a handler run for this request, or
+// a *StatusError; a handler panic with http.ErrAbortHandler is re-panicked.
+func (e *Engine) Serve(w http.ResponseWriter, r *http.Request, direct func() error, h Handler) error {
+	if e.bypass(r) != "" {
+		w.Header().Set("Cache-Status", csBypass)
+		return direct()
+	}
+	if e.keyFunc != nil {
+		return e.ServeKey(w, r, e.keyFunc(r), direct, h)
+	}
+	return e.serve(w, r, DeriveKey(r, e.keyHeaders), direct, h, true)
+}
+
+// ServeKey is Serve with the key of a custom key func (for adapters whose
+// key funcs take their framework's context); "" means not shared.
+func (e *Engine) ServeKey(w http.ResponseWriter, r *http.Request, key string, direct func() error, h Handler) error {
+	if key == "" || e.bypass(r) != "" {
+		w.Header().Set("Cache-Status", csBypass)
+		return direct()
+	}
+	return e.serve(w, r, userKeyPrefix+key, direct, h, true)
+}
+
+func (e *Engine) serve(w http.ResponseWriter, r *http.Request, key string, direct func() error, h Handler, again bool) error {
+	c := &call{e: e, key: key, w: w, r: r, h: h}
+	var opts []guard.CallOption
+	if e.memo != nil {
+		if win, ok := e.memo.Get(key); ok {
+			c.used = &win
+			if win.freshSet {
+				opts = append(opts, guard.WithFreshFor(win.fresh))
+			}
+			opts = append(opts, guard.WithStaleFor(win.stale))
+		}
+	}
+	ctx := r.Context()
+	res, err := e.g.Do(ctx, key, c.load, opts...)
+	if c.detach(ctx) {
+		// This call's own load streamed its response to w.
+		return c.outcome()
+	}
+	var ns *notShared
+	var pe *guard.PanicError
+	switch {
+	case err == nil:
+		if e.write(w, r, res) {
+			return nil
+		}
+		// Garbage under the key: drop it and try once more; the guard
+		// coalesces the retries, so a corrupt entry is not a stampede.
+		if again && e.g.Invalidate(ctx, key) == nil {
+			return e.serve(w, r, key, direct, h, false)
+		}
+	case errors.As(err, &ns):
+		if c.loaded() {
+			// Our load ran but wrote nothing: a handler error (echo).
+			return c.outcome()
+		}
+		if ns.retry && again {
+			return e.serve(w, r, key, direct, h, false)
+		}
+	case errors.As(err, &pe):
+		if errors.Is(pe, http.ErrAbortHandler) {
+			panic(http.ErrAbortHandler)
+		}
+		w.Header().Set("Cache-Status", csMiss)
+		return &StatusError{Code: http.StatusInternalServerError, Err: err}
+	case errors.Is(err, guard.ErrBackoff):
+		w.Header().Set("Cache-Status", csMiss)
+		w.Header().Set("Retry-After", "1")
+		return &StatusError{Code: http.StatusServiceUnavailable, Err: err}
+	case errors.Is(err, guard.ErrWaitTimeout):
+		w.Header().Set("Cache-Status", csMiss)
+		return &StatusError{Code: http.StatusGatewayTimeout, Err: err}
+	case ctx.Err() != nil:
+		return nil // the client is gone
+	}
+	w.Header().Set("Cache-Status", csMiss)
+	return direct()
+}
+
+// write serves a stored response; false when it does not decode.
+func (e *Engine) write(w http.ResponseWriter, r *http.Request, res guard.Result) bool {
+	status, hdr, body, err := decodeEntry(res.Value)
+	if err != nil {
+		return false
+	}
+	dst := w.Header()
+	for k, v := range hdr {
+		dst[k] = v
+	}
+	dst["Age"] = []string{strconv.FormatInt(int64(res.Age/time.Second), 10)}
+	dst["Cache-Status"] = []string{cacheStatus(res.Status)}
+	withBody := status != http.StatusNoContent && status != http.StatusNotModified
+	if withBody {
+		dst["Content-Length"] = []string{strconv.Itoa(len(body))}
+	}
+	w.WriteHeader(status)
+	if withBody && r.Method != http.MethodHead {
+		_, _ = w.Write(body)
+	}
+	return true
+}
+
+func cacheStatus(s guard.Status) string {
+	switch s {
+	case guard.Hit:
+		return csHit
+	case guard.Stale:
+		return csStale
+	case guard.Miss:
+		return csStored
+	case guard.Shared:
+		return csCollapsed
+	case guard.Degraded:
+		return csDegraded
+	}
+	return csMiss
+}
+
+// notShared is the error a load wraps in guard.NoStore when its response is
+// not shareable: the other callers of the flight run their own handler
+// (retry: or call the guard once more, the windows being known now).
+type notShared struct {
+	reason string
+	retry  bool
+}
+
+func (n *notShared) Error() string { return "httpcache: response not shared: " + n.reason }

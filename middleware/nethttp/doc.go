@@ -1,0 +1,61 @@
+// Package guardhttp puts a stampede guard in front of net/http handlers:
+// GET responses are shared across a fleet through a guard.Group, so when a
+// route expires one handler call in the fleet refreshes it while every
+// other request is served the previous response or woken by the new one.
+//
+//	mux := http.NewServeMux()
+//	http.ListenAndServe(addr, guardhttp.Middleware(g, guardhttp.Config{})(mux))
+//
+// # What is shared
+//
+// Only GET requests are cached; HEAD is served from the GET entry (same
+// key, no body). The key is the scheme, Host, path, the query with its
+// parameters sorted by name, and the values of Config.KeyHeaders, encoded
+// unambiguously and hashed (SHA-256) under a key-format version; or
+// Config.KeyFunc.
+//
+// Never shared, with the zero Config:
+//
+//   - requests carrying Authorization or Cookie, a body, Range, an Upgrade
+//     (WebSocket) or Accept: text/event-stream: the handler runs for them
+//     directly, the guard is not consulted;
+//   - responses with Set-Cookie, Cache-Control private, no-store or
+//     no-cache, Vary: * or a Vary on a header outside KeyHeaders, a status
+//     outside Config.Statuses (never 206 or 5xx), Content-Type
+//     text/event-stream, or a body over MaxBodyBytes. Such a response is
+//     streamed to the client whose request ran the handler (without being
+//     buffered past MaxBodyBytes) and stored nowhere; the requests that
+//     were coalesced with it run the handler for themselves, so they never
+//     receive another client's cookie or private page.
+//
+// A client's Cache-Control: no-cache does not reach the origin unless
+// Config.HonorClientNoCache is set: otherwise any client could stampede it.
+//
+// # Behaviour
+//
+// Responses carry Age and an RFC 9211 Cache-Status: "stampede; hit",
+// "stampede; fwd=stale" (served stale while one node refreshes),
+// "stampede; fwd=miss; stored" (this request's handler call filled the
+// entry), "stampede; fwd=miss; collapsed" (another request's did),
+// "stampede; fwd=miss" (not shared), "stampede; fwd=bypass". The key is
+// never shown.
+//
+// The handler of a shared request runs detached from its client
+// (context.WithoutCancel of the request's context, bounded by the guard's
+// LoadTimeout): a client that disconnects does not fail the requests
+// coalesced with it. Values a middleware put in the request's context stay
+// visible. A handler panic answers 500 to the requests of its flight and
+// the process survives; a panic with http.ErrAbortHandler aborts their
+// connections, as net/http does.
+//
+// With Config.UpstreamWindows, the handler's Cache-Control max-age or
+// s-maxage sets how long a response is fresh, and stale-while-revalidate or
+// stale-if-error how long it may then be served stale (RFC 5861). The guard
+// takes the windows before the handler runs, so they are learnt per key: a
+// response that allows less than the windows in force is not stored, and
+// the next load stores it with the right ones.
+//
+// Stored responses are a versioned binary encoding of status, headers (all
+// but hop-by-hop fields and Set-Cookie) and body; an entry that does not
+// decode is dropped and loaded again.
+package guardhttp

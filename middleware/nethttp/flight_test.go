@@ -1,0 +1,425 @@
+package guardhttp_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stampede-go/stampede/guard"
+	"github.com/stampede-go/stampede/internal/redistest"
+	"github.com/stampede-go/stampede/middleware/internal/httpcache"
+	guardhttp "github.com/stampede-go/stampede/middleware/nethttp"
+)
+
+// gate is closed once n requests have arrived in front of the middleware:
+// the handler waits on it, so every request has been sent on to the guard
+// before the handler answers. (The guard has no hook for "joined an
+// in-process flight", so a request may still reach it after the flight
+// ended; the assertions hold for either interleaving.)
+type gate struct {
+	n       int64
+	arrived atomic.Int64
+	open    chan struct{}
+}
+
+func newGate(n int) *gate { return &gate{n: int64(n), open: make(chan struct{})} }
+
+// in counts the requests reaching h.
+func (g *gate) in(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if g.arrived.Add(1) == g.n {
+			close(g.open)
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (g *gate) wait(t testing.TB) {
+	select {
+	case <-g.open:
+	case <-time.After(10 * time.Second):
+		t.Errorf("only %d of %d requests arrived", g.arrived.Load(), g.n)
+	}
+}
+
+// TestCoalescingAcrossServers: N concurrent requests for one cold route,
+// spread over two servers (two Groups, two Redis clients, one real Redis),
+// cost one handler call; one response says stored, the others collapsed.
+func TestCoalescingAcrossServers(t *testing.T) {
+	clients := map[string]func(t *testing.T) redis.UniversalClient{
+		"standalone": func(t *testing.T) redis.UniversalClient { return redistest.Shared(t).Client(t) },
+		"cluster":    func(t *testing.T) redis.UniversalClient { return redistest.SharedCluster(t).Client(t) },
+	}
+	for name, client := range clients {
+		t.Run(name, func(t *testing.T) {
+			noLeaks(t)
+			const n = 40
+			gt := newGate(n)
+			ns := redistest.Key(t) + ":"
+			o := &origin{serve: func(w http.ResponseWriter, r *http.Request, call int64) {
+				gt.wait(t)
+				fmt.Fprintf(w, "call %d", call)
+			}}
+			var urls []string
+			for range 2 {
+				g := newGroup(t, client(t), guard.Options{Namespace: ns})
+				srv := httptest.NewServer(gt.in(guardhttp.Middleware(g, guardhttp.Config{})(o)))
+				t.Cleanup(srv.Close)
+				urls = append(urls, srv.URL)
+			}
+			type answer struct {
+				body, status string
+				err          error
+			}
+			answers := make([]answer, n)
+			var wg sync.WaitGroup
+			for i := range n {
+				wg.Go(func() {
+					// Both servers must see one Host, as behind one name.
+					req, _ := http.NewRequest(http.MethodGet, urls[i%2]+"/route?a=1", nil)
+					req.Host = "shop.example"
+					resp, err := http.DefaultClient.Do(req)
+					if err != nil {
+						answers[i].err = err
+						return
+					}
+					defer resp.Body.Close()
+					b, err := io.ReadAll(resp.Body)
+					answers[i] = answer{string(b), resp.Header.Get("Cache-Status"), err}
+				})
+			}
+			wg.Wait()
+			http.DefaultClient.CloseIdleConnections()
+			if got := o.calls.Load(); got != 1 {
+				t.Errorf("handler calls %d, want 1", got)
+			}
+			stored := 0
+			for i, a := range answers {
+				switch {
+				case a.err != nil:
+					t.Errorf("request %d: %v", i, a.err)
+				case a.body != "call 1":
+					t.Errorf("request %d: body %q", i, a.body)
+				case a.status == "stampede; fwd=miss; stored":
+					stored++
+				case a.status != "stampede; fwd=miss; collapsed" && a.status != "stampede; hit":
+					t.Errorf("request %d: Cache-Status %q", i, a.status)
+				}
+			}
+			if stored != 1 {
+				t.Errorf("%d responses say stored, want 1", stored)
+			}
+		})
+	}
+}
+
+// TestFollowersRunTheirOwnHandler: when the response of a coalesced flight
+// is not shareable, every request gets a handler run of its own; no
+// request ever receives the cookie set for another.
+func TestFollowersRunTheirOwnHandler(t *testing.T) {
+	cases := map[string]func(w http.ResponseWriter, id string){
+		"Set-Cookie": func(w http.ResponseWriter, id string) {
+			http.SetCookie(w, &http.Cookie{Name: "session", Value: id})
+			fmt.Fprint(w, id)
+		},
+		"private": func(w http.ResponseWriter, id string) {
+			w.Header().Set("Cache-Control", "private")
+			fmt.Fprint(w, id)
+		},
+		"500": func(w http.ResponseWriter, id string) {
+			w.WriteHeader(http.StatusInternalServerError)
+			fmt.Fprint(w, id)
+		},
+	}
+	for name, answer := range cases {
+		t.Run(name, func(t *testing.T) {
+			noLeaks(t)
+			const n = 20
+			gt := newGate(n)
+			var coalesced atomic.Int64
+			g := miniGroup(t, guard.Options{Hooks: guard.Hooks{Coalesced: func(string) { coalesced.Add(1) }}})
+			o := &origin{serve: func(w http.ResponseWriter, r *http.Request, _ int64) {
+				gt.wait(t)
+				answer(w, r.Header.Get("X-Req"))
+			}}
+			h := gt.in(guardhttp.Middleware(g, guardhttp.Config{})(o))
+			recs := make([]*httptest.ResponseRecorder, n)
+			var wg sync.WaitGroup
+			for i := range n {
+				wg.Go(func() {
+					recs[i] = serve(h, with(get("/a"), header("X-Req", fmt.Sprint(i))))
+				})
+			}
+			wg.Wait()
+			if got := o.calls.Load(); got != n {
+				t.Errorf("handler calls %d, want %d (one per request)", got, n)
+			}
+			if coalesced.Load() == 0 {
+				t.Errorf("no request was coalesced: the rule was not exercised")
+			}
+			for i, rec := range recs {
+				id := fmt.Sprint(i)
+				if rec.Body.String() != id {
+					t.Errorf("request %d got the body of request %q", i, rec.Body)
+				}
+				if c := rec.Header().Get("Set-Cookie"); c != "" && c != "session="+id {
+					t.Errorf("request %d got cookie %q", i, c)
+				}
+			}
+		})
+	}
+}
+
+// TestLeaderDisconnect: the client whose request runs the handler leaves;
+// the handler keeps running with a live context and the requests coalesced
+// with it get its response.
+func TestLeaderDisconnect(t *testing.T) {
+	noLeaks(t)
+	const followers = 5
+	gt := newGate(1 + followers)
+	g := miniGroup(t, guard.Options{})
+	started, release := make(chan struct{}), make(chan struct{})
+	handlerCtxErr := make(chan error, 1)
+	o := &origin{serve: func(w http.ResponseWriter, r *http.Request, n int64) {
+		close(started)
+		gt.wait(t)
+		<-release
+		handlerCtxErr <- r.Context().Err()
+		fmt.Fprint(w, "shared")
+	}}
+	h := gt.in(guardhttp.Middleware(g, guardhttp.Config{})(o))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	leaderDone := make(chan *httptest.ResponseRecorder)
+	go func() { leaderDone <- serve(h, get("/a").WithContext(ctx)) }()
+	<-started
+	recs := make([]*httptest.ResponseRecorder, followers)
+	var wg sync.WaitGroup
+	for i := range followers {
+		wg.Go(func() { recs[i] = serve(h, get("/a")) })
+	}
+	gt.wait(t)
+	cancel()
+	if rec := <-leaderDone; rec.Body.Len() != 0 {
+		t.Errorf("gone client was written %q", rec.Body)
+	}
+	close(release)
+	wg.Wait()
+	if err := <-handlerCtxErr; err != nil {
+		t.Errorf("handler context: %v, want live after its client left", err)
+	}
+	for i, rec := range recs {
+		if rec.Code != 200 || rec.Body.String() != "shared" {
+			t.Errorf("follower %d: %d %q", i, rec.Code, rec.Body)
+		}
+	}
+	if got := o.calls.Load(); got != 1 {
+		t.Errorf("handler calls %d, want 1", got)
+	}
+}
+
+// TestHandlerPanic: a panic answers 500 to the callers of its flight and
+// the process survives; the next request while the guard backs off the key
+// gets 503; http.ErrAbortHandler is re-panicked for net/http.
+func TestHandlerPanic(t *testing.T) {
+	noLeaks(t)
+	g := miniGroup(t, guard.Options{ErrorBackoff: time.Hour})
+	o := &origin{serve: func(w http.ResponseWriter, r *http.Request, _ int64) {
+		if r.URL.Path == "/abort" {
+			panic(http.ErrAbortHandler)
+		}
+		panic("boom")
+	}}
+	h := guardhttp.Middleware(g, guardhttp.Config{})(o)
+	if rec := serve(h, get("/boom")); rec.Code != http.StatusInternalServerError {
+		t.Errorf("panic answered %d, want 500", rec.Code)
+	}
+	if rec := serve(h, get("/boom")); rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" {
+		t.Errorf("during back-off: %d %v, want 503 with Retry-After", rec.Code, rec.Header())
+	}
+	func() {
+		defer func() {
+			if p := recover(); p != http.ErrAbortHandler {
+				t.Errorf("recovered %v, want http.ErrAbortHandler", p)
+			}
+		}()
+		serve(h, get("/abort"))
+	}()
+	if got := o.calls.Load(); got != 2 {
+		t.Errorf("handler calls %d, want 2", got)
+	}
+}
+
+// TestLargeBodyStreams: a body over MaxBodyBytes reaches the client while
+// the handler is still writing it (it is not buffered whole), complete,
+// and is not stored.
+func TestLargeBodyStreams(t *testing.T) {
+	noLeaks(t)
+	const limit, chunk = 1 << 10, 8 << 10
+	g := miniGroup(t, guard.Options{})
+	proceed := make(chan struct{})
+	o := &origin{serve: func(w http.ResponseWriter, r *http.Request, _ int64) {
+		_, _ = w.Write([]byte(strings.Repeat("a", chunk)))
+		w.(http.Flusher).Flush()
+		<-proceed
+		_, _ = w.Write([]byte(strings.Repeat("b", chunk)))
+	}}
+	srv := httptest.NewServer(guardhttp.Middleware(g, guardhttp.Config{MaxBodyBytes: limit})(o))
+	t.Cleanup(srv.Close)
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}
+	t.Cleanup(client.CloseIdleConnections)
+	for i := range 2 {
+		resp, err := client.Get(srv.URL + "/big")
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := make([]byte, chunk)
+		if _, err := io.ReadFull(resp.Body, first); err != nil {
+			t.Fatalf("reading the first chunk while the handler waits: %v", err)
+		}
+		if i == 0 {
+			close(proceed)
+		}
+		rest, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || string(rest) != strings.Repeat("b", chunk) {
+			t.Fatalf("rest: %d bytes, %v", len(rest), err)
+		}
+		if cs := resp.Header.Get("Cache-Status"); cs != "stampede; fwd=miss" {
+			t.Errorf("Cache-Status %q", cs)
+		}
+	}
+	if got := o.calls.Load(); got != 2 {
+		t.Errorf("handler calls %d, want 2 (never stored)", got)
+	}
+}
+
+// TestGarbageEntry: an entry that does not decode is a miss: the handler
+// runs, and its response replaces the garbage.
+func TestGarbageEntry(t *testing.T) {
+	g := miniGroup(t, guard.Options{})
+	req := get("/a")
+	key := httpcache.DeriveKey(req, nil)
+	for _, garbage := range []string{"", "garbage", "shr\x01\xc8\x01", "shr\x01\xc8\x01\x01\x0aSet-Cookie\x01\x01x\x00"} {
+		if err := g.Invalidate(context.Background(), key); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := g.Do(context.Background(), key, func(context.Context) ([]byte, error) { return []byte(garbage), nil }); err != nil {
+			t.Fatal(err)
+		}
+		o := &origin{}
+		h := guardhttp.Middleware(g, guardhttp.Config{})(o)
+		if rec := serve(h, get("/a")); rec.Code != 200 || rec.Body.String() != "call 1 GET /a" || rec.Header().Get("Set-Cookie") != "" {
+			t.Errorf("garbage %q: %d %q %v", garbage, rec.Code, rec.Body, rec.Header())
+		}
+		if rec := serve(h, get("/a")); rec.Header().Get("Cache-Status") != "stampede; hit" {
+			t.Errorf("garbage %q was not replaced: %v", garbage, rec.Header())
+		}
+		if got := o.calls.Load(); got != 1 {
+			t.Errorf("garbage %q: handler calls %d, want 1", garbage, got)
+		}
+	}
+}
+
+// The guard serves hits of keys it recently saw fresh by estimating the
+// Redis clock from its own monotonic clock, so a jump of miniredis's clock
+// is seen by a Group that has not read the key yet: each step after a jump
+// runs on a new node (a new Group on the same Redis and namespace).
+
+// TestStale: past its fresh window a response is served stale at once
+// while one background handler call refreshes it.
+func TestStale(t *testing.T) {
+	mr, rdb := redistest.Mini(t)
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	mr.SetTime(now)
+	ns := redistest.Key(t) + ":"
+	refreshed := make(chan struct{})
+	o := &origin{serve: func(w http.ResponseWriter, r *http.Request, n int64) {
+		fmt.Fprintf(w, "v%d", n)
+		if n == 2 {
+			defer close(refreshed)
+		}
+	}}
+	node := func() (*guard.Group, http.Handler) {
+		g := newGroup(t, rdb, guard.Options{Namespace: ns, FreshFor: time.Minute, StaleFor: time.Hour, NoJitter: true})
+		return g, guardhttp.Middleware(g, guardhttp.Config{})(o)
+	}
+	_, h1 := node()
+	serve(h1, get("/a"))
+	mr.SetTime(now.Add(2 * time.Minute))
+	g2, h2 := node()
+	rec := serve(h2, get("/a"))
+	if rec.Body.String() != "v1" || rec.Header().Get("Cache-Status") != "stampede; fwd=stale" || rec.Header().Get("Age") != "120" {
+		t.Errorf("stale answer: %q %v", rec.Body, rec.Header())
+	}
+	select {
+	case <-refreshed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no background refresh")
+	}
+	if err := g2.Close(); err != nil { // waits for the refresh's fill
+		t.Fatal(err)
+	}
+	if got := o.calls.Load(); got != 2 {
+		t.Errorf("handler calls %d, want 2", got)
+	}
+	if rec := serve(h1, get("/a")); rec.Body.String() != "v2" {
+		t.Errorf("after the refresh: %q, want v2", rec.Body)
+	}
+}
+
+// TestUpstreamWindows: with UpstreamWindows, max-age sets the fresh window
+// (learnt on a node's first load of the key), and a response is never
+// served past its max-age although the guard's own windows are an hour.
+func TestUpstreamWindows(t *testing.T) {
+	mr, rdb := redistest.Mini(t)
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	mr.SetTime(now)
+	ns := redistest.Key(t) + ":"
+	o := &origin{serve: func(w http.ResponseWriter, r *http.Request, n int64) {
+		if r.URL.Path == "/zero" {
+			w.Header().Set("Cache-Control", "max-age=0")
+		} else {
+			w.Header().Set("Cache-Control", "max-age=10")
+		}
+		fmt.Fprintf(w, "v%d", n)
+	}}
+	node := func() http.Handler {
+		g := newGroup(t, rdb, guard.Options{Namespace: ns, FreshFor: time.Hour, StaleFor: time.Hour, NoJitter: true})
+		return guardhttp.Middleware(g, guardhttp.Config{UpstreamWindows: true})(o)
+	}
+	h := node()
+	steps := []struct {
+		h         http.Handler
+		at        time.Duration
+		wantBody  string
+		wantCalls int64
+	}{
+		{h, 0, "v1", 1},                     // learns max-age=10: not stored under the guard's hour
+		{h, 0, "v2", 2},                     // stored for 10s, no stale window
+		{h, 5 * time.Second, "v2", 2},       // fresh
+		{node(), 11 * time.Second, "v3", 3}, // past max-age: loaded again, not served
+	}
+	for i, s := range steps {
+		mr.SetTime(now.Add(s.at))
+		rec := serve(s.h, get("/a"))
+		if rec.Body.String() != s.wantBody || o.calls.Load() != s.wantCalls {
+			t.Errorf("step %d (+%v): body %q, calls %d; want %q, %d", i, s.at, rec.Body, o.calls.Load(), s.wantBody, s.wantCalls)
+		}
+	}
+	o.calls.Store(0)
+	serve(h, get("/zero"))
+	serve(h, get("/zero"))
+	if got := o.calls.Load(); got != 2 {
+		t.Errorf("max-age=0: handler calls %d, want 2 (never stored)", got)
+	}
+}

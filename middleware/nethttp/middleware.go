@@ -1,0 +1,73 @@
+package guardhttp
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/stampede-go/stampede/guard"
+	"github.com/stampede-go/stampede/middleware/internal/httpcache"
+)
+
+// Config configures Middleware. The zero value is safe: see the package
+// documentation for what is never shared.
+type Config struct {
+	// KeyHeaders are request headers whose values are part of the key
+	// (Accept-Encoding, Accept-Language, X-Forwarded-Proto...). A response
+	// whose Vary names a header not listed here is never shared.
+	// Default: none.
+	KeyHeaders []string
+
+	// KeyFunc replaces the derived key. It is called for GET and HEAD
+	// requests only, which share entries, so the method need not be part
+	// of the key. Return "" to not share the request. Default: the derived
+	// key (see the package documentation).
+	KeyFunc func(*http.Request) string
+
+	// MaxBodyBytes is the largest body stored; a larger response is
+	// streamed to its client, not stored, and buffered no further than
+	// this. Keep it below the guard's MaxValueBytes. Default: 1 MiB.
+	MaxBodyBytes int
+
+	// Statuses are the response statuses shared. 206 and 5xx are never
+	// shared. Default: 200, 203, 204, 300, 301, 308, 404, 405, 410, 414.
+	Statuses []int
+
+	// HonorClientNoCache lets a client's Cache-Control: no-cache or
+	// no-store (or Pragma: no-cache) skip the cache and run the handler.
+	// Default: false, since any client could then stampede the origin.
+	HonorClientNoCache bool
+
+	// UpstreamWindows lets the handler's Cache-Control max-age, s-maxage,
+	// stale-while-revalidate and stale-if-error set the guard's fresh and
+	// stale windows per key. Default: false (the guard's windows apply).
+	UpstreamWindows bool
+}
+
+func (c Config) options() httpcache.Options {
+	return httpcache.Options{
+		KeyHeaders:         c.KeyHeaders,
+		KeyFunc:            c.KeyFunc,
+		MaxBodyBytes:       c.MaxBodyBytes,
+		Statuses:           c.Statuses,
+		HonorClientNoCache: c.HonorClientNoCache,
+		UpstreamWindows:    c.UpstreamWindows,
+	}
+}
+
+// Middleware returns a middleware that serves GET responses of the handler
+// it wraps through g. It panics when g is nil.
+func Middleware(g *guard.Group, cfg Config) func(http.Handler) http.Handler {
+	eng := httpcache.New(g, cfg.options())
+	return func(next http.Handler) http.Handler {
+		run := func(w http.ResponseWriter, r *http.Request) error {
+			next.ServeHTTP(w, r)
+			return nil
+		}
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			err := eng.Serve(w, r, func() error { return run(w, r) }, run)
+			if se := (*httpcache.StatusError)(nil); errors.As(err, &se) {
+				http.Error(w, http.StatusText(se.Code), se.Code)
+			}
+		})
+	}
+}
