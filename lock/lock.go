@@ -398,7 +398,13 @@ func (c *Client) attempt(ctx context.Context, nm names, token, mode string, ttl,
 			a.holds = max(a.holds, v[2])
 		default:
 			busy++
-			if r := time.Duration(v[1]) * time.Millisecond; busy == 1 || r < a.retry {
+			r := time.Duration(v[1]) * time.Millisecond
+			if v[1] == 0 || v[1] == -2 {
+				// Under a millisecond left (PTTL rounds down), or gone by
+				// now: retry at once rather than fall back to ttl/4.
+				r = time.Millisecond
+			}
+			if busy == 1 || r < a.retry {
 				a.retry = r
 			}
 		}
