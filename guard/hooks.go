@@ -1,0 +1,101 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+)
+
+// MergeHooks returns Hooks that call each of hs in turn (for metrics and
+// logs together). Nil funcs are skipped.
+func MergeHooks(hs ...Hooks) Hooks {
+	var m Hooks
+	for _, h := range hs {
+		m.Hit = chain3(m.Hit, h.Hit)
+		m.Stale = chain2(m.Stale, h.Stale)
+		m.Miss = chain1(m.Miss, h.Miss)
+		m.Coalesced = chain1(m.Coalesced, h.Coalesced)
+		m.Load = chain3(m.Load, h.Load)
+		m.Lease = chain2(m.Lease, h.Lease)
+		m.Woken = chain3(m.Woken, h.Woken)
+		m.RefreshError = chain2(m.RefreshError, h.RefreshError)
+		m.FillRejected = chain1(m.FillRejected, h.FillRejected)
+		m.RedisError = chain2(m.RedisError, h.RedisError)
+		m.Breaker = chain1(m.Breaker, h.Breaker)
+		m.Corrupt = chain2(m.Corrupt, h.Corrupt)
+	}
+	return m
+}
+
+func chain1[A any](f, g func(A)) func(A) {
+	switch {
+	case f == nil:
+		return g
+	case g == nil:
+		return f
+	}
+	return func(a A) { f(a); g(a) }
+}
+
+func chain2[A, B any](f, g func(A, B)) func(A, B) {
+	switch {
+	case f == nil:
+		return g
+	case g == nil:
+		return f
+	}
+	return func(a A, b B) { f(a, b); g(a, b) }
+}
+
+func chain3[A, B, C any](f, g func(A, B, C)) func(A, B, C) {
+	switch {
+	case f == nil:
+		return g
+	case g == nil:
+		return f
+	}
+	return func(a A, b B, c C) { f(a, b, c); g(a, b, c) }
+}
+
+// LogHooks returns Hooks that log the few events worth a line to l: a
+// failed background refresh and a failed load (warn), the breaker opening
+// (error) and closing (info), a corrupt entry (warn) and a failed Redis
+// call (warn; while Redis is down the breaker keeps these few). Keys are
+// not logged,
+// only their length: they may carry user data. Combine with metrics hooks
+// through MergeHooks. Nothing is logged unless these hooks are installed.
+func LogHooks(l *slog.Logger) Hooks {
+	ctx := context.Background()
+	return Hooks{
+		Load: func(key string, d time.Duration, err error) {
+			if err != nil && !isQuiet(err) {
+				l.LogAttrs(ctx, slog.LevelWarn, "stampede: load failed",
+					slog.Int("key_len", len(key)), slog.Duration("took", d), slog.Any("err", err))
+			}
+		},
+		RefreshError: func(key string, err error) {
+			l.LogAttrs(ctx, slog.LevelWarn, "stampede: refresh failed, serving stale",
+				slog.Int("key_len", len(key)), slog.Any("err", err))
+		},
+		Breaker: func(open bool) {
+			if open {
+				l.LogAttrs(ctx, slog.LevelError, "stampede: Redis breaker open; serving through in-process singleflight")
+			} else {
+				l.LogAttrs(ctx, slog.LevelInfo, "stampede: Redis breaker closed; coordination resumed")
+			}
+		},
+		Corrupt: func(key string, err error) {
+			l.LogAttrs(ctx, slog.LevelWarn, "stampede: corrupt cache entry treated as a miss",
+				slog.Int("key_len", len(key)), slog.Any("err", err))
+		},
+		RedisError: func(op string, err error) {
+			l.LogAttrs(ctx, slog.LevelWarn, "stampede: Redis call failed", slog.String("op", op), slog.Any("err", err))
+		},
+	}
+}
+
+// isQuiet reports load outcomes that are answers, not failures.
+func isQuiet(err error) bool {
+	return errors.Is(err, ErrNotFound) || isNoStore(err)
+}
