@@ -27,6 +27,11 @@ func writeTable(w io.Writer, results []result) {
 		fmt.Fprintf(w, "%-13s answers: %s\n", r.name, breakdown(r.statuses))
 	}
 	for _, r := range results {
+		if r.hooks != nil {
+			fmt.Fprintf(w, "\n%s hooks (all nodes): %v\n", r.name, r.hooks)
+		}
+	}
+	for _, r := range results {
 		if r.firstErr != nil {
 			fmt.Fprintf(w, "%-13s first error: %v\n", r.name, r.firstErr)
 		}

@@ -34,6 +34,7 @@ type nodeEnv struct {
 	prefix string // the strategy's key namespace
 	origin *origin
 	cfg    config
+	hooks  *hookCounts // what the guard's Hooks counted, all nodes together
 }
 
 type strategy struct {
@@ -142,6 +143,7 @@ func newGuardNode(e nodeEnv) (node, error) {
 		FreshFor:  e.cfg.Fresh,
 		StaleFor:  e.cfg.Stale,
 		NoStale:   e.cfg.Stale == 0,
+		Hooks:     e.hooks.hooks(),
 	})
 	if err != nil {
 		return nil, err

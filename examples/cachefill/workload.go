@@ -25,6 +25,7 @@ type result struct {
 	p50, p99 time.Duration
 	statuses map[string]int64 // answers by outcome
 	firstErr error            // the first error a client saw
+	hooks    *hookCounts      // guard only: what its Hooks counted
 }
 
 // clientStats is what one client recorded; only its goroutine touches it.
@@ -71,12 +72,13 @@ func runStrategy(ctx context.Context, cfg config, srv *server, s strategy, stder
 		return errors.Join(errs...)
 	}
 	defer func() { _ = closeAll() }() // on early returns; a no-op after the one below
+	hooks := &hookCounts{}
 	for range cfg.Nodes {
 		// One connection per client, a few more for the guard's
 		// subscription and background refreshes.
 		rdb := srv.client(cfg.Clients + 8)
 		rdbs = append(rdbs, rdb)
-		n, err := s.newNode(nodeEnv{rdb: rdb, prefix: prefix, origin: org, cfg: cfg})
+		n, err := s.newNode(nodeEnv{rdb: rdb, prefix: prefix, origin: org, cfg: cfg, hooks: hooks})
 		if err != nil {
 			return result{}, err
 		}
@@ -114,6 +116,9 @@ func runStrategy(ctx context.Context, cfg config, srv *server, s strategy, stder
 	}
 
 	res := result{name: s.name, loads: org.loads.Load(), statuses: map[string]int64{}}
+	if s.name == "guard" {
+		res.hooks = hooks
+	}
 	var lat []time.Duration
 	for _, cs := range stats {
 		lat = append(lat, cs.lat...)
