@@ -1,0 +1,5 @@
+//go:build race
+
+package stampedeotel_test
+
+const raceEnabled = true

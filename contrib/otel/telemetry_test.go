@@ -1,0 +1,386 @@
+package stampedeotel_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric/noop"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	stampedeotel "github.com/stampede-go/stampede/contrib/otel"
+	"github.com/stampede-go/stampede/guard"
+	"github.com/stampede-go/stampede/lock"
+)
+
+const g = "stampede.group=default"
+
+func TestGuardHooks(t *testing.T) {
+	boom := errors.New("boom")
+	tests := []struct {
+		name string
+		fire func(h guard.Hooks)
+		want map[string]float64
+	}{
+		{"hit", func(h guard.Hooks) { h.Hit("k", time.Second, false) },
+			map[string]float64{"stampede.requests{" + g + ",stampede.status=hit}": 1}},
+		{"hit local", func(h guard.Hooks) { h.Hit("k", time.Second, true) },
+			map[string]float64{"stampede.requests{" + g + ",stampede.status=hit_local}": 1}},
+		{"stale", func(h guard.Hooks) { h.Stale("k", time.Minute) },
+			map[string]float64{"stampede.requests{" + g + ",stampede.status=stale}": 1}},
+		{"miss", func(h guard.Hooks) { h.Miss("k") },
+			map[string]float64{"stampede.requests{" + g + ",stampede.status=miss}": 1}},
+		{"coalesced", func(h guard.Hooks) { h.Miss("k"); h.Coalesced("k") },
+			map[string]float64{
+				"stampede.requests{" + g + ",stampede.status=miss}": 1,
+				"stampede.coalesced{" + g + "}":                     1,
+			}},
+		{"load ok", func(h guard.Hooks) { h.Load("k", 250*time.Millisecond, nil) },
+			map[string]float64{
+				"stampede.loads{" + g + ",stampede.result=ok}": 1,
+				"stampede.load.duration_count{" + g + "}":      1,
+				"stampede.load.duration_sum{" + g + "}":        0.25,
+			}},
+		{"load not found", func(h guard.Hooks) { h.Load("k", time.Second, fmt.Errorf("row: %w", guard.ErrNotFound)) },
+			map[string]float64{
+				"stampede.loads{" + g + ",stampede.result=not_found}": 1,
+				"stampede.load.duration_count{" + g + "}":             1,
+				"stampede.load.duration_sum{" + g + "}":               1,
+			}},
+		{"load error", func(h guard.Hooks) { h.Load("k", 2*time.Second, boom) },
+			map[string]float64{
+				"stampede.loads{" + g + ",stampede.result=error}": 1,
+				"stampede.load.duration_count{" + g + "}":         1,
+				"stampede.load.duration_sum{" + g + "}":           2,
+			}},
+		{"lease", func(h guard.Hooks) { h.Lease("k", true); h.Lease("k", false); h.Lease("j", false) },
+			map[string]float64{
+				"stampede.leases{" + g + ",stampede.result=won}":  1,
+				"stampede.leases{" + g + ",stampede.result=busy}": 2,
+			}},
+		{"woken", func(h guard.Hooks) { h.Woken("k", false, time.Second/2); h.Woken("k", true, time.Second) },
+			map[string]float64{
+				"stampede.wakeups{" + g + ",stampede.source=timer}":        1,
+				"stampede.wakeups{" + g + ",stampede.source=notification}": 1,
+				"stampede.wait.duration_count{" + g + "}":                  2,
+				"stampede.wait.duration_sum{" + g + "}":                    1.5,
+			}},
+		{"refresh error", func(h guard.Hooks) { h.RefreshError("k", boom) },
+			map[string]float64{"stampede.refresh.errors{" + g + "}": 1}},
+		{"fill rejected", func(h guard.Hooks) { h.FillRejected("k") },
+			map[string]float64{"stampede.fill.rejections{" + g + "}": 1}},
+		{"corrupt", func(h guard.Hooks) { h.Corrupt("k", boom) },
+			map[string]float64{"stampede.corrupt.entries{" + g + "}": 1}},
+		{"redis error", func(h guard.Hooks) { h.RedisError("read", boom); h.RedisError("scan", boom) },
+			map[string]float64{
+				"stampede.redis.errors{" + g + ",stampede.redis.op=read}": 1,
+				"stampede.redis.errors{" + g + ",stampede.redis.op=scan}": 1,
+			}},
+		{"breaker open", func(h guard.Hooks) { h.Breaker(true) },
+			map[string]float64{
+				"stampede.breaker.open{" + g + "}":                                    1,
+				"stampede.breaker.transitions{stampede.breaker.state=open," + g + "}": 1,
+			}},
+		{"breaker open and closed", func(h guard.Hooks) { h.Breaker(true); h.Breaker(false) },
+			map[string]float64{
+				"stampede.breaker.transitions{stampede.breaker.state=open," + g + "}":   1,
+				"stampede.breaker.transitions{stampede.breaker.state=closed," + g + "}": 1,
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tel, reader, _ := setup(t, stampedeotel.Options{})
+			tt.fire(tel.GuardHooks())
+			if d := diff(collect(t, reader, false), tt.want); d != "" {
+				t.Error(d)
+			}
+		})
+	}
+}
+
+func TestLockHooks(t *testing.T) {
+	tests := []struct {
+		name string
+		fire func(h lock.Hooks)
+		want map[string]float64
+	}{
+		{"obtained", func(h lock.Hooks) { h.Obtained("job", 7, time.Second) },
+			map[string]float64{
+				"stampede.lock.obtained{" + g + "}":            1,
+				"stampede.lock.wait.duration_count{" + g + "}": 1,
+				"stampede.lock.wait.duration_sum{" + g + "}":   1,
+			}},
+		{"renewed", func(h lock.Hooks) { h.Renewed("job", nil); h.Renewed("job", nil); h.Renewed("job", lock.ErrNotHeld) },
+			map[string]float64{
+				"stampede.lock.renewals{" + g + ",stampede.result=ok}":     2,
+				"stampede.lock.renewals{" + g + ",stampede.result=failed}": 1,
+			}},
+		{"lost", func(h lock.Hooks) { h.Lost("job") },
+			map[string]float64{"stampede.lock.lost{" + g + "}": 1}},
+		{"released", func(h lock.Hooks) { h.Released("job", 3*time.Second) },
+			map[string]float64{
+				"stampede.lock.released{" + g + "}":            1,
+				"stampede.lock.hold.duration_count{" + g + "}": 1,
+				"stampede.lock.hold.duration_sum{" + g + "}":   3,
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tel, reader, _ := setup(t, stampedeotel.Options{})
+			tt.fire(tel.LockHooks())
+			if d := diff(collect(t, reader, false), tt.want); d != "" {
+				t.Error(d)
+			}
+		})
+	}
+}
+
+// The series of a kind exist at zero once their hooks do.
+func TestZeroSeries(t *testing.T) {
+	tel, reader, _ := setup(t, stampedeotel.Options{})
+	if n := len(collect(t, reader, true)); n != 0 {
+		t.Fatalf("%d points before any hooks, want 0", n)
+	}
+	tel.GuardHooks()
+	got := collect(t, reader, true)
+	for _, k := range []string{
+		"stampede.requests{" + g + ",stampede.status=hit_local}",
+		"stampede.redis.errors{" + g + ",stampede.redis.op=invalidate}",
+		"stampede.breaker.open{" + g + "}",
+		"stampede.breaker.transitions{stampede.breaker.state=closed," + g + "}",
+	} {
+		if v, ok := got[k]; !ok || v != 0 {
+			t.Errorf("%s = %v (present %v), want 0", k, v, ok)
+		}
+	}
+	for k := range got {
+		if strings.HasPrefix(k, "stampede.lock.") {
+			t.Errorf("lock point %s before LockHooks", k)
+		}
+	}
+}
+
+func TestKeyLabel(t *testing.T) {
+	tel, reader, _ := setup(t, stampedeotel.Options{Group: "api", KeyLabel: prefix, MaxKeyLabels: 2})
+	h, lh := tel.GuardHooks(), tel.LockHooks()
+	for _, k := range []string{"user:1", "user:2", "order:1", "cart:1", "page:9", "user:3"} {
+		h.Miss(k)
+	}
+	h.RedisError("read", errors.New("boom"))
+	lh.Lost("job:1")
+	lh.Lost("\xff:1") // invalid UTF-8 would fail an OTLP export
+	const a = "stampede.group=api"
+	want := map[string]float64{
+		"stampede.requests{" + a + ",stampede.key=user,stampede.status=miss}":  3,
+		"stampede.requests{" + a + ",stampede.key=order,stampede.status=miss}": 1,
+		"stampede.requests{" + a + ",stampede.key=other,stampede.status=miss}": 2,
+		"stampede.redis.errors{" + a + ",stampede.redis.op=read}":              1,
+		"stampede.lock.lost{" + a + ",stampede.key=job}":                       1,
+		"stampede.lock.lost{" + a + ",stampede.key=\uFFFD}":                    1,
+	}
+	if d := diff(collect(t, reader, false), want); d != "" {
+		t.Error(d)
+	}
+}
+
+func TestConcurrentHooks(t *testing.T) {
+	tel, reader, _ := setup(t, stampedeotel.Options{KeyLabel: prefix, MaxKeyLabels: 8})
+	const workers, rounds = 8, 500
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			h := tel.GuardHooks()
+			for i := range rounds {
+				key := fmt.Sprintf("p%d:%d", (w+i)%16, i)
+				h.Miss(key)
+				h.Load(key, time.Millisecond, nil)
+			}
+		})
+	}
+	wg.Wait()
+	var misses, labels float64
+	for k, v := range collect(t, reader, false) {
+		if strings.HasPrefix(k, "stampede.requests{") {
+			misses += v
+			labels++
+		}
+	}
+	if misses != workers*rounds {
+		t.Errorf("misses = %v, want %d", misses, workers*rounds)
+	}
+	if labels != 9 { // 8 labels and "other"
+		t.Errorf("key labels = %v, want 9", labels)
+	}
+}
+
+func TestDefaultsToGlobalProviders(t *testing.T) {
+	tel, err := stampedeotel.New(stampedeotel.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tel.GuardHooks().Miss("k") // the global no-op provider: nothing to see, nothing to break
+	tel.LockHooks().Lost("k")
+	if _, err := tel.WrapLoad("k", func(context.Context) ([]byte, error) { return nil, nil })(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stampedeotel.New(stampedeotel.Options{MeterProvider: noop.NewMeterProvider()}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func attrs(s sdktrace.ReadOnlySpan) map[attribute.Key]string {
+	m := map[attribute.Key]string{}
+	for _, a := range s.Attributes() {
+		m[a.Key] = a.Value.Emit()
+	}
+	return m
+}
+
+func TestWrapLoad(t *testing.T) {
+	boom := errors.New("boom")
+	tests := []struct {
+		name       string
+		load       guard.LoadFunc
+		result     string
+		code       codes.Code
+		exceptions int
+	}{
+		{"ok", func(context.Context) ([]byte, error) { return []byte("v"), nil }, "ok", codes.Unset, 0},
+		{"not found", func(context.Context) ([]byte, error) { return nil, guard.ErrNotFound }, "not_found", codes.Unset, 0},
+		{"error", func(context.Context) ([]byte, error) { return nil, boom }, "error", codes.Error, 1},
+		{"panic", func(context.Context) ([]byte, error) { panic(boom) }, "error", codes.Error, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tel, _, rec := setup(t, stampedeotel.Options{Group: "api", KeyLabel: prefix})
+			func() {
+				defer func() {
+					if p := recover(); p != boom && tt.name == "panic" {
+						t.Errorf("recovered %v, want the loader's panic", p)
+					}
+				}()
+				_, _ = tel.WrapLoad("user:1", tt.load)(context.Background())
+			}()
+			spans := rec.Ended()
+			if len(spans) != 1 {
+				t.Fatalf("%d spans, want 1", len(spans))
+			}
+			s := spans[0]
+			if s.Name() != stampedeotel.SpanLoad {
+				t.Errorf("name %q, want %q", s.Name(), stampedeotel.SpanLoad)
+			}
+			a := attrs(s)
+			if a[stampedeotel.ResultKey] != tt.result || a[stampedeotel.GroupKey] != "api" || a[stampedeotel.KeyKey] != "user" {
+				t.Errorf("attributes %v, want result %s, group api, key user", a, tt.result)
+			}
+			if s.Status().Code != tt.code {
+				t.Errorf("status %v, want %v", s.Status().Code, tt.code)
+			}
+			if n := len(s.Events()); n != tt.exceptions {
+				t.Errorf("%d events, want %d", n, tt.exceptions)
+			}
+		})
+	}
+}
+
+// TestThroughGuardAndLock drives the hooks and spans through a real Group
+// and lock Client.
+func TestThroughGuardAndLock(t *testing.T) {
+	rdb := newRedis(t)
+	tel, reader, rec := setup(t, stampedeotel.Options{Group: "products"})
+	grp, err := guard.New(rdb, guard.Options{Hooks: tel.GuardHooks()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer grp.Close()
+	locks := lock.New(rdb, lock.Options{Hooks: tel.LockHooks()})
+	defer locks.Close()
+
+	ctx := context.Background()
+	load := func(context.Context) ([]byte, error) { return []byte("v"), nil }
+	for i, want := range []guard.Status{guard.Miss, guard.Hit} {
+		r, err := tel.Do(ctx, grp, "product:1", load)
+		if err != nil || r.Status != want {
+			t.Fatalf("call %d: %v, %v; want %v", i, r.Status, err, want)
+		}
+	}
+	if _, err := tel.Do(ctx, grp, "product:2", func(context.Context) ([]byte, error) { return nil, guard.ErrNotFound }); !errors.Is(err, guard.ErrNotFound) {
+		t.Fatalf("not found: got %v", err)
+	}
+	l, err := locks.Obtain(ctx, "job", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	got := collect(t, reader, false)
+	const p = "stampede.group=products"
+	for k, want := range map[string]float64{
+		"stampede.requests{" + p + ",stampede.status=hit}":    1,
+		"stampede.requests{" + p + ",stampede.status=miss}":   2,
+		"stampede.loads{" + p + ",stampede.result=ok}":        1,
+		"stampede.loads{" + p + ",stampede.result=not_found}": 1,
+		"stampede.load.duration_count{" + p + "}":             2,
+		"stampede.leases{" + p + ",stampede.result=won}":      2,
+		"stampede.lock.obtained{" + p + "}":                   1,
+		"stampede.lock.released{" + p + "}":                   1,
+		"stampede.lock.hold.duration_count{" + p + "}":        1,
+	} {
+		if got[k] != want {
+			t.Errorf("%s = %v, want %v", k, got[k], want)
+		}
+	}
+	if v := got["stampede.requests{"+p+",stampede.status=stale}"] + got["stampede.redis.errors{"+p+",stampede.redis.op=read}"]; v != 0 {
+		t.Errorf("stale or read errors = %v, want 0", v)
+	}
+
+	// Ended in order: load 1, do 1, do 2, load 2, do 3.
+	spans := rec.Ended()
+	var names []string
+	for _, s := range spans {
+		names = append(names, s.Name()+"/"+attrs(s)[stampedeotel.StatusKey]+attrs(s)[stampedeotel.ResultKey])
+	}
+	if got, want := strings.Join(names, " "), "stampede.load/ok stampede.do/miss stampede.do/hit stampede.load/not_found stampede.do/miss"; got != want {
+		t.Fatalf("spans %q, want %q", got, want)
+	}
+	if spans[0].Parent().SpanID() != spans[1].SpanContext().SpanID() {
+		t.Error("the load span is not a child of the miss's do span")
+	}
+	for _, s := range spans {
+		if s.Status().Code != codes.Unset {
+			t.Errorf("%s: status %v, want unset (not found is an answer)", s.Name(), s.Status())
+		}
+	}
+}
+
+func TestHooksDoNotAllocate(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	for _, opts := range []stampedeotel.Options{{}, {KeyLabel: prefix}} {
+		tel, _, _ := setup(t, opts)
+		h, lh := tel.GuardHooks(), tel.LockHooks()
+		h.Hit("user:1", 0, false) // builds the key label's attribute sets
+		lh.Released("user:1", 0)
+		boom := errors.New("boom")
+		allocs := testing.AllocsPerRun(100, func() {
+			h.Hit("user:1", time.Second, false)
+			h.Miss("user:1")
+			h.Load("user:1", time.Millisecond, nil)
+			h.Woken("user:1", true, time.Millisecond)
+			h.RedisError("read", boom)
+			lh.Released("user:1", time.Second)
+		})
+		if allocs != 0 {
+			t.Errorf("KeyLabel set %v: %v allocations per run, want 0", opts.KeyLabel != nil, allocs)
+		}
+	}
+}

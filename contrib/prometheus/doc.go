@@ -1,0 +1,59 @@
+// Package stampedeprom exports the events of stampede's guard and lock
+// packages as Prometheus metrics.
+//
+// It lives in its own module so that programs that do not import it never
+// inherit the Prometheus client:
+//
+//	go get github.com/stampede-go/stampede/contrib/prometheus
+//
+// Usage:
+//
+//	m := stampedeprom.New(stampedeprom.Options{Group: "products"})
+//	prometheus.MustRegister(m)
+//	g, err := guard.New(rdb, guard.Options{Hooks: m.GuardHooks()})
+//	locks := lock.New(rdb, lock.Options{Hooks: m.LockHooks()})
+//
+// Metrics (namespace "stampede" by default; every series has a constant
+// "group" label, and a "key" label when Options.KeyLabel is set):
+//
+//	stampede_requests_total{status}          hit, hit_local, stale, miss
+//	stampede_coalesced_total                 misses that shared a flight (subset of miss)
+//	stampede_loads_total{result}             ok, not_found, error
+//	stampede_load_duration_seconds           histogram of loader calls
+//	stampede_leases_total{result}            won, busy
+//	stampede_wakeups_total{source}           notification, timer
+//	stampede_wait_duration_seconds           histogram, observed at each wake-up
+//	stampede_refresh_errors_total            failed background refreshes
+//	stampede_fill_rejections_total           fills refused as outdated
+//	stampede_corrupt_entries_total           undecodable entries
+//	stampede_redis_errors_total{op}          get, read, fill, renew, release, invalidate
+//	stampede_breaker_open                    gauge: open Redis breakers
+//	stampede_breaker_transitions_total{state} open, closed
+//	stampede_lock_obtained_total
+//	stampede_lock_wait_duration_seconds
+//	stampede_lock_renewals_total{result}     ok, failed
+//	stampede_lock_lost_total
+//	stampede_lock_released_total
+//	stampede_lock_hold_duration_seconds
+//
+// The counters count hook events, not calls of guard.Group.Do: a call
+// answered while Redis is unavailable (guard.Degraded) reports no status,
+// only its load. Sum the status values for the lookup rate; do not add
+// coalesced_total to them, it is part of miss. The hit ratio is
+//
+//	sum(rate(stampede_requests_total{status=~"hit|hit_local"}[5m]))
+//	  / sum(rate(stampede_requests_total[5m]))
+//
+// A loader's guard.NoStore answer counts as result="error": the hook sees
+// only the error.
+//
+// The hooks are cheap: each series is bound once (at the first GuardHooks or
+// LockHooks call, or at the first event of a key label), so an event is a
+// map lookup at most and an atomic add, without locks or allocations. Series
+// of one kind appear at zero once their hooks exist, so a rate() over them
+// is defined before the first event.
+//
+// To tell several Groups apart, give each its own Metrics with its own
+// Group and register them all; they share metric names and differ in the
+// group label.
+package stampedeprom

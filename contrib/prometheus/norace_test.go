@@ -1,0 +1,5 @@
+//go:build !race
+
+package stampedeprom_test
+
+const raceEnabled = false
