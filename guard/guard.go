@@ -93,6 +93,9 @@ type Group struct {
 	fmu     sync.Mutex
 	flights map[string]*flight // read flights with callers waiting
 
+	lmu   sync.Mutex
+	loads map[string]*runningLoad // the load of each key running in this process
+
 	// testJoined, set by tests, runs when a caller has joined the read
 	// flight of key (as its leader or a follower): the seam tests use to
 	// know a herd is inside one flight.
@@ -137,7 +140,14 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 	g.firstLease = min(o.LockTTL, leaseGrace)
 	g.leaseArg = ms(g.firstLease)
 	g.chanArg = g.hub.Channel()
-	g.waitArg = ms(o.WaitTimeout + o.LockTTL)
+	// Saturate: a huge WaitTimeout (math.MaxInt64, "wait forever") must not
+	// overflow into a negative wait, which the read script rejects on every
+	// call, leaving the Group degraded for good.
+	wait := o.WaitTimeout + o.LockTTL
+	if wait < 0 {
+		wait = math.MaxInt64
+	}
+	g.waitArg = ms(wait)
 	g.keepArg = ms(fenceRetention)
 	if o.LocalEntries > 0 {
 		g.loc = expirable.NewLRU[string, localEntry](o.LocalEntries, nil, o.LocalTTL)
@@ -147,7 +157,14 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 	g.goBackground(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), o.WaitTimeout)
 		defer cancel()
-		_ = g.hub.Ready(ctx)
+		if err := g.hub.Ready(ctx); err != nil {
+			if rerr := redis.Error(nil); errors.As(err, &rerr) {
+				// Refused (NOPERM): waiters fall back to polling; say why.
+				if h := o.Hooks.RedisError; h != nil {
+					h("subscribe", err)
+				}
+			}
+		}
 	})
 	return g, nil
 }
@@ -226,6 +243,9 @@ func (g *Group) Do(ctx context.Context, key string, load LoadFunc, opts ...CallO
 		return Result{}, err
 	}
 	co := g.callOptions(opts)
+	if co.err != nil {
+		return Result{}, co.err
+	}
 	if g.loc != nil {
 		if le, ok := g.loc.Get(key); ok && time.Now().Before(le.freshUntil) {
 			age := time.Since(le.written)
@@ -394,6 +414,10 @@ func (g *Group) lookup(ctx context.Context, key string, load LoadFunc, co callOp
 
 func (g *Group) check(ctx context.Context, key string, load LoadFunc) error {
 	switch {
+	case g == nil:
+		// Fetch and Wrap'd funcs take the Group as an argument: a nil one
+		// is an error for the call, not a nil-pointer panic.
+		return errors.New("guard: nil Group")
 	case ctx == nil:
 		return errors.New("guard: nil context")
 	case load == nil:
@@ -669,7 +693,7 @@ func (g *Group) loadAndFill(ctx context.Context, key string, nm names, load Load
 	if fence > 0 {
 		stop = g.renewLease(nm, fence)
 	}
-	v, err, d := g.callLoader(ctx, key, load)
+	v, err, d := g.callLoader(ctx, key, load, false)
 	stop()
 
 	f := fillSpec{fence: fence, loadDur: d, mode: "w"}
@@ -688,15 +712,19 @@ func (g *Group) loadAndFill(ctx context.Context, key string, nm names, load Load
 		// Stale-if-error: keep the stale value, and hold the lease for the
 		// back-off so no node retries at once.
 		f.mode, f.keepLease = "-", g.opts.ErrorBackoff
-		if h := g.opts.Hooks.RefreshError; h != nil {
-			h(key, err)
-		}
 	default:
 		// A cold key: an error marker (never over a value) makes every node
 		// back off instead of calling the failing loader again.
 		f.mode, f.fresh, f.flags = "m", g.opts.ErrorBackoff, "e"
 	}
 	g.store(ctx, key, nm, f)
+	if f.keepLease > 0 {
+		// Reported once the lease is held for the back-off, so whoever
+		// watches the hook sees the state it describes.
+		if h := g.opts.Hooks.RefreshError; h != nil {
+			h(key, err)
+		}
+	}
 	if err != nil {
 		return Result{Status: Miss}, err
 	}
@@ -715,9 +743,56 @@ func (g *Group) jittered(d time.Duration) time.Duration {
 	return d - time.Duration(rand.Float64()*g.opts.Jitter*float64(d))
 }
 
+// runningLoad is a load of one key in progress in this process; done is
+// closed once v, err and d are set.
+type runningLoad struct {
+	done chan struct{}
+	v    []byte
+	err  error
+	d    time.Duration
+}
+
 // callLoader runs load detached from every caller, bounded by LoadTimeout,
-// turning a panic into *PanicError.
-func (g *Group) callLoader(ctx context.Context, key string, load LoadFunc) (v []byte, err error, d time.Duration) {
+// turning a panic into *PanicError. At most one load of a key runs in this
+// process at a time, whichever path asked for it (a miss, a background
+// refresh, Redis being unavailable). With join set, the caller only needs a
+// value and takes the result of a load of key already running. Without it,
+// the result will be stored under a lease just won: the caller waits for a
+// running load to end and then loads anew, because a value whose load began
+// before the lease was taken must not be stored under the lease's fence (it
+// could be older than a fill that landed meanwhile).
+func (g *Group) callLoader(ctx context.Context, key string, load LoadFunc, join bool) (v []byte, err error, d time.Duration) {
+	g.lmu.Lock()
+	for {
+		r := g.loads[key]
+		if r == nil {
+			break
+		}
+		g.lmu.Unlock()
+		<-r.done // bounded by that load's LoadTimeout
+		if join {
+			return r.v, r.err, r.d
+		}
+		g.lmu.Lock()
+	}
+	if g.loads == nil {
+		g.loads = map[string]*runningLoad{}
+	}
+	r := &runningLoad{done: make(chan struct{})}
+	g.loads[key] = r
+	g.lmu.Unlock()
+	defer func() {
+		g.lmu.Lock()
+		delete(g.loads, key)
+		g.lmu.Unlock()
+		close(r.done)
+	}()
+	r.v, r.err, r.d = g.runLoader(ctx, key, load)
+	return r.v, r.err, r.d
+}
+
+// runLoader calls load once; see callLoader.
+func (g *Group) runLoader(ctx context.Context, key string, load LoadFunc) (v []byte, err error, d time.Duration) {
 	ctx, cancel := context.WithTimeout(ctx, g.opts.LoadTimeout)
 	defer cancel()
 	start := time.Now()
@@ -736,9 +811,10 @@ func (g *Group) callLoader(ctx context.Context, key string, load LoadFunc) (v []
 	return v, err, d
 }
 
-// loadOnly loads through this process's singleflight without Redis.
+// loadOnly loads without Redis, sharing a load of key already running in
+// this process.
 func (g *Group) loadOnly(ctx context.Context, key string, load LoadFunc, st Status) (Result, error) {
-	v, err, _ := g.callLoader(ctx, key, load)
+	v, err, _ := g.callLoader(ctx, key, load, true)
 	return Result{Value: v, Status: st}, err
 }
 
@@ -774,15 +850,27 @@ func (g *Group) Invalidate(ctx context.Context, key string) error {
 }
 
 // Fetch is Do for values of any type: load's result is stored as JSON
-// ([]byte and string are stored as they are).
+// ([]byte and string are stored as they are). A nil g or load is an error,
+// as for Do. A value JSON cannot encode is returned as an error to the
+// callers of the flight and stores nothing (see NoStore): it is a bug of
+// the caller, not an origin failure to back off from.
 func Fetch[T any](ctx context.Context, g *Group, key string, load func(context.Context) (T, error), opts ...CallOption) (T, error) {
 	var zero T
+	if load == nil {
+		// Checked here: the LoadFunc below wraps load, so Do cannot see it
+		// is nil, and calling it would store a panic's error marker.
+		return zero, errors.New("guard: nil load func")
+	}
 	raw, err := g.Get(ctx, key, func(ctx context.Context) ([]byte, error) {
 		v, err := load(ctx)
 		if err != nil {
 			return nil, err
 		}
-		return marshal(v)
+		b, err := marshal(v)
+		if err != nil {
+			return nil, NoStore(err)
+		}
+		return b, nil
 	}, opts...)
 	if err != nil {
 		return zero, err
@@ -791,8 +879,18 @@ func Fetch[T any](ctx context.Context, g *Group, key string, load func(context.C
 }
 
 // Wrap returns load guarded by g: calls with arguments that map to the same
-// key share one load across the fleet.
+// key share one load across the fleet. It panics if g, key or load is nil:
+// those are programming errors, caught where the func is built rather than
+// on every call.
 func Wrap[A, T any](g *Group, key func(A) string, load func(context.Context, A) (T, error), opts ...CallOption) func(context.Context, A) (T, error) {
+	switch {
+	case g == nil:
+		panic("guard: Wrap with a nil Group")
+	case key == nil:
+		panic("guard: Wrap with a nil key func")
+	case load == nil:
+		panic("guard: Wrap with a nil load func")
+	}
 	return func(ctx context.Context, a A) (T, error) {
 		return Fetch(ctx, g, key(a), func(ctx context.Context) (T, error) { return load(ctx, a) }, opts...)
 	}

@@ -184,17 +184,29 @@ type CallOption func(*callOptions)
 type callOptions struct {
 	freshFor, staleFor time.Duration
 	staleSet           bool
+	err                error // the first invalid option, returned by the call
 }
 
-// WithFreshFor sets FreshFor for the value this call loads.
+// WithFreshFor sets FreshFor for the value this call loads. 0 keeps the
+// Group's FreshFor; a negative d makes the call fail with an error.
 func WithFreshFor(d time.Duration) CallOption {
-	return func(c *callOptions) { c.freshFor = d }
+	return func(c *callOptions) {
+		if d < 0 && c.err == nil {
+			c.err = fmt.Errorf("guard: negative WithFreshFor %v", d)
+		}
+		c.freshFor = d
+	}
 }
 
 // WithStaleFor sets StaleFor for the value this call loads (0: no stale
-// window).
+// window). A negative d makes the call fail with an error.
 func WithStaleFor(d time.Duration) CallOption {
-	return func(c *callOptions) { c.staleFor, c.staleSet = d, true }
+	return func(c *callOptions) {
+		if d < 0 && c.err == nil {
+			c.err = fmt.Errorf("guard: negative WithStaleFor %v", d)
+		}
+		c.staleFor, c.staleSet = d, true
+	}
 }
 
 // Hooks are optional callbacks for metrics and logs, called synchronously

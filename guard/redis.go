@@ -8,6 +8,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/stampede-go/stampede/scripts"
 )
 
@@ -76,7 +78,7 @@ func (g *Group) store(ctx context.Context, key string, nm names, f fillSpec) {
 	defer cancel()
 	sent := g.clk.local()
 	v, err := scripts.GuardFill.Run(rctx, g.rdb, nm.keys, f.fence, f.value, ms(fresh), ms(f.stale),
-		f.loadDur.Microseconds(), f.flags, f.mode, ms(f.keepLease), nm.entry).Int64Slice()
+		f.loadDur.Microseconds(), f.flags, f.mode, ms(f.keepLease), nm.entry, g.keepArg).Int64Slice()
 	if err != nil {
 		g.redisFailed("fill", err)
 		return
@@ -158,7 +160,22 @@ func (g *Group) redisFailed(op string, err error) {
 	if h := g.opts.Hooks.RedisError; h != nil {
 		h(op, err)
 	}
-	if !errors.Is(err, context.Canceled) {
+	if cc, ok := g.rdb.(*redis.ClusterClient); ok && !errors.Is(err, context.Canceled) {
+		// A dead master sends no MOVED, and go-redis otherwise reloads the
+		// slot map only every ClusterStateReloadInterval (60s by default):
+		// after a failover the promoted replica would go unused that long.
+		// The reload is asynchronous and go-redis coalesces bursts of them.
+		cc.ReloadState(context.Background())
+	}
+	switch {
+	case redis.HasErrorPrefix(err, "WRONGTYPE"):
+		// Redis answered: one key holds data of another type (written by
+		// something else under the namespace). That is the key's problem,
+		// not Redis's health; counting it would let one poisoned key open
+		// the breaker for every key of the Group. Recorded as a success so a
+		// half-open breaker's probe does not stay pending.
+		g.br.success()
+	case !errors.Is(err, context.Canceled):
 		g.br.failure()
 	}
 }

@@ -47,7 +47,7 @@ func scriptRead(t *testing.T, rdb redis.UniversalClient, n scriptNames) (raw []b
 func scriptFill(t *testing.T, rdb redis.UniversalClient, n scriptNames, fence int64, payload []byte, fresh, stale, loadUS int64, flags, mode string) (written bool, now int64) {
 	t.Helper()
 	res, err := scripts.GuardFill.Run(context.Background(), rdb, n.five(),
-		fence, payload, fresh, stale, loadUS, flags, mode, 0, "").Slice()
+		fence, payload, fresh, stale, loadUS, flags, mode, 0, "", 86_400_000).Slice()
 	if err != nil {
 		t.Fatalf("guard_fill: %v", err)
 	}

@@ -88,6 +88,9 @@ func (l *Lock) isLost() bool {
 // after Release returns. It returns ErrNotHeld, changing nothing in Redis,
 // when the lock was no longer ours.
 func (l *Lock) Release(ctx context.Context) error {
+	if ctx == nil {
+		return errors.New("lock: nil context")
+	}
 	l.stopWatchdog()
 	l.mu.Lock()
 	if l.released {
@@ -110,7 +113,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 	if released < l.c.quorum && released+len(failures) >= l.c.quorum {
 		// Unknown outcome: the caller may retry Release.
-		return fmt.Errorf("lock: release %q: %w", l.key, errors.Join(failures...))
+		return fmt.Errorf("lock: release: %w", errors.Join(failures...))
 	}
 	l.mu.Lock()
 	l.released = true
@@ -130,6 +133,9 @@ func (l *Lock) Release(ctx context.Context) error {
 // Refresh sets the lease of a held lock to ttl from now. It returns
 // ErrNotHeld, changing nothing, when the lock is no longer ours.
 func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
+	if ctx == nil {
+		return errors.New("lock: nil context")
+	}
 	if ttl < time.Millisecond {
 		return fmt.Errorf("lock: ttl %v is below 1ms", ttl)
 	}
@@ -176,9 +182,9 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration) error {
 		l.markLost()
 		return ErrNotHeld
 	case len(failures) > 0:
-		return fmt.Errorf("lock: refresh %q: %w", l.key, errors.Join(failures...))
+		return fmt.Errorf("lock: refresh: %w", errors.Join(failures...))
 	default:
-		return fmt.Errorf("lock: refresh %q: lease too short for the time taken", l.key)
+		return errors.New("lock: refresh: lease too short for the time taken")
 	}
 }
 
@@ -186,6 +192,9 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration) error {
 // smallest among the masters of a Redlock). It returns ErrNotHeld when the
 // lock is no longer ours.
 func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
+	if ctx == nil {
+		return 0, errors.New("lock: nil context")
+	}
 	replies, errs := fanout(ctx, l.c.nodes, l.c.opts.CleanupTimeout, func(ctx context.Context, n *node) (int64, error) {
 		return scripts.LockTTL.Run(ctx, n.rdb, []string{l.nm.lock}, l.token).Int64()
 	})
@@ -208,7 +217,7 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	case held >= l.c.quorum:
 		return ttl, nil
 	case len(failures) > 0:
-		return 0, fmt.Errorf("lock: ttl %q: %w", l.key, errors.Join(failures...))
+		return 0, fmt.Errorf("lock: ttl: %w", errors.Join(failures...))
 	default:
 		return 0, ErrNotHeld
 	}

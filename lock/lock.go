@@ -165,6 +165,9 @@ func validate(key string, ttl, wait time.Duration) error {
 }
 
 func (c *Client) obtain(ctx context.Context, key, owner string, reentrant bool, ttl time.Duration, opts []ObtainOption) (*Lock, error) {
+	if ctx == nil {
+		return nil, errors.New("lock: nil context")
+	}
 	var o obtainOptions
 	for _, opt := range opts {
 		opt(&o)
@@ -223,6 +226,12 @@ func (c *Client) obtain(ctx context.Context, key, owner string, reentrant bool, 
 		cancel()
 		if err != nil && (errors.Is(err, notify.ErrClosed) || ctx.Err() != nil) {
 			return nil, c.failed(ctx, key, nm, token, mode, false, ErrClosed)
+		}
+		if rerr := redis.Error(nil); errors.As(err, &rerr) {
+			// Redis refused the wake channel (NOPERM): no release could
+			// wake this waiter, so waiting would only turn a
+			// misconfiguration into ErrNotObtained.
+			return nil, c.failed(ctx, key, nm, token, mode, false, err)
 		}
 		// Unconfirmed in time: the fallback timer still serves.
 	}
@@ -299,7 +308,7 @@ func (c *Client) failed(ctx context.Context, key string, nm names, token, mode s
 	if errors.Is(err, ErrNotObtained) || errors.Is(err, ErrClosed) {
 		return err
 	}
-	return fmt.Errorf("lock: obtain %q: %w", key, err)
+	return fmt.Errorf("lock: obtain: %w", err)
 }
 
 // leaveQueue takes a waiter that gives up out of the wait queue, and passes

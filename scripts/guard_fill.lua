@@ -3,7 +3,7 @@
 --
 -- KEYS[1] entry key   (string: "~1,fresh_until,stale_until,written,load_us,fence,flags\n" payload)
 -- KEYS[2] lease key   (string: the fence of the holder)
--- KEYS[3] fence key   (not touched; passed so every name of the cache key is declared)
+-- KEYS[3] fence key   (counter of the key's fences; read, and minted into by a fence-0 write)
 -- KEYS[4] waiters key (set of the notification channels of callers waiting for a fill)
 -- KEYS[5] invalidation key (string: the fence minted by the last invalidation)
 -- ARGV[1] fence of the caller (decimal)
@@ -17,20 +17,32 @@
 -- ARGV[8] keep-lease in milliseconds: 0 releases the lease when it is the
 --         caller's; > 0 keeps it that long when it is the caller's (back-off)
 -- ARGV[9] notification payload, PUBLISHed to every waiter channel
+-- ARGV[10] fence retention in milliseconds (TTL of the fence key); needed
+--         when fence is 0 and the script writes
 --
--- A write is rejected (not done) when an invalidation minted a fence above
--- the caller's after its lease was taken, or when the current entry is a
--- valid v1 entry written with a higher fence: a late writer never goes back
--- in time. An equal fence is allowed (a retry of the same fill). Whether or
--- not it wrote, the script settles the caller's lease and wakes the waiters.
+-- A write is rejected (not done) when a fence above the caller's was minted
+-- after its lease was taken (another node took the lease over, or an
+-- invalidation), or when the current entry is a valid v1 entry written with
+-- a higher fence. So a holder whose lease was taken over never stores,
+-- whether or not the new holder has filled yet: the new holder's load may
+-- have begun before the old holder's, and storing both would let the older
+-- snapshot land last. An equal fence is allowed (a retry of the same fill
+-- while nobody took the lease over).
+--
+-- Fence 0 is a caller that loaded without a lease (it waited too long for
+-- another node's fill). It writes only when no fenced entry exists, and
+-- then mints a fence for its entry, which retires every lease taken before:
+-- their fills are rejected. Whether or not it wrote, the script settles the
+-- caller's lease and wakes the waiters.
 --
 -- Returns {written, now_ms, notified}: written is 1 when the entry was
 -- stored and 0 otherwise, now_ms the Redis clock in milliseconds (the entry's
 -- written time), notified the number of waiter channels published to.
-local entry, lease, waiters, inv = KEYS[1], KEYS[2], KEYS[4], KEYS[5]
+local entry, lease, fence, waiters, inv = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local mine, payload = ARGV[1], ARGV[2]
 local fresh, stale, loadus = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local flags, mode, hold, msg = ARGV[6], ARGV[7], tonumber(ARGV[8]), ARGV[9]
+local keep = tonumber(ARGV[10])
 
 -- less compares two canonical decimal strings exactly (no float rounding).
 local function less(a, b)
@@ -60,6 +72,9 @@ if mode ~= '-' then
   if not (flags == '' or flags == 'e' or (flags == 'n' and payload == '')) then
     return redis.error_reply('ERR guard_fill: bad flags ' .. flags)
   end
+  if mine == '0' and not (keep and keep > 0 and keep % 1 == 0) then
+    return redis.error_reply('ERR guard_fill: bad fence retention ' .. tostring(ARGV[10]))
+  end
 end
 
 local now = nowms()
@@ -69,6 +84,12 @@ if mode ~= '-' then
   local gen = redis.call('GET', inv)
   if gen and less(mine, gen) then
     ok = false
+  end
+  if ok and mine ~= '0' then
+    local cur = redis.call('GET', fence)
+    if cur and less(mine, cur) then
+      ok = false
+    end
   end
   if ok then
     if mode == 'm' then
@@ -82,8 +103,12 @@ if mode ~= '-' then
     end
   end
   if ok then
+    local f = mine
+    if mine == '0' then
+      f = string.format('%d', mint(fence, keep))
+    end
     local header = string.format('~1,%d,%d,%d,%s,%s,%s\n',
-      now + fresh, now + fresh + stale, now, loadus, mine, flags)
+      now + fresh, now + fresh + stale, now, loadus, f, flags)
     redis.call('SET', entry, header .. payload, 'PX', string.format('%d', fresh + stale))
     written = 1
   end

@@ -81,7 +81,7 @@ func runFill(rdb redis.UniversalClient, k guardKeys, a fillArgs) ([]any, error) 
 		a.mode = "w"
 	}
 	return GuardFill.Run(context.Background(), rdb, k.five(),
-		a.fence, a.payload, a.fresh, a.stale, a.loadUS, a.flags, a.mode, a.keep, a.msg).Slice()
+		a.fence, a.payload, a.fresh, a.stale, a.loadUS, a.flags, a.mode, a.keep, a.msg, retention).Slice()
 }
 
 // guardFill runs guard_fill.lua and returns whether it wrote, the Redis
@@ -471,9 +471,10 @@ func TestGuardLateFill(t *testing.T) {
 		if got := getString(t, rdb, k.lease); got != strconv.FormatInt(fc, 10) {
 			t.Errorf("A's fill touched C's lease: %s, want %d", got, fc)
 		}
-		// A retry of B's fill (same fence) is allowed; so is C's newer one.
-		if w, _, _ := guardFill(t, rdb, k, fillArgs{fence: fb, payload: "b2", fresh: 0, stale: 60000}); !w {
-			t.Error("retry with an equal fence rejected")
+		// C took a newer lease: a retry of B's fill is rejected now (C's load
+		// may have begun before B's retried value was loaded); C's is stored.
+		if w, _, _ := guardFill(t, rdb, k, fillArgs{fence: fb, payload: "b2", fresh: 0, stale: 60000}); w {
+			t.Error("retry of an old fill written after a newer lease was taken")
 		}
 		if w, _, _ := guardFill(t, rdb, k, fillArgs{fence: fc, payload: "c", fresh: 60000, stale: 60000}); !w {
 			t.Error("C's fill rejected")
@@ -845,4 +846,51 @@ func TestGuardMiniredis(t *testing.T) {
 	if f3 <= f2 || !guardLease(t, rdb, k, f3, 0) {
 		t.Errorf("fence %d after %d, or release failed", f3, f2)
 	}
+}
+
+// TestGuardTakenOverFill: once another caller takes the lease over, the old
+// holder's fill is rejected even before the new holder fills (the new
+// holder's load may have begun first, and would land an older snapshot
+// last). A retry while nobody took over is allowed. A lease-less fill
+// (fence 0) mints a fence for its entry, retiring every older lease.
+func TestGuardTakenOverFill(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
+		k := newGuardKeys(t)
+		fa := guardRead(t, rdb, k, leaseMs, "", 0).x
+		// A's lease ends (a pause, a partition); B takes the lease over.
+		if err := rdb.Del(context.Background(), k.lease).Err(); err != nil {
+			t.Fatal(err)
+		}
+		fb := guardRead(t, rdb, k, leaseMs, "", 0).x
+		if fb <= fa {
+			t.Fatalf("fences %d then %d, want increasing", fa, fb)
+		}
+		if w, _, _ := guardFill(t, rdb, k, fillArgs{fence: fa, payload: "a", fresh: 60000}); w {
+			t.Fatal("A's fill written after B took the lease over")
+		}
+		if w, _, _ := guardFill(t, rdb, k, fillArgs{fence: fb, payload: "b", fresh: 60000}); !w {
+			t.Fatal("B's fill rejected")
+		}
+		if w, _, _ := guardFill(t, rdb, k, fillArgs{fence: fb, payload: "b2", fresh: 60000}); !w {
+			t.Fatal("B's retry rejected while nobody took the lease over")
+		}
+
+		// A lease-less fill over a missing entry mints a fence above D's
+		// outstanding lease, so D's later fill cannot land an older value.
+		k2 := newGuardKeys(t)
+		fd := guardRead(t, rdb, k2, leaseMs, "", 0).x
+		if w, _, _ := guardFill(t, rdb, k2, fillArgs{fence: 0, payload: "local", fresh: 60000}); !w {
+			t.Fatal("lease-less fill over a missing entry rejected")
+		}
+		if h := getEntry(t, rdb, k2); h.payload != "local" || h.fence <= fd {
+			t.Fatalf("lease-less entry = %+v, want payload local with a fence above %d", h, fd)
+		}
+		if w, _, _ := guardFill(t, rdb, k2, fillArgs{fence: fd, payload: "d", fresh: 60000}); w {
+			t.Fatal("a lease older than the lease-less fill's fence was still allowed to write")
+		}
+		// And a lease-less fill never replaces a fenced entry.
+		if w, _, _ := guardFill(t, rdb, k2, fillArgs{fence: 0, payload: "again", fresh: 60000}); w {
+			t.Fatal("lease-less fill replaced a fenced entry")
+		}
+	})
 }

@@ -35,6 +35,8 @@ type Hub struct {
 	mu      sync.Mutex
 	ps      *redis.PubSub
 	ready   chan struct{} // closed when Redis confirmed the SUBSCRIBE
+	refused chan struct{} // closed when Redis refused it; refusal says why
+	refusal error
 	done    chan struct{} // closed when the dispatcher exits
 	quit    chan struct{} // closed by Close
 	closed  bool
@@ -54,7 +56,7 @@ func NewChannel(prefix string) string {
 func New(rdb redis.UniversalClient, channel string) *Hub {
 	return &Hub{
 		rdb: rdb, channel: channel,
-		ready: make(chan struct{}), quit: make(chan struct{}),
+		ready: make(chan struct{}), refused: make(chan struct{}), quit: make(chan struct{}),
 		waiters: map[string]map[chan struct{}]struct{}{},
 	}
 }
@@ -77,7 +79,9 @@ func (h *Hub) Subscribed() bool {
 
 // Ready subscribes on first use and waits until Redis confirmed the
 // subscription or ctx ends. It returns ctx's error in the latter case; the
-// subscription then still completes in the background.
+// subscription then still completes in the background. When Redis refused
+// the subscription (an ACL user without access to the channel: NOPERM),
+// Ready returns Redis's reply, a redis.Error, at once.
 func (h *Hub) Ready(ctx context.Context) error {
 	h.mu.Lock()
 	if h.closed {
@@ -97,6 +101,10 @@ func (h *Hub) Ready(ctx context.Context) error {
 		return nil
 	case <-h.quit:
 		return ErrClosed
+	case <-h.refused:
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.refusal
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -142,6 +150,16 @@ func (h *Hub) dispatch(ps *redis.PubSub, done chan struct{}) {
 			h.mu.Unlock()
 			if closed || errors.Is(err, redis.ErrClosed) {
 				return
+			}
+			if rerr := redis.Error(nil); errors.As(err, &rerr) && !h.Subscribed() {
+				// Redis answered the SUBSCRIBE with an error: no retry on
+				// this connection can succeed, so say so to Ready.
+				h.mu.Lock()
+				if h.refusal == nil {
+					h.refusal = err
+					close(h.refused)
+				}
+				h.mu.Unlock()
 			}
 			// Connection trouble: go-redis redials and subscribes again on
 			// the next Receive. Back off so a dead server costs no CPU.

@@ -1,0 +1,450 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/stampede-go/stampede/internal/redistest"
+)
+
+// Bad input, entry point by entry point. TestBadInput (failure_test.go)
+// covers Do; this file covers every entry point, per-call options, Options
+// fields, nil Groups and loaders, and what is found under a key's names in
+// Redis. A rejected call must return an error that names the problem, store
+// nothing and leave no goroutine behind.
+
+// nsSeq makes each row's Namespace unique in this test binary (the shared
+// server lives as long as the binary), so a scan of it sees only the row's
+// keys.
+var nsSeq atomic.Int64
+
+func rowNamespace() string { return fmt.Sprintf("badinput%d:", nsSeq.Add(1)) }
+
+// namespaceKeys returns every key under ns (ns holds no glob characters).
+func namespaceKeys(t *testing.T, rdb redis.UniversalClient, ns string) []string {
+	t.Helper()
+	keys, err := rdb.Keys(ctxT(t), ns+"*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
+
+// entryPoint calls one of the ways into a Group with a given context, key,
+// loader and call options. load nil means "no loader" (for Fetch and Wrap: a
+// nil func of their own type).
+type entryPoint struct {
+	name string
+	call func(ctx context.Context, g *Group, key string, load LoadFunc, opts ...CallOption) error
+}
+
+var entryPoints = []entryPoint{
+	{"Do", func(ctx context.Context, g *Group, key string, load LoadFunc, opts ...CallOption) error {
+		_, err := g.Do(ctx, key, load, opts...)
+		return err
+	}},
+	{"Get", func(ctx context.Context, g *Group, key string, load LoadFunc, opts ...CallOption) error {
+		_, err := g.Get(ctx, key, load, opts...)
+		return err
+	}},
+	{"Fetch", func(ctx context.Context, g *Group, key string, load LoadFunc, opts ...CallOption) error {
+		_, err := Fetch(ctx, g, key, typed(load), opts...)
+		return err
+	}},
+	{"Wrap", func(ctx context.Context, g *Group, key string, load LoadFunc, opts ...CallOption) error {
+		f := Wrap(g, func(k string) string { return k }, func(ctx context.Context, _ string) (string, error) {
+			return typed(load)(ctx)
+		}, opts...)
+		_, err := f(ctx, key)
+		return err
+	}},
+	{"Invalidate", func(ctx context.Context, g *Group, key string, _ LoadFunc, _ ...CallOption) error {
+		return g.Invalidate(ctx, key)
+	}},
+}
+
+// typed adapts a LoadFunc to Fetch's loader type; nil stays nil.
+func typed(load LoadFunc) func(context.Context) (string, error) {
+	if load == nil {
+		return nil
+	}
+	return func(ctx context.Context) (string, error) {
+		b, err := load(ctx)
+		return string(b), err
+	}
+}
+
+func TestBadCallsEveryEntryPoint(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	if err := rdb.Ping(ctxT(t)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	expired, cancel2 := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel2()
+	var nilCtx context.Context
+
+	type row struct {
+		name    string
+		ep      entryPoint
+		closed  bool // Close the Group before the call
+		nilG    bool // call with a nil *Group
+		ctx     context.Context
+		key     string
+		nilLoad bool
+		opts    []CallOption
+		want    string // substring of the error
+		is      error  // errors.Is target, when set
+	}
+	var rows []row
+	add := func(r row) {
+		if r.ctx == nil && r.name != "nil context" {
+			r.ctx = context.Background() // a live context; the row sets its own otherwise
+		}
+		if r.key == "" && r.name != "empty key" {
+			r.key = "k"
+		}
+		rows = append(rows, r)
+	}
+	for _, ep := range entryPoints {
+		add(row{name: "closed Group", ep: ep, closed: true, want: "closed", is: ErrClosed})
+		add(row{name: "cancelled", ep: ep, ctx: cancelled, want: "canceled", is: context.Canceled})
+		add(row{name: "deadline exceeded", ep: ep, ctx: expired, want: "deadline exceeded", is: context.DeadlineExceeded})
+		add(row{name: "nil context", ep: ep, ctx: nilCtx, want: "nil context"})
+		add(row{name: "empty key", ep: ep, want: "empty key"})
+		add(row{name: "huge key", ep: ep, key: strings.Repeat("k", MaxKeyBytes+1), want: "exceeds MaxKeyBytes"})
+		if ep.name != "Invalidate" {
+			add(row{name: "WithFreshFor(-1)", ep: ep, opts: []CallOption{WithFreshFor(-1)}, want: "negative WithFreshFor -1ns"})
+			add(row{name: "WithStaleFor(-1s)", ep: ep, opts: []CallOption{WithStaleFor(-time.Second)}, want: "negative WithStaleFor -1s"})
+			add(row{name: "valid then negative option", ep: ep, opts: []CallOption{WithFreshFor(time.Second), WithStaleFor(-1)}, want: "negative WithStaleFor"})
+		}
+		if ep.name != "Wrap" { // Wrap refuses a nil Group when built: TestWrapPanicsOnNil
+			add(row{name: "nil Group", ep: ep, nilG: true, want: "nil Group"})
+		}
+	}
+	add(row{name: "nil loader", ep: entryPoints[0], nilLoad: true, want: "nil LoadFunc"})
+	add(row{name: "nil loader", ep: entryPoints[1], nilLoad: true, want: "nil LoadFunc"})
+	add(row{name: "nil loader", ep: entryPoints[2], nilLoad: true, want: "nil load func"})
+
+	for _, r := range rows {
+		t.Run(r.ep.name+"/"+r.name, func(t *testing.T) {
+			defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+			ns := rowNamespace()
+			var g *Group
+			if !r.nilG {
+				var err error
+				if g, err = New(rdb, Options{Namespace: ns}); err != nil {
+					t.Fatal(err)
+				}
+				defer g.Close() // before the leak check (defers run last-in first-out)
+				if r.closed {
+					if err := g.Close(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			var loads atomic.Int64
+			load := LoadFunc(func(context.Context) ([]byte, error) { loads.Add(1); return []byte("v"), nil })
+			if r.nilLoad {
+				load = nil
+			}
+			err := r.ep.call(r.ctx, g, r.key, load, r.opts...)
+			if err == nil || !strings.Contains(err.Error(), r.want) {
+				t.Fatalf("got %v, want an error containing %q", err, r.want)
+			}
+			if r.is != nil && !errors.Is(err, r.is) {
+				t.Fatalf("got %v, want errors.Is %v", err, r.is)
+			}
+			if n := loads.Load(); n != 0 {
+				t.Fatalf("the loader ran %d times for a rejected call", n)
+			}
+			if keys := namespaceKeys(t, rdb, ns); len(keys) != 0 {
+				t.Fatalf("a rejected call stored %q", keys)
+			}
+		})
+	}
+}
+
+// TestWrapPanicsOnNil: Wrap is where a guarded func is built, so a nil
+// Group, key func or loader is refused there, as a programming error, and
+// not on every call.
+func TestWrapPanicsOnNil(t *testing.T) {
+	_, rdb := redistest.Mini(t)
+	g := newGroup(t, rdb, Options{})
+	key := func(s string) string { return s }
+	load := func(context.Context, string) (string, error) { return "", nil }
+	for _, c := range []struct {
+		name, want string
+		build      func()
+	}{
+		{"nil Group", "guard: Wrap with a nil Group", func() { Wrap(nil, key, load) }},
+		{"nil key func", "guard: Wrap with a nil key func", func() { Wrap(g, nil, load) }},
+		{"nil load func", "guard: Wrap with a nil load func", func() { Wrap[string, string](g, key, nil) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			defer func() {
+				if p := recover(); fmt.Sprint(p) != c.want {
+					t.Fatalf("Wrap panicked with %v, want %q", p, c.want)
+				}
+			}()
+			c.build()
+		})
+	}
+}
+
+// TestNegativeOptionFields: every numeric field of Options set negative
+// makes New fail with an error naming that field, before New starts
+// anything. The fields are found by reflection so a field added later is
+// covered too.
+func TestNegativeOptionFields(t *testing.T) {
+	_, rdb := redistest.Mini(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	typ := reflect.TypeFor[Options]()
+	tested := 0
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		var o Options
+		v := reflect.ValueOf(&o).Elem().Field(i)
+		switch f.Type.Kind() {
+		case reflect.Int, reflect.Int64:
+			v.SetInt(-1)
+		case reflect.Float64:
+			v.SetFloat(-0.5)
+		default:
+			continue
+		}
+		tested++
+		t.Run(f.Name, func(t *testing.T) {
+			g, err := New(rdb, o)
+			if err == nil {
+				_ = g.Close()
+				t.Fatalf("New accepted %s = %v", f.Name, v)
+			}
+			if g != nil {
+				t.Fatal("New returned a Group with its error")
+			}
+			if !strings.Contains(err.Error(), f.Name) {
+				t.Fatalf("error %q does not name %s", err, f.Name)
+			}
+		})
+	}
+	if tested < 16 { // 10 durations, 3 ints, 2 floats, the policy: reflection must not silently find nothing
+		t.Fatalf("only %d numeric fields found in Options", tested)
+	}
+}
+
+// TestZeroCallDurations pins what 0 means per call: WithFreshFor(0) keeps
+// the Group's FreshFor (as a zero Options field means its default), and
+// WithStaleFor(0) means no stale window. The windows are read back from the
+// stored entry.
+func TestZeroCallDurations(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	const freshFor, staleFor = time.Minute, 5 * time.Minute
+	g := newGroup(t, rdb, Options{FreshFor: freshFor, StaleFor: staleFor, NoJitter: true})
+	for _, c := range []struct {
+		name         string
+		opts         []CallOption
+		fresh, stale time.Duration
+	}{
+		{"WithFreshFor(0)", []CallOption{WithFreshFor(0)}, freshFor, staleFor},
+		{"WithStaleFor(0)", []CallOption{WithStaleFor(0)}, freshFor, 0},
+		{"both 0", []CallOption{WithFreshFor(0), WithStaleFor(0)}, freshFor, 0},
+		{"positive", []CallOption{WithFreshFor(2 * time.Second), WithStaleFor(3 * time.Second)}, 2 * time.Second, 3 * time.Second},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			key := redistest.Key(t)
+			r, err := g.Do(ctxT(t), key, func(context.Context) ([]byte, error) { return []byte("v"), nil }, c.opts...)
+			if err != nil || r.Status != Miss {
+				t.Fatalf("got %v, %v; want a miss", r.Status, err)
+			}
+			raw, err := rdb.Get(ctxT(t), g.names(key).entry).Bytes()
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, err := decodeEntry(raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fresh := time.Duration(e.freshUntil-e.written) * time.Millisecond
+			stale := time.Duration(e.staleUntil-e.freshUntil) * time.Millisecond
+			if fresh != c.fresh || stale != c.stale {
+				t.Fatalf("stored windows fresh %v, stale %v; want %v, %v", fresh, stale, c.fresh, c.stale)
+			}
+		})
+	}
+}
+
+// TestFetchUnencodableStoresNothing: a value JSON cannot encode is the
+// caller's bug, not an origin failure: the caller gets the encoding error,
+// no entry and no error marker is stored (another node loads normally, it is
+// not told to back off), and the lease is released at once.
+func TestFetchUnencodableStoresNothing(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	ns := rowNamespace()
+	g := newGroup(t, rdb, Options{Namespace: ns, ErrorBackoff: time.Minute})
+	other := newGroup(t, rdb, Options{Namespace: ns})
+	_, err := Fetch(ctxT(t), g, "k", func(context.Context) (func(), error) { return func() {}, nil })
+	if err == nil || !strings.Contains(err.Error(), "guard: encoding value") {
+		t.Fatalf("got %v, want the encoding error", err)
+	}
+	// The read that won the lease minted a fence: that counter is all there
+	// may be.
+	nm := g.names("k")
+	for _, k := range namespaceKeys(t, rdb, ns) {
+		if k != nm.keys[2] {
+			t.Fatalf("an unencodable value left %q in Redis", k)
+		}
+	}
+	v, err := Fetch(ctxT(t), other, "k", func(context.Context) (string, error) { return "fine", nil })
+	if err != nil || v != "fine" {
+		t.Fatalf("another node after the failed Fetch: %q, %v; want it to load (no back-off)", v, err)
+	}
+}
+
+// TestCorruptEntryKinds: every kind of undecodable entry (the decoder's
+// table in entry_test.go) found in Redis is a miss: it is reported to
+// Hooks.Corrupt with an error naming the problem, the caller gets the
+// loaded value, and the fill overwrites the garbage.
+func TestCorruptEntryKinds(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	if err := rdb.Ping(ctxT(t)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	var mu sync.Mutex
+	var reported []error
+	g, err := New(rdb, Options{Hooks: Hooks{Corrupt: func(_ string, err error) {
+		mu.Lock()
+		reported = append(reported, err)
+		mu.Unlock()
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	for _, c := range corruptEntries {
+		t.Run(c.name, func(t *testing.T) {
+			key := redistest.Key(t)
+			nm := g.names(key)
+			if err := rdb.Set(ctxT(t), nm.entry, c.raw, time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			reported = nil
+			mu.Unlock()
+			r, err := g.Do(ctxT(t), key, func(context.Context) ([]byte, error) { return []byte("good"), nil })
+			if err != nil || r.Status != Miss || string(r.Value) != "good" {
+				t.Fatalf("over %q: %v %q %v; want a miss loading good", c.raw, r.Status, r.Value, err)
+			}
+			mu.Lock()
+			got := reported
+			mu.Unlock()
+			if len(got) == 0 {
+				t.Fatalf("corrupt entry %q not reported", c.raw)
+			}
+			for _, err := range got {
+				if !errors.Is(err, errCorrupt) || !strings.Contains(err.Error(), c.why) {
+					t.Fatalf("reported %v; want errCorrupt naming %q", err, c.why)
+				}
+			}
+			raw, err := rdb.Get(ctxT(t), nm.entry).Bytes()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e, err := decodeEntry(raw); err != nil || string(e.value) != "good" {
+				t.Fatalf("after the fill Redis holds %q (%v); want the new entry", raw, err)
+			}
+			rdb.Del(ctxT(t), nm.keys...)
+		})
+	}
+}
+
+// TestWrongTypeUnderKeyName: something other than the guard wrote a hash
+// under one of a key's names. Callers still get the loader's value, the
+// Redis errors are reported, and (the point) the breaker stays closed: one
+// poisoned key is not a Redis outage, so the Group's other keys keep being
+// coordinated through Redis.
+func TestWrongTypeUnderKeyName(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	for i, name := range []string{"entry", "lease", "fence", "waiters", "inv"} {
+		t.Run(name, func(t *testing.T) {
+			var wrongType, breakerOpened atomic.Int64
+			g := newGroup(t, rdb, Options{
+				WaitTimeout: 100 * time.Millisecond, // the hash under :lease looks like a holder that never fills
+				Hooks: Hooks{
+					RedisError: func(_ string, err error) {
+						if redis.HasErrorPrefix(err, "WRONGTYPE") {
+							wrongType.Add(1)
+						}
+					},
+					Breaker: func(open bool) {
+						if open {
+							breakerOpened.Add(1)
+						}
+					},
+				},
+			})
+			key := redistest.Key(t)
+			nm := g.names(key)
+			if err := rdb.HSet(ctxT(t), nm.keys[i], "f", "v").Err(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { rdb.Del(context.Background(), nm.keys...) })
+			// More calls than BreakerFailures (3): before the fix the fourth
+			// found the breaker open.
+			for range 5 {
+				r, err := g.Do(ctxT(t), key, func(context.Context) ([]byte, error) { return []byte("v"), nil })
+				if err != nil || string(r.Value) != "v" {
+					t.Fatalf("got %v %q %v; want the loaded value", r.Status, r.Value, err)
+				}
+			}
+			if wrongType.Load() == 0 {
+				t.Fatal("no WRONGTYPE error reported")
+			}
+			if n := breakerOpened.Load(); n != 0 {
+				t.Fatalf("the breaker opened %d times over one poisoned key", n)
+			}
+			healthy := redistest.Key(t, "healthy")
+			for _, want := range []Status{Miss, Hit} {
+				r, err := g.Do(ctxT(t), healthy, func(context.Context) ([]byte, error) { return []byte("h"), nil })
+				if err != nil || r.Status != want {
+					t.Fatalf("another key: %v, %v; want %v through Redis", r.Status, err, want)
+				}
+			}
+		})
+	}
+}
+
+// TestHugeWaitTimeout: WaitTimeout set to the largest duration ("wait as
+// long as my ctx allows") is valid. The waiters' set in Redis lives
+// WaitTimeout+LockTTL, which must saturate rather than overflow into a
+// negative wait the read script rejects, degrading every call.
+func TestHugeWaitTimeout(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	var redisErrs atomic.Int64
+	g := newGroup(t, rdb, Options{WaitTimeout: math.MaxInt64, LockTTL: math.MaxInt64, Hooks: Hooks{
+		RedisError: func(string, error) { redisErrs.Add(1) },
+	}})
+	key := redistest.Key(t)
+	for _, want := range []Status{Miss, Hit} {
+		r, err := g.Do(ctxT(t), key, func(context.Context) ([]byte, error) { return []byte("v"), nil })
+		if err != nil || r.Status != want || string(r.Value) != "v" {
+			t.Fatalf("got %v %q %v; want %v", r.Status, r.Value, err, want)
+		}
+	}
+	if n := redisErrs.Load(); n != 0 {
+		t.Fatalf("%d Redis errors", n)
+	}
+}
