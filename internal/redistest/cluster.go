@@ -439,6 +439,7 @@ func (a *admins) get(s *Server) *redis.Client {
 		c = redis.NewClient(&redis.Options{
 			Addr:            s.Addr,
 			Password:        s.cfg.password,
+			TLSConfig:       s.TLSConfig(), // nil for cluster nodes, set for WithTLS servers
 			Protocol:        2,
 			MaxRetries:      -1,
 			DialTimeout:     time.Second,

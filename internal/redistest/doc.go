@@ -30,6 +30,23 @@
 // node in agreement, replicas attached) in about two seconds, and
 // [StartMasters] starts independent masters, as Redlock needs.
 //
+// # TLS and ACL users
+//
+// [WithTLS] starts a server that speaks TLS only (its plain-text port is
+// closed), with a CA and a server certificate generated for it (ECDSA,
+// crypto/x509) in its directory; [Server.Client] trusts that CA, and
+// [Server.TLSConfig] hands the same trust to other clients.
+// [WithTLSClientAuth] also requires clients to present a certificate
+// signed by the CA, which TLSConfig carries.
+//
+// [WithUser] and [Server.SetUser] create ACL users (ACL SETUSER name reset
+// on >password rules...), again after every restart, and
+// [Server.UserClient] returns a client that authenticates as one:
+//
+//	srv := redistest.Start(t, redistest.WithTLS(),
+//		redistest.WithUser("app", "pw", "~app:*", "+get"))
+//	rdb := srv.UserClient(t, "app") // TLS, AUTH app pw
+//
 // # Shared servers
 //
 // Starting a server costs a few milliseconds and a cluster about two seconds,
@@ -50,7 +67,9 @@
 //
 // Nothing here sleeps for a fixed time. A server is ready once it answers
 // commands as the process this package started (checked by its process id,
-// so a port stolen by another server is never mistaken for ours); a cluster is
+// so a port stolen by another server is never mistaken for ours; over TLS
+// when it speaks TLS, so a completed handshake is part of being ready), and
+// has its ACL users; a cluster is
 // ready once every node reports cluster_state:ok with all slots served, knows
 // every other node, and every replica is attached to its master. Both are
 // polled every few milliseconds up to a deadline.

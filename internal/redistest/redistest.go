@@ -79,6 +79,9 @@ type config struct {
 	// disturb other tests.
 	shared bool
 
+	tls   tlsMode
+	users []user // ACL users created at every start
+
 	// pickPorts returns n free ports; tests replace it to provoke bind failures.
 	pickPorts func(n int) ([]int, error)
 }

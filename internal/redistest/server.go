@@ -3,6 +3,7 @@ package redistest
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -51,11 +52,16 @@ var errAddrInUse = errors.New("address already in use")
 // stay the same for the server's whole life, across [Server.Restart].
 type Server struct {
 	Addr string // "127.0.0.1:port"
-	Port int
+	Port int    // a TLS port, the only one, with WithTLS
 	Dir  string // working directory (temporary): logs, nodes.conf
 
 	cfg         config
-	clusterPort int // cluster bus port; 0 unless a cluster node
+	clusterPort int         // cluster bus port; 0 unless a cluster node
+	tlsConf     *tls.Config // client side of WithTLS; nil for plain text
+
+	// users holds the ACL users added by SetUser, created again on
+	// every start after those of cfg. Guarded by mu.
+	users []user
 
 	mu     sync.Mutex
 	proc   *process // nil when not running
@@ -202,6 +208,14 @@ func startServer(cfg config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{Dir: dir, cfg: cfg}
+	if cfg.tls != tlsOff {
+		// Generated once: a restarted server keeps its certificates, so
+		// its clients' TLS configurations stay valid.
+		if s.tlsConf, err = makeTLS(dir, cfg.tls == tlsClientAuth); err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, fmt.Errorf("generating TLS certificates: %w", err)
+		}
+	}
 	pick := cfg.pickPorts
 	if pick == nil {
 		pick = freePorts
@@ -253,8 +267,13 @@ func freePorts(n int) ([]int, error) {
 
 // args returns redis-server's command line.
 func (s *Server) args() []string {
-	a := []string{
-		"--port", strconv.Itoa(s.Port),
+	var a []string
+	if s.tlsConf != nil {
+		a = s.tlsArgs()
+	} else {
+		a = []string{"--port", strconv.Itoa(s.Port)}
+	}
+	a = append(a,
 		"--bind", "127.0.0.1",
 		"--dir", s.Dir,
 		"--save", "", // no RDB snapshots
@@ -266,7 +285,7 @@ func (s *Server) args() []string {
 		"--enable-debug-command", "local",
 		// Redis 7 waits 5s for more replicas before a diskless full sync.
 		"--repl-diskless-sync-delay", "0",
-	}
+	)
 	if pw := s.cfg.password; pw != "" {
 		a = append(a, "--requirepass", pw, "--masterauth", pw)
 	}
@@ -318,6 +337,12 @@ func (s *Server) launch() error {
 		}
 		return fmt.Errorf("redis-server on %s: %w\n--- log ---\n%s", s.Addr, err, lastLines(log, 30))
 	}
+	// Users exist only in memory (no ACL file): create them on every start,
+	// before anyone gets to use the server.
+	if err := s.applyUsers(s.allUsers()); err != nil {
+		_ = p.end(sigKill, false)
+		return fmt.Errorf("redis-server on %s: %w", s.Addr, err)
+	}
 	s.proc, s.frozen = p, false
 	return nil
 }
@@ -338,7 +363,7 @@ func (s *Server) waitReady(p *process) error {
 	tick := time.NewTicker(pollInterval)
 	defer tick.Stop()
 	for {
-		err := probe(ctx, s.Addr, s.cfg.password, p.cmd.Process.Pid)
+		err := probe(ctx, s.Addr, s.cfg.password, s.tlsConf, p.cmd.Process.Pid)
 		if err == nil {
 			return nil
 		}
@@ -359,12 +384,20 @@ func (s *Server) waitReady(p *process) error {
 
 // probe checks that the server at addr accepts commands and is process pid,
 // not some other server that got the port. It speaks just enough RESP to
-// send AUTH and INFO.
-func probe(ctx context.Context, addr, password string, pid int) error {
+// send AUTH and INFO, over TLS when tlsConf is set (the handshake is part of
+// the probe: a server is not ready before it completes one).
+func probe(ctx context.Context, addr, password string, tlsConf *tls.Config, pid int) error {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", addr)
+	var conn net.Conn
+	var err error
+	if tlsConf != nil {
+		d := tls.Dialer{Config: tlsConf}
+		conn, err = d.DialContext(ctx, "tcp", addr)
+	} else {
+		var d net.Dialer
+		conn, err = d.DialContext(ctx, "tcp", addr)
+	}
 	if err != nil {
 		return err
 	}
@@ -435,12 +468,13 @@ func infoField(info, field string) string {
 }
 
 // Client returns a client of s (ContextTimeoutEnabled, so a ctx deadline
-// bounds socket I/O), authenticated when s has a password, closed
-// by t.Cleanup. opts may adjust the options before the client is made. The
-// client keeps working across [Server.Restart]: the address does not change.
+// bounds socket I/O), authenticated when s has a password, speaking TLS
+// with [Server.TLSConfig] when s does, closed by t.Cleanup. opts may adjust
+// the options before the client is made. The client keeps working across
+// [Server.Restart]: the address and certificates do not change.
 func (s *Server) Client(t testing.TB, opts ...func(*redis.Options)) *redis.Client {
 	t.Helper()
-	o := &redis.Options{Addr: s.Addr, Password: s.cfg.password, ContextTimeoutEnabled: true}
+	o := &redis.Options{Addr: s.Addr, Password: s.cfg.password, ContextTimeoutEnabled: true, TLSConfig: s.TLSConfig()}
 	for _, f := range opts {
 		f(o)
 	}
