@@ -42,6 +42,12 @@ type Proxy struct {
 
 var proxySeq atomic.Uint64
 
+func init() {
+	// Toxiproxy's toxics log through zerolog's global logger, down to trace
+	// level; in tests that is noise.
+	zerolog.SetGlobalLevel(zerolog.Disabled)
+}
+
 // NewProxy starts a proxy on a free loopback port that forwards to upstream
 // (host:port, a loopback address). It is stopped when t ends.
 func NewProxy(t testing.TB, upstream string) *Proxy {
