@@ -42,10 +42,13 @@
 //   - One loader call per key per refresh across all nodes while Redis is
 //     healthy.
 //   - A stale value is served at hit latency while the refresh runs.
-//   - Every lease carries a fencing number; a fill from a holder whose lease
-//     was lost (a pause, a partition) or that began before an Invalidate is
-//     rejected when something newer landed, so the stored value never goes
-//     back in time.
+//   - Every lease carries a fencing number. A fill is rejected once a newer
+//     fence exists for its key: another node took the lease over (the
+//     holder paused, or was partitioned, past its lease) or an Invalidate
+//     ran, even if nothing newer has landed yet. A caller that loaded
+//     without a lease (after WaitTimeout) stores only where no fenced entry
+//     exists, and mints a fence as it does. So stored values follow the
+//     order their loads began in: the stored value never goes back in time.
 //   - Loads run detached from the caller that started them
 //     (context.WithoutCancel), bounded by LoadTimeout: a cancelled caller
 //     never fails the others, and each caller leaves on its own ctx.
@@ -56,9 +59,14 @@
 //     answers ErrBackoff on every node for ErrorBackoff.
 //   - Redis trouble degrades, it does not cascade: every Redis call has its
 //     own RedisTimeout, a breaker stops paying it while Redis is down, and
-//     callers are then served through singleflight alone (at most one
-//     loader call per key per node at a time). Coordination resumes by
-//     itself.
+//     callers are then served through singleflight alone. Coordination
+//     resumes by itself; on a *redis.ClusterClient a failed call also
+//     reloads the slot map, so a replica promoted by a failover is used
+//     within about a second.
+//   - At most one load of a key runs in a process at any time, whatever
+//     asked for it (a miss, a background refresh, Redis being
+//     unavailable): callers that only need a value share the running load;
+//     a load to be stored under a lease waits for it and loads anew.
 //
 // # Redis layout
 //

@@ -1,11 +1,10 @@
 package stampedeotel
 
 import (
-	"strings"
-	"unicode/utf8"
-
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/stampede-go/stampede/internal/labels"
 )
 
 // Options configures Telemetry. The zero value is ready to use: every field
@@ -57,7 +56,7 @@ func (o Options) withDefaults() Options {
 	if o.Group == "" {
 		o.Group = defaultGroup
 	}
-	o.Group = validLabel(o.Group)
+	o.Group = labels.Valid(o.Group)
 	if o.MaxKeyLabels <= 0 {
 		o.MaxKeyLabels = defaultMaxKeyLabels
 	}
@@ -65,13 +64,4 @@ func (o Options) withDefaults() Options {
 		o.Buckets = defaultBuckets
 	}
 	return o
-}
-
-// validLabel makes s valid UTF-8: OTLP carries attributes as protobuf
-// strings, and one invalid value fails the export of a whole batch.
-func validLabel(s string) string {
-	if utf8.ValidString(s) {
-		return s
-	}
-	return strings.ToValidUTF8(s, "\uFFFD")
 }

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stampede-go/stampede/guard"
+	"github.com/stampede-go/stampede/internal/labels"
 	"github.com/stampede-go/stampede/lock"
 )
 
@@ -52,14 +53,14 @@ type Telemetry struct {
 	lockWait, lockHold                           metric.Float64Histogram
 
 	guardOnce sync.Once
-	guardKeys seriesSet[guardSeries]
+	guardKeys labels.Set[guardSeries]
 	guardBase *guardSeries
 	redisOps  map[string][]metric.AddOption
 	breakerTo [2][]metric.AddOption // closed, open
 	plain     []metric.AddOption    // just the group
 
 	lockOnce sync.Once
-	lockKeys seriesSet[lockSeries]
+	lockKeys labels.Set[lockSeries]
 	lockBase *lockSeries
 }
 
@@ -157,8 +158,8 @@ func New(opts Options) (*Telemetry, error) {
 	}
 
 	t.plain = add{metric.WithAttributeSet(attribute.NewSet(t.group))}
-	t.guardKeys = seriesSet[guardSeries]{max: o.MaxKeyLabels, bind: t.bindGuard}
-	t.lockKeys = seriesSet[lockSeries]{max: o.MaxKeyLabels, bind: t.bindLock}
+	t.guardKeys = labels.Set[guardSeries]{Max: o.MaxKeyLabels, Bind: t.bindGuard, Other: OtherKey}
+	t.lockKeys = labels.Set[lockSeries]{Max: o.MaxKeyLabels, Bind: t.bindLock, Other: OtherKey}
 	return t, nil
 }
 
@@ -234,14 +235,14 @@ func (t *Telemetry) guardSeries(key string) *guardSeries {
 	if t.guardBase != nil {
 		return t.guardBase
 	}
-	return t.guardKeys.get(t.opts.KeyLabel(key))
+	return t.guardKeys.Get(t.opts.KeyLabel(key))
 }
 
 func (t *Telemetry) lockSeries(key string) *lockSeries {
 	if t.lockBase != nil {
 		return t.lockBase
 	}
-	return t.lockKeys.get(t.opts.KeyLabel(key))
+	return t.lockKeys.Get(t.opts.KeyLabel(key))
 }
 
 func (t *Telemetry) initGuard() {
@@ -313,7 +314,7 @@ func (t *Telemetry) GuardHooks() guard.Hooks {
 		RedisError: func(op string, _ error) {
 			o, ok := t.redisOps[op]
 			if !ok {
-				o = with([]attribute.KeyValue{t.group}, OpKey.String(validLabel(op)))
+				o = with([]attribute.KeyValue{t.group}, OpKey.String(labels.Valid(op)))
 			}
 			t.redisErrs.Add(bg, 1, o...)
 		},

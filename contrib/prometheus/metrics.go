@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stampede-go/stampede/guard"
+	"github.com/stampede-go/stampede/internal/labels"
 	"github.com/stampede-go/stampede/lock"
 )
 
@@ -43,14 +44,14 @@ type Metrics struct {
 	all []prometheus.Collector
 
 	guardOnce sync.Once
-	guardKeys seriesSet[guardSeries]
+	guardKeys labels.Set[guardSeries]
 	guardBase *guardSeries // the series when KeyLabel is nil
 	redisOps  map[string]prometheus.Counter
 	breakerTo [2]prometheus.Counter // closed, open
 	breaker   prometheus.Gauge
 
 	lockOnce sync.Once
-	lockKeys seriesSet[lockSeries]
+	lockKeys labels.Set[lockSeries]
 	lockBase *lockSeries
 }
 
@@ -144,8 +145,8 @@ func New(opts Options) *Metrics {
 	m.lockReleased = counter("lock", "released_total", "Locks released.", keyed)
 	m.lockHold = histogram("lock", "hold_duration_seconds", "Time locks were held, from obtaining to Release.")
 
-	m.guardKeys = seriesSet[guardSeries]{max: o.MaxKeyLabels, bind: m.bindGuard}
-	m.lockKeys = seriesSet[lockSeries]{max: o.MaxKeyLabels, bind: m.bindLock}
+	m.guardKeys = labels.Set[guardSeries]{Max: o.MaxKeyLabels, Bind: m.bindGuard, Other: OtherKey}
+	m.lockKeys = labels.Set[lockSeries]{Max: o.MaxKeyLabels, Bind: m.bindLock, Other: OtherKey}
 	return m
 }
 
@@ -213,14 +214,14 @@ func (m *Metrics) guardSeries(key string) *guardSeries {
 	if m.guardBase != nil {
 		return m.guardBase
 	}
-	return m.guardKeys.get(m.opts.KeyLabel(key))
+	return m.guardKeys.Get(m.opts.KeyLabel(key))
 }
 
 func (m *Metrics) lockSeries(key string) *lockSeries {
 	if m.lockBase != nil {
 		return m.lockBase
 	}
-	return m.lockKeys.get(m.opts.KeyLabel(key))
+	return m.lockKeys.Get(m.opts.KeyLabel(key))
 }
 
 // GuardHooks returns hooks for guard.Options.Hooks. Combine them with
@@ -288,7 +289,7 @@ func (m *Metrics) GuardHooks() guard.Hooks {
 				c.Inc()
 				return
 			}
-			m.redisErrs.WithLabelValues(validLabel(op)).Inc()
+			m.redisErrs.WithLabelValues(labels.Valid(op)).Inc()
 		},
 		Breaker: func(open bool) {
 			if open {

@@ -1,10 +1,9 @@
 package stampedeprom
 
 import (
-	"strings"
-	"unicode/utf8"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/stampede-go/stampede/internal/labels"
 )
 
 // Options configures Metrics. The zero value is ready to use: every field
@@ -55,7 +54,7 @@ func (o Options) withDefaults() Options {
 	if o.Group == "" {
 		o.Group = defaultGroup
 	}
-	o.Group = validLabel(o.Group)
+	o.Group = labels.Valid(o.Group)
 	if o.MaxKeyLabels <= 0 {
 		o.MaxKeyLabels = defaultMaxKeyLabels
 	}
@@ -63,13 +62,4 @@ func (o Options) withDefaults() Options {
 		o.Buckets = prometheus.DefBuckets
 	}
 	return o
-}
-
-// validLabel makes s a valid label value: the client panics on invalid
-// UTF-8, and a hook must never panic on a request's path.
-func validLabel(s string) string {
-	if utf8.ValidString(s) {
-		return s
-	}
-	return strings.ToValidUTF8(s, "\uFFFD")
 }
