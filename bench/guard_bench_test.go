@@ -416,7 +416,14 @@ const hitMinOps = 20000
 //	go-redis-GET   raw go-redis GET plus a trivial decode (an 8-byte
 //	               big-endian fresh-until in Unix ms, checked against the
 //	               local clock, then the payload)
+//	go-redis-GET-timeout  the same GET bounded by its own 250ms
+//	               context.WithTimeout, as the guard bounds every Redis call
+//	               (RedisTimeout)
 //	guard          Group.Do on a fresh key (default Options, FreshFor 1h)
+//	guard-deadline the same, called with a ctx whose deadline is nearer
+//	               than RedisTimeout: the guard then adds no timeout of its
+//	               own (RedisTimeout 1h here so that the caller's 10-minute
+//	               deadline outlasts the run)
 //	guard-local    the same with the in-process tier (LocalEntries 1024,
 //	               LocalTTL 1s): one Redis read per second at most
 //
@@ -450,14 +457,44 @@ func BenchmarkGuardHit(b *testing.B) {
 			}, nil
 		})
 	})
-	for _, local := range []bool{false, true} {
-		name := "guard"
+	b.Run("go-redis-GET-timeout", func(b *testing.B) {
+		hit(b, func(ctx context.Context, rdb *redis.Client, key string) (func() error, error) {
+			raw := binary.BigEndian.AppendUint64(nil, uint64(time.Now().Add(time.Hour).UnixMilli()))
+			raw = append(raw, payload...)
+			if err := rdb.Set(ctx, key, raw, time.Hour).Err(); err != nil {
+				return nil, err
+			}
+			return func() error {
+				tctx, cancel := context.WithTimeout(ctx, 250*time.Millisecond)
+				defer cancel()
+				raw, err := rdb.Get(tctx, key).Bytes()
+				if err != nil {
+					return err
+				}
+				v, err := decodeRaw(raw, time.Now())
+				if err == nil && len(v) != originSize {
+					err = fmt.Errorf("decoded %d bytes", len(v))
+				}
+				return err
+			}, nil
+		})
+	})
+	for _, variant := range []string{"guard", "guard-deadline", "guard-local"} {
+		name := variant
 		opts := guard.Options{FreshFor: time.Hour}
-		if local {
-			name, opts.LocalEntries = "guard-local", 1024
+		switch variant {
+		case "guard-local":
+			opts.LocalEntries = 1024
+		case "guard-deadline":
+			opts.RedisTimeout = time.Hour
 		}
 		b.Run(name, func(b *testing.B) {
 			hit(b, func(ctx context.Context, rdb *redis.Client, key string) (func() error, error) {
+				if variant == "guard-deadline" {
+					dctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+					b.Cleanup(cancel)
+					ctx = dctx
+				}
 				g, err := guard.New(rdb, opts)
 				if err != nil {
 					return nil, err

@@ -10,7 +10,6 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stampede-go/stampede/internal/hashtag"
 )
 
 // The fast hit path. A Lua call costs Redis 7.0 about 10-15 µs of server
@@ -50,10 +49,17 @@ func (c *redisClock) now() (int64, bool) {
 	return c.local() + off, off != 0
 }
 
-type hints struct{ c *lru.Cache[string, int64] }
+type hints struct{ c *lru.Cache[string, hint] }
+
+// hint is what the fast path knows of a key: its entry's Redis name (kept
+// so a hit does not build it again) and its fresh-until (Redis ms).
+type hint struct {
+	entry      string
+	freshUntil int64
+}
 
 func newHints() hints {
-	c, err := lru.New[string, int64](hintEntries)
+	c, err := lru.New[string, hint](hintEntries)
 	if err != nil {
 		panic(err) // only for a size <= 0
 	}
@@ -63,22 +69,32 @@ func newHints() hints {
 // fastHit serves key with a plain GET when a hint says it is fresh with
 // room to spare. ok false means: take the script path. A Redis error is
 // returned as is, so the caller degrades without paying a second timeout.
+// It runs on the caller's goroutine and ctx (a hit has nothing worth
+// sharing with concurrent callers: each costs one round trip either way),
+// so it allocates little; a failure caused by ctx itself is returned
+// without counting against Redis's health.
 func (g *Group) fastHit(ctx context.Context, key string) (e entry, now int64, ok bool, err error) {
-	fu, hinted := g.hints.c.Peek(key)
+	h, hinted := g.hints.c.Peek(key)
 	if !hinted {
 		return entry{}, 0, false, nil
 	}
 	now, known := g.clk.now()
-	if !known || fu-now <= fastMargin.Milliseconds() {
+	if !known || h.freshUntil-now <= fastMargin.Milliseconds() {
 		return entry{}, 0, false, nil
 	}
-	rctx, cancel := context.WithTimeout(ctx, g.opts.RedisTimeout)
-	defer cancel()
-	s, err := g.rdb.Get(rctx, hashtag.Base(g.opts.Namespace, key)).Result()
+	rctx := ctx
+	if dl, has := ctx.Deadline(); !has || time.Until(dl) > g.opts.RedisTimeout {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithTimeout(ctx, g.opts.RedisTimeout)
+		defer cancel()
+	}
+	s, err := g.rdb.Get(rctx, h.entry).Result()
 	switch {
 	case errors.Is(err, redis.Nil):
 		g.hints.c.Remove(key)
 		return entry{}, 0, false, nil
+	case err != nil && ctx.Err() != nil:
+		return entry{}, 0, false, ctx.Err()
 	case err != nil:
 		g.redisFailed("get", err)
 		return entry{}, 0, false, err
@@ -95,5 +111,8 @@ func (g *Group) fastHit(ctx context.Context, key string) (e entry, now int64, ok
 	return e, now, true, nil
 }
 
-// hint records that key is fresh until fu (Redis ms).
-func (g *Group) hint(key string, fu int64) { g.hints.c.Add(key, fu) }
+// hint records that key, whose entry is named entry, is fresh until fu
+// (Redis ms).
+func (g *Group) hint(key, entry string, fu int64) {
+	g.hints.c.Add(key, hint{entry: entry, freshUntil: fu})
+}

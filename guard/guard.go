@@ -258,6 +258,17 @@ func (g *Group) Do(ctx context.Context, key string, load LoadFunc, opts ...CallO
 	if !g.br.allow() {
 		return g.degraded(ctx, key, load, co)
 	}
+	if e, now, ok, err := g.fastHit(ctx, key); err != nil {
+		if ctx.Err() != nil {
+			return Result{}, ctx.Err()
+		}
+		return g.degraded(ctx, key, load, co)
+	} else if ok {
+		if g.opts.EarlyRefreshBeta > 0 && !e.negative && !e.errMark && g.earlyRefresh(e, now) {
+			g.refreshEarly(context.WithoutCancel(ctx), key, g.names(key), load, co)
+		}
+		return g.served(key, e, now, Hit)
+	}
 	lk, err := g.lookup(ctx, key, load, co)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -344,14 +355,7 @@ func (g *Group) lookup(ctx context.Context, key string, load LoadFunc, co callOp
 	detached := context.WithoutCancel(ctx)
 	var fl *flight // nil on the uncancellable path
 	fn := func() (any, error) {
-		if e, now, ok, err := g.fastHit(detached, key); err != nil {
-			return lookup{}, err
-		} else if ok {
-			if g.opts.EarlyRefreshBeta > 0 && !e.negative && !e.errMark && g.earlyRefresh(e, now) {
-				g.refreshEarly(detached, key, g.names(key), load, co)
-			}
-			return lookup{e: e, st: fresh, now: now}, nil
-		}
+		// Do tried the fast hit path already: this flight runs the script.
 		nm := g.names(key)
 		rr, err := g.read(detached, nm, false)
 		if err != nil {
@@ -360,7 +364,7 @@ func (g *Group) lookup(ctx context.Context, key string, load LoadFunc, co callOp
 		e, st := g.classify(key, rr)
 		switch {
 		case st == fresh:
-			g.hint(key, e.freshUntil)
+			g.hint(key, nm.entry, e.freshUntil)
 			if g.opts.EarlyRefreshBeta > 0 && !e.negative && !e.errMark && g.earlyRefresh(e, rr.now) {
 				g.refreshEarly(detached, key, nm, load, co)
 			}

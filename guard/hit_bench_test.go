@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stampede-go/stampede/internal/redistest"
 )
@@ -21,6 +22,32 @@ func BenchmarkHit(b *testing.B) {
 	if _, err := g.Do(ctx, key, load); err != nil {
 		b.Fatal(err)
 	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if r, err := g.Do(ctx, key, load); err != nil || r.Status != Hit {
+			b.Fatal(r.Status, err)
+		}
+	}
+}
+
+// BenchmarkHitCallerDeadline is a hit whose caller's deadline is nearer
+// than RedisTimeout would be: the guard adds no timeout of its own, so the
+// hit allocates what a bare go-redis GET does. (RedisTimeout is an hour
+// here only so that the caller's deadline, 10 minutes, outlasts the loop.)
+func BenchmarkHitCallerDeadline(b *testing.B) {
+	rdb := redistest.Shared(b).Client(b)
+	g, err := New(rdb, Options{RedisTimeout: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer g.Close()
+	load := func(context.Context) ([]byte, error) { return make([]byte, 256), nil }
+	key := redistest.Key(b)
+	if _, err := g.Do(context.Background(), key, load); err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
 	b.ReportAllocs()
 	for b.Loop() {
 		if r, err := g.Do(ctx, key, load); err != nil || r.Status != Hit {

@@ -94,7 +94,7 @@ func (g *Group) store(ctx context.Context, key string, nm names, f fillSpec) {
 			h(key)
 		}
 	case v[0] == 1 && f.flags == "":
-		g.hint(key, v[1]+ms(f.fresh))
+		g.hint(key, nm.entry, v[1]+ms(f.fresh))
 	}
 }
 
