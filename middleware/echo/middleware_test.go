@@ -22,7 +22,9 @@ import (
 func newGroup(t *testing.T) *guard.Group {
 	t.Helper()
 	_, rdb := redistest.Mini(t)
-	g, err := guard.New(rdb, guard.Options{FreshFor: time.Hour})
+	// A generous RedisTimeout: a loaded machine must not turn an answer
+	// into a degraded one.
+	g, err := guard.New(rdb, guard.Options{FreshFor: time.Hour, RedisTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,6 +92,20 @@ func TestConformance(t *testing.T) {
 		{"KeyFunc", guardecho.Config{KeyFunc: func(c echo.Context) string { return c.Param("id") }}, item, get("/items/7?v=1"), get("/items/7?v=2"), 1, "item 7 1"},
 		{"body over MaxBodyBytes streamed, not stored", guardecho.Config{MaxBodyBytes: 4}, item, get("/items/7"), get("/items/7"), 2, "item 7 "},
 		{"HEAD from GET entry", guardecho.Config{}, item, get("/items/7"), httptest.NewRequest(http.MethodHead, "/items/7", nil), 1, ""},
+		{"Host differs", guardecho.Config{}, item, get("/items/7"), withHost(get("/items/7"), "other.example"), 2, "item 7 "},
+		{"Range bypasses", guardecho.Config{}, item, get("/items/7", "Range", "bytes=0-1"), get("/items/7"), 2, "item 7 "},
+		{"Upgrade bypasses", guardecho.Config{}, item, get("/items/7", "Connection", "Upgrade", "Upgrade", "websocket"), get("/items/7"), 2, "item 7 "},
+		{"SSE request bypasses", guardecho.Config{}, item, get("/items/7", "Accept", "text/event-stream"), get("/items/7"), 2, "item 7 "},
+		{"Cache-Control no-store not shared", guardecho.Config{}, withHeader(item, "Cache-Control", "no-store"), get("/items/7"), get("/items/7"), 2, "item 7 "},
+		{"Vary star not shared", guardecho.Config{}, withHeader(item, "Vary", "*"), get("/items/7"), get("/items/7"), 2, "item 7 "},
+		{"206 not shared even if configured", guardecho.Config{Statuses: []int{200, 206}}, func(c echo.Context) error { return c.String(http.StatusPartialContent, "pa") }, get("/items/7"), get("/items/7"), 2, "pa"},
+		{"Statuses configured", guardecho.Config{Statuses: []int{202}}, func(c echo.Context) error { return c.String(http.StatusAccepted, "ok") }, get("/items/7"), get("/items/7"), 1, "ok"},
+		{"client no-cache ignored by default", guardecho.Config{}, item, get("/items/7"), get("/items/7", "Cache-Control", "no-cache"), 1, "item 7 "},
+		{"client no-cache honoured when configured", guardecho.Config{HonorClientNoCache: true}, item, get("/items/7"), get("/items/7", "Cache-Control", "no-cache"), 2, "item 7 "},
+		{"unlisted header ignored", guardecho.Config{}, item, get("/items/7", "Accept-Language", "fr"), get("/items/7", "Accept-Language", "de"), 1, "item 7 "},
+		{"KeyHeaders split keys", guardecho.Config{KeyHeaders: []string{"Accept-Language"}}, item, get("/items/7", "Accept-Language", "fr"), get("/items/7", "Accept-Language", "de"), 2, "item 7 "},
+		{"upstream max-age ignored by default", guardecho.Config{}, withHeader(item, "Cache-Control", "max-age=0"), get("/items/7"), get("/items/7"), 1, "item 7 "},
+		{"upstream max-age=0 honoured when configured", guardecho.Config{UpstreamWindows: true}, withHeader(item, "Cache-Control", "max-age=0"), get("/items/7"), get("/items/7"), 2, "item 7 "},
 	}
 	for _, row := range rows {
 		t.Run(row.name, func(t *testing.T) {
@@ -111,6 +127,54 @@ func TestConformance(t *testing.T) {
 			}
 		})
 	}
+}
+
+func withHost(r *http.Request, host string) *http.Request { r.Host = host; return r }
+
+// withHeader returns h setting a response header first.
+func withHeader(h echo.HandlerFunc, k, v string) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		c.Response().Header().Set(k, v)
+		return h(c)
+	}
+}
+
+// TestHitHeaders: a hit carries Age and Cache-Status, which never shows
+// the key, as net/http's middleware does.
+func TestHitHeaders(t *testing.T) {
+	e, _ := app(t, guardecho.Config{}, func(c echo.Context) error { return c.String(http.StatusOK, "x") })
+	first := do(e, get("/items/1"))
+	second := do(e, get("/items/1"))
+	if got := first.Header().Get("Cache-Status"); got != "stampede; fwd=miss; stored" {
+		t.Errorf("first Cache-Status %q", got)
+	}
+	if got := second.Header().Get("Cache-Status"); got != "stampede; hit" {
+		t.Errorf("second Cache-Status %q", got)
+	}
+	if got := second.Header().Get("Age"); got != "0" {
+		t.Errorf("Age %q, want 0", got)
+	}
+}
+
+// TestPanic: a handler panic is a 500 rendered by echo; a panic with
+// http.ErrAbortHandler reaches net/http as it is, to abort the connection.
+func TestPanic(t *testing.T) {
+	g := newGroup(t)
+	e := echo.New()
+	e.Use(guardecho.Middleware(g))
+	e.GET("/boom", func(echo.Context) error { panic("boom") })
+	e.GET("/abort", func(echo.Context) error { panic(http.ErrAbortHandler) })
+	if rec := do(e, get("/boom")); rec.Code != http.StatusInternalServerError {
+		t.Errorf("panic answered %d, want 500", rec.Code)
+	}
+	func() {
+		defer func() {
+			if p := recover(); p != http.ErrAbortHandler {
+				t.Errorf("recovered %v, want http.ErrAbortHandler", p)
+			}
+		}()
+		do(e, get("/abort"))
+	}()
 }
 
 // TestHandlerErrorReachesErrorHandler: the error of the run made for a

@@ -2,6 +2,7 @@ package guardgrpc
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -39,8 +40,9 @@ func TestRequestKey(t *testing.T) {
 	if a != b {
 		t.Errorf("metadata not listed changed the key: %s, %s", a, b)
 	}
-	if !strings.HasPrefix(a, keyPrefix) || len(a) != len(keyPrefix)+64 {
-		t.Errorf("got key %q, want %q and a SHA-256 in hex", a, keyPrefix)
+	const v1 = "grpc:v1:" // the literal: a changed keyPrefix must fail here
+	if !strings.HasPrefix(a, v1) || len(a) != len(v1)+64 {
+		t.Errorf("got key %q, want %q and a SHA-256 in hex", a, v1)
 	}
 }
 
@@ -91,4 +93,31 @@ func TestDecodeType(t *testing.T) {
 	if _, err := c.decode("/s/Get", []byte("garbage")); err == nil {
 		t.Error("decoded garbage")
 	}
+}
+
+// FuzzRequestKey: two calls share a key exactly when their method, request
+// bytes and listed metadata values (in order, absent apart from empty)
+// agree; metadata not listed never matters.
+func FuzzRequestKey(f *testing.F) {
+	f.Add("/s/ab", []byte("c"), "x", true, "/s/a", []byte("bc"), "x", true)
+	f.Add("/s/m", []byte("a"), "", false, "/s/m", []byte("a"), "", true)
+	f.Add("/s/m", []byte{}, "ab", true, "/s/m", []byte{}, "a|b", true)
+	f.Add("/s/m", []byte{}, "a|b", true, "/s/m", []byte{}, "b|a", true)
+	f.Add("/s/m", []byte("r"), "v", true, "/s/m", []byte("r"), "v", true)
+	f.Fuzz(func(t *testing.T, m1 string, r1 []byte, v1 string, has1 bool, m2 string, r2 []byte, v2 string, has2 bool) {
+		md := func(v string, has bool) metadata.MD {
+			md := metadata.MD{"other": {v + "!"}} // not listed: must not count
+			if has {
+				md["k"] = strings.Split(v, "|")
+			}
+			return md
+		}
+		md1, md2 := md(v1, has1), md(v2, has2)
+		same := m1 == m2 && bytes.Equal(r1, r2) && has1 == has2 && slices.Equal(md1["k"], md2["k"])
+		k1 := requestKey(m1, r1, md1, []string{"k"})
+		k2 := requestKey(m2, r2, md2, []string{"k"})
+		if (k1 == k2) != same {
+			t.Fatalf("keys equal %v, inputs equal %v: %q %x %q %v / %q %x %q %v", k1 == k2, same, m1, r1, v1, has1, m2, r2, v2, has2)
+		}
+	})
 }

@@ -67,9 +67,13 @@ func TestConformance(t *testing.T) {
 		{name: "request/Cookie bypasses", req1: with(get("/a"), header("Cookie", "s=1")), req2: get("/a"), wantCalls: 2},
 		{name: "request/Range bypasses", req1: with(get("/a"), header("Range", "bytes=0-1")), req2: get("/a"), wantCalls: 2},
 		{name: "request/Upgrade bypasses", req1: with(get("/a"), func(r *http.Request) { r.Header.Set("Connection", "Upgrade"); r.Header.Set("Upgrade", "websocket") }), req2: get("/a"), wantCalls: 2},
+		{name: "request/Upgrade header alone bypasses", req1: with(get("/a"), header("Upgrade", "websocket")), req2: get("/a"), wantCalls: 2},
+		{name: "request/Connection upgrade alone bypasses", req1: with(get("/a"), header("Connection", "keep-alive, Upgrade")), req2: get("/a"), wantCalls: 2},
 		{name: "request/SSE bypasses", req1: with(get("/a"), header("Accept", "text/event-stream")), req2: get("/a"), wantCalls: 2},
 		{name: "request/POST bypasses", req1: httptest.NewRequest(http.MethodPost, "/a", nil), req2: httptest.NewRequest(http.MethodPost, "/a", nil), wantCalls: 2},
 		{name: "request/client no-cache ignored by default", req1: get("/a"), req2: with(get("/a"), header("Cache-Control", "no-cache")), wantCalls: 1},
+		{name: "request/client Pragma no-cache ignored by default", req1: get("/a"), req2: with(get("/a"), header("Pragma", "no-cache")), wantCalls: 1},
+		{name: "request/client Pragma no-cache honoured when configured", cfg: guardhttp.Config{HonorClientNoCache: true}, req1: get("/a"), req2: with(get("/a"), header("Pragma", "no-cache")), wantCalls: 2},
 		{name: "request/client no-cache honoured when configured", cfg: guardhttp.Config{HonorClientNoCache: true}, req1: get("/a"), req2: with(get("/a"), header("Cache-Control", "no-cache")), wantCalls: 2},
 
 		// Responses never shared (rule 5).
@@ -79,18 +83,26 @@ func TestConformance(t *testing.T) {
 					t.Errorf("the client whose request ran the handler lost its cookie: %v", first.Header())
 				}
 			}},
+		{name: "response/Set-Cookie under a non-canonical name", serve: func(w http.ResponseWriter, r *http.Request, n int64) {
+			w.Header()["set-cookie"] = []string{"s=secret"}
+			_, _ = w.Write([]byte("b"))
+		}, req1: get("/a"), req2: get("/a"), wantCalls: 2},
 		{name: "response/private", serve: respond(200, "b", "Cache-Control", "private"), req1: get("/a"), req2: get("/a"), wantCalls: 2},
 		{name: "response/private with fields", serve: respond(200, "b", "Cache-Control", `max-age=60, private="X-Y"`), req1: get("/a"), req2: get("/a"), wantCalls: 2},
 		{name: "response/no-store", serve: respond(200, "b", "Cache-Control", "no-store"), req1: get("/a"), req2: get("/a"), wantCalls: 2},
+		{name: "response/no-store in capitals", serve: respond(200, "b", "Cache-Control", "public, NO-STORE"), req1: get("/a"), req2: get("/a"), wantCalls: 2},
 		{name: "response/no-cache", serve: respond(200, "b", "Cache-Control", "no-cache"), req1: get("/a"), req2: get("/a"), wantCalls: 2},
 		{name: "response/Vary star", serve: respond(200, "b", "Vary", "*"), req1: get("/a"), req2: get("/a"), wantCalls: 2},
+		{name: "response/Vary star even if star is a key header", cfg: guardhttp.Config{KeyHeaders: []string{"*"}}, serve: respond(200, "b", "Vary", "*"), req1: get("/a"), req2: get("/a"), wantCalls: 2},
 		{name: "response/Vary on unkeyed header", serve: respond(200, "b", "Vary", "Accept-Encoding"), req1: get("/a"), req2: get("/a"), wantCalls: 2},
 		{name: "response/Vary on keyed header shared", cfg: guardhttp.Config{KeyHeaders: []string{"Accept-Encoding"}}, serve: respond(200, "b", "Vary", "accept-encoding"), req1: get("/a"), req2: get("/a"), wantCalls: 1},
 		{name: "response/500", serve: respond(500, "oops"), req1: get("/a"), req2: get("/a"), wantCalls: 2, check: wantStatus(500)},
 		{name: "response/503", serve: respond(503, "busy"), req1: get("/a"), req2: get("/a"), wantCalls: 2},
 		{name: "response/5xx never shared even if configured", cfg: guardhttp.Config{Statuses: []int{200, 500, 206}}, serve: respond(500, "oops"), req1: get("/a"), req2: get("/a"), wantCalls: 2},
 		{name: "response/206", serve: respond(206, "pa", "Content-Range", "bytes 0-1/4"), req1: get("/a"), req2: get("/a"), wantCalls: 2},
+		{name: "response/206 never shared even if configured", cfg: guardhttp.Config{Statuses: []int{200, 206}}, serve: respond(206, "pa", "Content-Range", "bytes 0-1/4"), req1: get("/a"), req2: get("/a"), wantCalls: 2, check: wantStatus(206)},
 		{name: "response/302 not in default statuses", serve: respond(302, "", "Location", "/b"), req1: get("/a"), req2: get("/a"), wantCalls: 2},
+		{name: "response/configured status shared", cfg: guardhttp.Config{Statuses: []int{200, 302}}, serve: respond(302, "", "Location", "/b"), req1: get("/a"), req2: get("/a"), wantCalls: 1, check: wantStatus(302)},
 		{name: "response/404 shared", serve: respond(404, "none"), req1: get("/a"), req2: get("/a"), wantCalls: 1, check: wantStatus(404)},
 		{name: "response/event stream", serve: respond(200, "data: x\n\n", "Content-Type", "text/event-stream"), req1: get("/a"), req2: get("/a"), wantCalls: 2},
 		{name: "response/body over MaxBodyBytes", cfg: guardhttp.Config{MaxBodyBytes: 1024}, serve: respond(200, big), req1: get("/a"), req2: get("/a"), wantCalls: 2,

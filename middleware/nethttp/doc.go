@@ -22,11 +22,15 @@
 //   - responses with Set-Cookie, Cache-Control private, no-store or
 //     no-cache, Vary: * or a Vary on a header outside KeyHeaders, a status
 //     outside Config.Statuses (never 206 or 5xx), Content-Type
-//     text/event-stream, or a body over MaxBodyBytes. Such a response is
-//     streamed to the client whose request ran the handler (without being
-//     buffered past MaxBodyBytes) and stored nowhere; the requests that
-//     were coalesced with it run the handler for themselves, so they never
-//     receive another client's cookie or private page.
+//     text/event-stream, or a body over MaxBodyBytes. Such a response goes
+//     to the client whose request ran the handler and is stored nowhere;
+//     the requests that were coalesced with it run the handler for
+//     themselves, so they never receive another client's cookie or private
+//     page. It is buffered no further than MaxBodyBytes: a larger body, or
+//     one the handler flushes (server-sent events), is streamed as it is
+//     written; a smaller one is sent when the handler returns, so that a
+//     background refresh answering 5xx never reaches a client being served
+//     the stale response.
 //
 // A client's Cache-Control: no-cache does not reach the origin unless
 // Config.HonorClientNoCache is set: otherwise any client could stampede it.

@@ -260,46 +260,94 @@ func TestHandlerPanic(t *testing.T) {
 }
 
 // TestLargeBodyStreams: a body over MaxBodyBytes reaches the client while
-// the handler is still writing it (it is not buffered whole), complete,
-// and is not stored.
+// the handler is still writing it (it is not buffered whole: memory stays
+// bounded), complete, and is not stored; with or without a Flush from the
+// handler.
 func TestLargeBodyStreams(t *testing.T) {
+	const limit, chunk = 1 << 10, 64 << 10
+	for _, flush := range []bool{false, true} {
+		t.Run(fmt.Sprintf("flush=%v", flush), func(t *testing.T) {
+			noLeaks(t)
+			g := miniGroup(t, guard.Options{})
+			proceed := make(chan struct{})
+			var once sync.Once
+			release := func() { once.Do(func() { close(proceed) }) }
+			o := &origin{serve: func(w http.ResponseWriter, r *http.Request, _ int64) {
+				_, _ = w.Write([]byte(strings.Repeat("a", chunk)))
+				if flush {
+					w.(http.Flusher).Flush()
+				}
+				<-proceed
+				_, _ = w.Write([]byte(strings.Repeat("b", chunk)))
+			}}
+			srv := httptest.NewServer(guardhttp.Middleware(g, guardhttp.Config{MaxBodyBytes: limit})(o))
+			t.Cleanup(srv.Close)
+			t.Cleanup(release) // first: a failed test's handler returns
+			client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}
+			t.Cleanup(client.CloseIdleConnections)
+			// Without a Flush, net/http itself holds a few KB back.
+			early := chunk / 2
+			for range 2 {
+				resp, err := client.Get(srv.URL + "/big")
+				if err != nil {
+					t.Fatal(err)
+				}
+				first := make([]byte, early)
+				if _, err := io.ReadFull(resp.Body, first); err != nil || strings.Trim(string(first), "a") != "" {
+					t.Fatalf("reading %d bytes while the handler waits: %v", early, err)
+				}
+				release()
+				rest, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if want := strings.Repeat("a", chunk-early) + strings.Repeat("b", chunk); err != nil || string(rest) != want {
+					t.Fatalf("rest: %d bytes, %v; want %d", len(rest), err, len(want))
+				}
+				if cs := resp.Header.Get("Cache-Status"); cs != "stampede; fwd=miss" {
+					t.Errorf("Cache-Status %q", cs)
+				}
+			}
+			if got := o.calls.Load(); got != 2 {
+				t.Errorf("handler calls %d, want 2 (never stored)", got)
+			}
+		})
+	}
+}
+
+// TestPanicWhileStreaming: a handler that panics after part of its
+// response went out (a body over MaxBodyBytes) aborts the connection, so
+// the client sees a truncated response rather than a complete one; the
+// server goes on serving.
+func TestPanicWhileStreaming(t *testing.T) {
 	noLeaks(t)
-	const limit, chunk = 1 << 10, 8 << 10
 	g := miniGroup(t, guard.Options{})
-	proceed := make(chan struct{})
 	o := &origin{serve: func(w http.ResponseWriter, r *http.Request, _ int64) {
-		_, _ = w.Write([]byte(strings.Repeat("a", chunk)))
-		w.(http.Flusher).Flush()
-		<-proceed
-		_, _ = w.Write([]byte(strings.Repeat("b", chunk)))
+		if r.URL.Path == "/ok" {
+			fmt.Fprint(w, "ok")
+			return
+		}
+		_, _ = w.Write([]byte(strings.Repeat("a", 4<<10)))
+		panic("boom")
 	}}
-	srv := httptest.NewServer(guardhttp.Middleware(g, guardhttp.Config{MaxBodyBytes: limit})(o))
+	srv := httptest.NewServer(guardhttp.Middleware(g, guardhttp.Config{MaxBodyBytes: 1 << 10})(o))
 	t.Cleanup(srv.Close)
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}
 	t.Cleanup(client.CloseIdleConnections)
-	for i := range 2 {
-		resp, err := client.Get(srv.URL + "/big")
-		if err != nil {
-			t.Fatal(err)
-		}
-		first := make([]byte, chunk)
-		if _, err := io.ReadFull(resp.Body, first); err != nil {
-			t.Fatalf("reading the first chunk while the handler waits: %v", err)
-		}
-		if i == 0 {
-			close(proceed)
-		}
-		rest, err := io.ReadAll(resp.Body)
+	resp, err := client.Get(srv.URL + "/boom")
+	if err == nil {
+		b, rerr := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if err != nil || string(rest) != strings.Repeat("b", chunk) {
-			t.Fatalf("rest: %d bytes, %v", len(rest), err)
-		}
-		if cs := resp.Header.Get("Cache-Status"); cs != "stampede; fwd=miss" {
-			t.Errorf("Cache-Status %q", cs)
+		if rerr == nil {
+			t.Errorf("got a complete %d response of %d bytes, want it cut short", resp.StatusCode, len(b))
 		}
 	}
-	if got := o.calls.Load(); got != 2 {
-		t.Errorf("handler calls %d, want 2 (never stored)", got)
+	resp, err = client.Get(srv.URL + "/ok")
+	if err != nil {
+		t.Fatalf("after the panic: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != "ok" {
+		t.Errorf("after the panic: %q", b)
 	}
 }
 
@@ -417,9 +465,155 @@ func TestUpstreamWindows(t *testing.T) {
 		}
 	}
 	o.calls.Store(0)
-	serve(h, get("/zero"))
-	serve(h, get("/zero"))
+	for range 3 { // the first learns the windows; none stores
+		serve(h, get("/zero"))
+	}
+	if got := o.calls.Load(); got != 3 {
+		t.Errorf("max-age=0: handler calls %d, want 3 (never stored)", got)
+	}
+}
+
+// TestStaleServedWhileRefreshFails: a request served stale wins the
+// refresh, which runs its handler in the background; the handler answers
+// 5xx (or any response that is not shared) at once. The request must get
+// the stale response, not the refresh's answer (stale-if-error), whichever
+// of the two finishes first. The guard's Stale hook runs on the request's
+// goroutine after the refresh started and before the guard answers, so
+// holding it until the refresh's handler returned forces the interleaving
+// in which the refresh finishes first.
+func TestStaleServedWhileRefreshFails(t *testing.T) {
+	refreshes := map[string]func(http.ResponseWriter){
+		"503": func(w http.ResponseWriter) {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprint(w, "down")
+		},
+		"Set-Cookie": func(w http.ResponseWriter) {
+			w.Header().Set("Set-Cookie", "s=1")
+			fmt.Fprint(w, "cookie")
+		},
+	}
+	for name, refresh := range refreshes {
+		t.Run(name, func(t *testing.T) {
+			mr, rdb := redistest.Mini(t)
+			now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+			mr.SetTime(now)
+			ns := redistest.Key(t) + ":"
+			answered := make(chan struct{})
+			o := &origin{serve: func(w http.ResponseWriter, r *http.Request, n int64) {
+				if n == 1 {
+					fmt.Fprint(w, "v1")
+					return
+				}
+				defer close(answered)
+				refresh(w)
+			}}
+			opts := guard.Options{Namespace: ns, FreshFor: time.Minute, StaleFor: time.Hour, NoJitter: true}
+			h1 := guardhttp.Middleware(newGroup(t, rdb, opts), guardhttp.Config{})(o)
+			serve(h1, get("/a"))
+
+			mr.SetTime(now.Add(2 * time.Minute)) // stale, seen by a new node
+			opts.Hooks.Stale = func(string, time.Duration) {
+				select {
+				case <-answered:
+				case <-time.After(10 * time.Second):
+					t.Error("the refresh's handler did not answer")
+				}
+			}
+			g2 := newGroup(t, rdb, opts)
+			rec := serve(guardhttp.Middleware(g2, guardhttp.Config{})(o), get("/a"))
+			if rec.Code != 200 || rec.Body.String() != "v1" || rec.Header().Get("Set-Cookie") != "" {
+				t.Errorf("got %d %q %v, want the stale 200 v1", rec.Code, rec.Body, rec.Header())
+			}
+			if got := rec.Header().Get("Cache-Status"); got != "stampede; fwd=stale" {
+				t.Errorf("Cache-Status %q, want fwd=stale", got)
+			}
+			if err := g2.Close(); err != nil { // waits for the refresh
+				t.Fatal(err)
+			}
+			if got := o.calls.Load(); got != 2 {
+				t.Errorf("handler calls %d, want 2", got)
+			}
+		})
+	}
+}
+
+// TestPanicFollowers: the requests coalesced with a panicking handler call
+// get a 500 too (or, arriving after it, a 503 while the guard backs off
+// the key), never a handler run of their own, and the process survives.
+func TestPanicFollowers(t *testing.T) {
+	noLeaks(t)
+	const n = 10
+	gt := newGate(n)
+	var coalesced atomic.Int64
+	g := miniGroup(t, guard.Options{ErrorBackoff: time.Hour, Hooks: guard.Hooks{Coalesced: func(string) { coalesced.Add(1) }}})
+	o := &origin{serve: func(w http.ResponseWriter, r *http.Request, _ int64) {
+		gt.wait(t)
+		panic("boom")
+	}}
+	h := gt.in(guardhttp.Middleware(g, guardhttp.Config{})(o))
+	recs := make([]*httptest.ResponseRecorder, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { recs[i] = serve(h, get("/a")) })
+	}
+	wg.Wait()
+	if got := o.calls.Load(); got != 1 {
+		t.Errorf("handler calls %d, want 1", got)
+	}
+	if coalesced.Load() == 0 {
+		t.Errorf("no request was coalesced: the rule was not exercised")
+	}
+	for i, rec := range recs {
+		if rec.Code != http.StatusInternalServerError && rec.Code != http.StatusServiceUnavailable {
+			t.Errorf("request %d: %d %q, want 500 (or 503 after the flight)", i, rec.Code, rec.Body)
+		}
+	}
+}
+
+// TestEventStream: a server-sent event stream (a request without Accept:
+// text/event-stream, so the response decides) reaches the client as the
+// handler flushes it: the headers on the first flush, each event on its
+// own, while the handler is still running; it is never stored.
+func TestEventStream(t *testing.T) {
+	noLeaks(t)
+	g := miniGroup(t, guard.Options{})
+	step := make(chan struct{})
+	o := &origin{serve: func(w http.ResponseWriter, r *http.Request, _ int64) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		f := w.(http.Flusher)
+		f.Flush() // headers only
+		<-step
+		fmt.Fprint(w, "data: 1\n\n")
+		f.Flush()
+		<-step
+		fmt.Fprint(w, "data: 2\n\n")
+	}}
+	srv := httptest.NewServer(guardhttp.Middleware(g, guardhttp.Config{})(o))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(step) }) // first: a failed test's handler returns
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}
+	t.Cleanup(client.CloseIdleConnections)
+	for range 2 {
+		resp, err := client.Get(srv.URL + "/events")
+		if err != nil {
+			t.Fatalf("headers before the first event: %v", err)
+		}
+		if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+			t.Errorf("Content-Type %q", ct)
+		}
+		step <- struct{}{}
+		first := make([]byte, len("data: 1\n\n"))
+		if _, err := io.ReadFull(resp.Body, first); err != nil || string(first) != "data: 1\n\n" {
+			t.Fatalf("first event while the handler runs: %q, %v", first, err)
+		}
+		step <- struct{}{}
+		rest, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || string(rest) != "data: 2\n\n" {
+			t.Fatalf("second event: %q, %v", rest, err)
+		}
+	}
 	if got := o.calls.Load(); got != 2 {
-		t.Errorf("max-age=0: handler calls %d, want 2 (never stored)", got)
+		t.Errorf("handler calls %d, want 2 (never stored)", got)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
@@ -19,6 +20,12 @@ func newGroup(t testing.TB, rdb redis.UniversalClient, o guard.Options) *guard.G
 	t.Helper()
 	if o.Namespace == "" {
 		o.Namespace = redistest.Key(t) + ":"
+	}
+	if o.RedisTimeout == 0 {
+		// These tests are about the middleware, not Redis latency: a
+		// loaded machine (-race, packages in parallel) must not turn an
+		// answer into a degraded one.
+		o.RedisTimeout = 10 * time.Second
 	}
 	g, err := guard.New(rdb, o)
 	if err != nil {

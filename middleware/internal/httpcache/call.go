@@ -12,6 +12,14 @@ import (
 // call is one request served through the guard. Its load may run in
 // another goroutine, while the request waits in Serve or after it left;
 // mu guards the hand-over of the client's writer.
+//
+// A load cannot tell whether it answers its caller (a miss) or runs as a
+// background refresh while its caller is served a stale or fresh entry:
+// the guard calls it the same way in both cases. So an unshared response
+// is held, like a shared one, up to MaxBodyBytes, and handed to the caller
+// only once the guard's answer shows it was the caller's (the load ended
+// with NoStore). Only a response that outgrows MaxBodyBytes or is flushed
+// by its handler is streamed to the client while the load runs.
 type call struct {
 	e    *Engine
 	key  string
@@ -19,14 +27,15 @@ type call struct {
 	h    Handler
 	used *windows // the windows given to the guard, when learned upstream
 
-	mu       sync.Mutex
-	w        http.ResponseWriter // the client's writer; nil once Serve stops waiting
-	ran      bool                // load was called
-	passed   bool                // load started streaming to w
-	done     chan struct{}       // closed when load ends
-	panicked bool
-	err      error // the handler's error
-	cancel   context.CancelFunc
+	mu        sync.Mutex
+	w         http.ResponseWriter // the client's writer; nil once Serve stops waiting
+	ran       bool                // load was called
+	streaming bool                // load started writing to w
+	done      chan struct{}       // closed when load ends
+	panicked  bool
+	err       error    // the handler's error
+	held      *capture // the unshared response load ended with, not streamed
+	cancel    context.CancelFunc
 }
 
 var errClientGone = errors.New("httpcache: client gone")
@@ -67,20 +76,21 @@ func (c *call) load(ctx context.Context) ([]byte, error) {
 		c.err = herr
 		c.mu.Unlock()
 		if cw.wroteHeader {
-			cw.pass()
+			cw.hold()
 		}
 		return nil, guard.NoStore(&notShared{reason: "handler error"})
 	}
 	if !cw.wroteHeader {
 		cw.WriteHeader(http.StatusOK)
 	}
-	if cw.passing {
+	if cw.unshared {
+		cw.hold()
 		return nil, guard.NoStore(&notShared{reason: cw.why})
 	}
 	if c.e.memo != nil {
 		if win, ok := upstreamWindows(cw.snap); ok {
 			if win.freshSet && win.fresh == 0 {
-				cw.pass()
+				cw.hold()
 				return nil, guard.NoStore(&notShared{reason: "max-age=0"})
 			}
 			if c.used == nil || win.shorter(*c.used) {
@@ -88,7 +98,7 @@ func (c *call) load(ctx context.Context) ([]byte, error) {
 				// learn the windows, answer the leader, and let the
 				// others call the guard again with them.
 				c.e.memo.Add(c.key, win)
-				cw.pass()
+				cw.hold()
 				return nil, guard.NoStore(&notShared{reason: "new upstream windows", retry: true})
 			}
 			if win != *c.used {
@@ -107,7 +117,7 @@ func (c *call) load(ctx context.Context) ([]byte, error) {
 // to finish (or for the client to leave) and reports true.
 func (c *call) detach(ctx context.Context) bool {
 	c.mu.Lock()
-	if !c.passed {
+	if !c.streaming {
 		c.w = nil
 		c.mu.Unlock()
 		return false
@@ -131,21 +141,28 @@ func (c *call) loaded() bool {
 	return c.ran
 }
 
-// outcome is what Serve returns once this call's own load answered it.
-func (c *call) outcome() error {
+// outcome answers w once the guard reported that this call's own load
+// ended without storing its response: the held response, if any, is
+// written to w. It returns the handler's error.
+func (c *call) outcome(w http.ResponseWriter) error {
 	c.mu.Lock()
-	panicked, passed, err := c.panicked, c.passed, c.err
+	panicked, streaming, err, held := c.panicked, c.streaming, c.err, c.held
+	c.held = nil
 	c.mu.Unlock()
-	if panicked && passed {
+	if panicked && streaming {
 		// Part of the response is out: abort the connection so the client
 		// sees a truncated response, not a complete one.
 		panic(http.ErrAbortHandler)
 	}
+	if held != nil {
+		held.writeTo(w, c.r.Method != http.MethodHead)
+	}
 	return err
 }
 
-// capture is the ResponseWriter of a load: it buffers a shareable response
-// up to MaxBodyBytes and streams anything else to the leader's client.
+// capture is the ResponseWriter of a load: it buffers the response up to
+// MaxBodyBytes, and streams to the caller's client only a response that is
+// not shared and outgrows that or is flushed.
 type capture struct {
 	c           *call
 	header      http.Header
@@ -153,7 +170,8 @@ type capture struct {
 	status      int
 	wroteHeader bool
 	buf         []byte
-	passing     bool
+	unshared    bool // the response is not stored
+	streaming   bool // the response goes to the client as it is written
 	why         string
 }
 
@@ -164,14 +182,21 @@ func (cw *capture) WriteHeader(code int) {
 		return // informational responses are not forwarded
 	}
 	cw.wroteHeader, cw.status = true, code
-	cw.snap = cw.header.Clone()
-	if cw.snap == nil {
-		cw.snap = http.Header{}
-	}
+	cw.snap = canonical(cw.header)
 	if !cw.c.e.shareable(code, cw.snap) {
-		cw.why = "response not shareable"
-		cw.pass()
+		cw.unshare("response not shareable")
 	}
+}
+
+// canonical returns a copy of h under canonical names, as the rules read
+// them: a handler may set h["set-cookie"] directly, and net/http sends it.
+func canonical(h http.Header) http.Header {
+	out := make(http.Header, len(h))
+	for k, v := range h {
+		ck := http.CanonicalHeaderKey(k)
+		out[ck] = append(out[ck], v...)
+	}
+	return out
 }
 
 func (cw *capture) Write(p []byte) (int, error) {
@@ -182,23 +207,28 @@ func (cw *capture) Write(p []byte) (int, error) {
 		}
 		cw.WriteHeader(http.StatusOK)
 	}
-	if !cw.passing && len(cw.buf)+len(p) > cw.c.e.maxBody {
-		cw.why = "body over MaxBodyBytes"
-		cw.pass()
+	if !cw.streaming && len(cw.buf)+len(p) > cw.c.e.maxBody {
+		cw.unshare("body over MaxBodyBytes")
+		cw.stream()
 	}
-	if cw.passing {
+	if cw.streaming {
 		return cw.forward(p)
 	}
 	cw.buf = append(cw.buf, p...)
 	return len(p), nil
 }
 
-// Flush forwards a flush of a streamed response; a buffered one has
-// nothing to flush.
+// Flush sends an unshared response on to the client, headers first, as
+// net/http would (server-sent events depend on it); a response that may be
+// stored is sent whole once complete.
 func (cw *capture) Flush() {
-	if !cw.passing {
+	if !cw.wroteHeader {
+		cw.WriteHeader(http.StatusOK)
+	}
+	if !cw.unshared {
 		return
 	}
+	cw.stream()
 	c := cw.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -207,32 +237,73 @@ func (cw *capture) Flush() {
 	}
 }
 
-// pass switches to streaming: what was buffered goes to the leader's client
-// if it still waits; otherwise the handler's context is cancelled, as no
-// one will read its response.
-func (cw *capture) pass() {
-	if cw.passing {
+// unshare marks the response as not stored. If nobody waits for it any
+// more (the caller left, or was answered from the cache while this load
+// refreshes the entry), the handler's context is cancelled.
+func (cw *capture) unshare(why string) {
+	if cw.unshared {
 		return
 	}
-	cw.passing = true
+	cw.unshared, cw.why = true, why
 	c := cw.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.w == nil {
 		c.cancel()
+	}
+}
+
+// stream switches to streaming: what was buffered goes to the client if it
+// still waits; otherwise the handler's context is cancelled, as no one will
+// read its response.
+func (cw *capture) stream() {
+	if cw.streaming {
 		return
 	}
-	c.passed = true
-	dst := c.w.Header()
-	for k, v := range cw.snap {
-		dst[k] = v
+	cw.streaming = true
+	c := cw.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.w == nil {
+		c.cancel()
+		cw.buf = nil
+		return
 	}
-	dst.Set("Cache-Status", csMiss)
-	c.w.WriteHeader(cw.status)
+	c.streaming = true
+	cw.writeHeader(c.w)
 	if len(cw.buf) > 0 {
 		_, _ = c.w.Write(cw.buf)
 	}
 	cw.buf = nil
+}
+
+// hold hands the complete, unshared response to the call, for its caller
+// if the guard's answer shows the load was the caller's.
+func (cw *capture) hold() {
+	if cw.streaming {
+		return
+	}
+	c := cw.c
+	c.mu.Lock()
+	c.held = cw
+	c.mu.Unlock()
+}
+
+func (cw *capture) writeHeader(w http.ResponseWriter) {
+	dst := w.Header()
+	for k, v := range cw.snap {
+		dst[k] = v
+	}
+	dst.Set("Cache-Status", csMiss)
+	w.WriteHeader(cw.status)
+}
+
+// writeTo writes a held response to w.
+func (cw *capture) writeTo(w http.ResponseWriter, body bool) {
+	cw.writeHeader(w)
+	if body && len(cw.buf) > 0 {
+		_, _ = w.Write(cw.buf)
+	}
 }
 
 func (cw *capture) forward(p []byte) (int, error) {

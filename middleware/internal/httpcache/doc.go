@@ -14,10 +14,18 @@
 //   - shareable (see [Engine] for the rules) and no larger than
 //     MaxBodyBytes: encoded and stored; every caller, the leader included,
 //     is served from the entry;
-//   - anything else: the response is streamed to the leader's own client
-//     while the leader still waits (and dropped otherwise); the load
-//     answers guard.NoStore, so nothing is stored, and every other caller
-//     of the flight runs the handler for itself.
+//   - anything else: the load answers guard.NoStore, so nothing is stored,
+//     and every other caller of the flight runs the handler for itself.
+//     The response goes to the leader's own client, and to no one else.
+//     It is held, like a shareable one, up to MaxBodyBytes, and written
+//     once the guard's answer shows the load was the leader's: a load also
+//     runs as a background refresh while its caller is served a stale (or,
+//     with early refresh, fresh) entry, and that caller must get the entry,
+//     not the refresh's 5xx (stale-if-error). A response that outgrows
+//     MaxBodyBytes, or that its handler flushes (server-sent events), is
+//     streamed to the leader's client as it is written instead, as long as
+//     the client waits; if that happens before the guard answered, a caller
+//     about to be served from the cache gets its own response instead.
 //
 // A caller never receives a response produced for another caller unless
 // that response was judged shareable first.

@@ -145,7 +145,7 @@ func (e *Engine) serve(w http.ResponseWriter, r *http.Request, key string, direc
 	res, err := e.g.Do(ctx, key, c.load, opts...)
 	if c.detach(ctx) {
 		// This call's own load streamed its response to w.
-		return c.outcome()
+		return c.outcome(w)
 	}
 	var ns *notShared
 	var pe *guard.PanicError
@@ -161,8 +161,9 @@ func (e *Engine) serve(w http.ResponseWriter, r *http.Request, key string, direc
 		}
 	case errors.As(err, &ns):
 		if c.loaded() {
-			// Our load ran but wrote nothing: a handler error (echo).
-			return c.outcome()
+			// This call's own load answered it: the response it held, or
+			// the handler's error (echo).
+			return c.outcome(w)
 		}
 		if ns.retry && again {
 			return e.serve(w, r, key, direct, h, false)
