@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,20 +15,43 @@ import (
 
 // cmdCounter counts the commands a client sends (each is one round trip
 // here: the guard never pipelines).
-type cmdCounter struct{ n atomic.Int64 }
+type cmdCounter struct {
+	n     atomic.Int64
+	mu    sync.Mutex
+	names []string // every command counted, for failure messages
+}
+
+// add counts cmd unless it is connection set-up (HELLO, CLIENT SETINFO),
+// which go-redis sends, pipelined, whenever the pool dials: not a round
+// trip of the guard's.
+func (h *cmdCounter) add(cmd redis.Cmder) {
+	if name := cmd.Name(); name != "hello" && name != "client" {
+		h.n.Add(1)
+		h.mu.Lock()
+		h.names = append(h.names, name)
+		h.mu.Unlock()
+	}
+}
+
+// since returns the names of the commands counted after the first n.
+func (h *cmdCounter) since(n int64) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.names[min(int(n), len(h.names)):]...)
+}
 
 func (h *cmdCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *cmdCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if cmd.Name() != "hello" && cmd.Name() != "client" { // connection set-up
-			h.n.Add(1)
-		}
+		h.add(cmd)
 		return next(ctx, cmd)
 	}
 }
 func (h *cmdCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.n.Add(int64(len(cmds)))
+		for _, c := range cmds {
+			h.add(c)
+		}
 		return next(ctx, cmds)
 	}
 }
@@ -61,7 +85,7 @@ func TestRoundTripBudget(t *testing.T) {
 				t.Fatalf("cold: %v %v", r.Status, err)
 			}
 		}); n != 2 {
-			t.Errorf("cold miss, leader: %d commands, want 2 (read with lease, fill)", n)
+			t.Errorf("cold miss, leader: %d commands %v, want 2 (read with lease, fill)", n, hook.since(hook.n.Load()-n))
 		}
 		if n := measure(func() {
 			if r, err := g.Do(ctxT(t), key, load); err != nil || r.Status != Hit {
