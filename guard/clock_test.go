@@ -53,7 +53,7 @@ func TestWatchdogKeepsLongLoadLeased(t *testing.T) {
 		org := newOrigin(true)
 		done := make(chan error, 2)
 		go func() { _, err := a.Do(ctxT(t), key, org.load); done <- err }()
-		eventually(t, 10*time.Second, "the load to start", func() bool { return org.calls.Load() == 1 })
+		redistest.Eventually(t, 10*time.Second, "the load to start", func() bool { return org.calls.Load() == 1 })
 		go func() { _, err := b.Do(ctxT(t), key, org.load); done <- err }()
 		// Watch the lease for 4 lease lengths: it must never lapse.
 		start := time.Now()
@@ -142,9 +142,9 @@ func TestLeaseGrace(t *testing.T) {
 	org := newOrigin(true)
 	done := make(chan error, 1)
 	go func() { _, err := g.Do(ctxT(t), key, org.load); done <- err }()
-	eventually(t, 10*time.Second, "the load to start", func() bool { return org.calls.Load() == 1 })
+	redistest.Eventually(t, 10*time.Second, "the load to start", func() bool { return org.calls.Load() == 1 })
 	lease := g.names(key).keys[1]
-	eventually(t, 10*time.Second, "the watchdog to extend the lease to LockTTL", func() bool {
+	redistest.Eventually(t, 10*time.Second, "the watchdog to extend the lease to LockTTL", func() bool {
 		pttl, err := rdb.PTTL(ctxT(t), lease).Result()
 		return err == nil && pttl > 5*time.Second
 	})

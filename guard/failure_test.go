@@ -29,7 +29,7 @@ func TestLateWriterRejected(t *testing.T) {
 			_, err := late.Do(ctxT(t), key, slow.load)
 			done <- err
 		}()
-		eventually(t, 10*time.Second, "the late writer loading", func() bool { return slow.calls.Load() == 1 })
+		redistest.Eventually(t, 10*time.Second, "the late writer loading", func() bool { return slow.calls.Load() == 1 })
 		// The data changed: invalidate, and another node loads the new value.
 		if err := fresh.Invalidate(ctxT(t), key); err != nil {
 			t.Fatal(err)
@@ -75,7 +75,7 @@ func TestPanicReachesEveryCaller(t *testing.T) {
 				errs <- err
 			}()
 		}
-		eventually(t, 10*time.Second, "every caller inside the flight", func() bool { return arrived.n.Load() == callers })
+		redistest.Eventually(t, 10*time.Second, "every caller inside the flight", func() bool { return arrived.n.Load() == callers })
 		close(gate)
 		wg.Wait()
 		close(errs)
@@ -113,7 +113,7 @@ func TestCancelledLeaderDoesNotFailFollowers(t *testing.T) {
 			_, err := g.Do(leaderCtx, key, org.load)
 			leaderErr <- err
 		}()
-		eventually(t, 10*time.Second, "the load to start", func() bool { return org.calls.Load() == 1 })
+		redistest.Eventually(t, 10*time.Second, "the load to start", func() bool { return org.calls.Load() == 1 })
 		follower := make(chan Result, 1)
 		go func() {
 			r, err := g.Do(ctxT(t), key, org.load)
@@ -122,7 +122,7 @@ func TestCancelledLeaderDoesNotFailFollowers(t *testing.T) {
 			}
 			follower <- r
 		}()
-		eventually(t, 10*time.Second, "the follower inside the flight", func() bool { return arrived.n.Load() == 2 })
+		redistest.Eventually(t, 10*time.Second, "the follower inside the flight", func() bool { return arrived.n.Load() == 2 })
 		cancel()
 		if err := <-leaderErr; !errors.Is(err, context.Canceled) {
 			t.Fatalf("leader got %v, want context.Canceled", err)
@@ -174,7 +174,7 @@ func TestStaleIfError(t *testing.T) {
 		if err != nil || r.Status != Stale || string(r.Value) != "old" {
 			t.Fatalf("got %v %q %v, want stale old", r.Status, r.Value, err)
 		}
-		eventually(t, 10*time.Second, "the refresh to fail", func() bool { return refreshErrs.n.Load() == 1 })
+		redistest.Eventually(t, 10*time.Second, "the refresh to fail", func() bool { return refreshErrs.n.Load() == 1 })
 		pttl, err := a.rdb.PTTL(ctxT(t), a.names(key).keys[1]).Result()
 		if err != nil || pttl < 50*time.Second {
 			t.Fatalf("lease PTTL %v (%v) after the failure, want held for the back-off", pttl, err)
@@ -267,7 +267,7 @@ func TestRedisDownDegrades(t *testing.T) {
 		t.Fatal("breaker never opened")
 	}
 	srv.Restart(t)
-	eventually(t, 10*time.Second, "a hit after Redis returned", func() bool {
+	redistest.Eventually(t, 10*time.Second, "a hit after Redis returned", func() bool {
 		r, err := g.Do(ctxT(t), key, org.load)
 		return err == nil && (r.Status == Hit || r.Status == Miss)
 	})

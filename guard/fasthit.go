@@ -9,7 +9,6 @@ import (
 
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/redis/go-redis/v9"
-
 )
 
 // The fast hit path. A Lua call costs Redis 7.0 about 10-15 µs of server

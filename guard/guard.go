@@ -265,7 +265,7 @@ func (g *Group) Do(ctx context.Context, key string, load LoadFunc, opts ...CallO
 		return g.degraded(ctx, key, load, co)
 	} else if ok {
 		if g.opts.EarlyRefreshBeta > 0 && !e.negative && !e.errMark && g.earlyRefresh(e, now) {
-			g.refreshEarly(context.WithoutCancel(ctx), key, g.names(key), load, co)
+			g.refreshEarly(ctx, key, g.names(key), load, co) // detaches ctx itself
 		}
 		return g.served(key, e, now, Hit)
 	}

@@ -29,19 +29,6 @@ func newGroup(t *testing.T, rdb redis.UniversalClient, o Options) *Group {
 	return g
 }
 
-// eventually polls cond (a check of state, never a stand-in for an event
-// the test could wait on) until it holds or the deadline passes.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // origin is a loader that counts its calls and can be held until released.
 type origin struct {
 	calls   atomic.Int64
@@ -109,7 +96,7 @@ func TestOneLoadAcrossNodes(t *testing.T) {
 			}
 		}
 		// Hold the load until every caller is inside a read flight.
-		eventually(t, 10*time.Second, "every caller inside a flight", func() bool { return arrived.n.Load() == nodes*callers })
+		redistest.Eventually(t, 10*time.Second, "every caller inside a flight", func() bool { return arrived.n.Load() == nodes*callers })
 		close(org.gate)
 		wg.Wait()
 		close(results)
@@ -168,9 +155,9 @@ func TestStaleServedWhileRefreshing(t *testing.T) {
 				t.Fatalf("got %v %q while refreshing, want stale \"old\"", r.Status, r.Value)
 			}
 		}
-		eventually(t, 10*time.Second, "the refresh to start", func() bool { return org.calls.Load() == 1 })
+		redistest.Eventually(t, 10*time.Second, "the refresh to start", func() bool { return org.calls.Load() == 1 })
 		close(org.gate)
-		eventually(t, 10*time.Second, "the refreshed value", func() bool {
+		redistest.Eventually(t, 10*time.Second, "the refreshed value", func() bool {
 			r, err := b.Do(ctxT(t), key, org.load)
 			return err == nil && r.Status == Hit && string(r.Value) == "v1"
 		})
@@ -211,7 +198,7 @@ func TestWaiterWokenByFill(t *testing.T) {
 			_, err := leader.Do(ctxT(t), key, org.load)
 			got <- err
 		}()
-		eventually(t, 10*time.Second, "the leader loading", func() bool { return org.calls.Load() == 1 })
+		redistest.Eventually(t, 10*time.Second, "the leader loading", func() bool { return org.calls.Load() == 1 })
 		res := make(chan Result, 1)
 		go func() {
 			r, err := waiter.Do(ctxT(t), key, org.load)
@@ -220,8 +207,8 @@ func TestWaiterWokenByFill(t *testing.T) {
 			}
 			res <- r
 		}()
-		eventually(t, 10*time.Second, "the waiter to find the lease busy", func() bool { return leaseBusy.n.Load() == 1 })
-		eventually(t, 10*time.Second, "the waiter registered for the fill", func() bool {
+		redistest.Eventually(t, 10*time.Second, "the waiter to find the lease busy", func() bool { return leaseBusy.n.Load() == 1 })
+		redistest.Eventually(t, 10*time.Second, "the waiter registered for the fill", func() bool {
 			return waiter.hub.Waiters(waiter.names(key).entry) == 1
 		})
 		close(org.gate)

@@ -207,7 +207,7 @@ func (c *Client) obtain(ctx context.Context, key, owner string, reentrant bool, 
 	}
 	a, err := c.attempt(ctx, nm, token, mode, ttl, firstWait)
 	if err != nil {
-		return nil, c.failed(ctx, key, nm, token, mode, queued, err)
+		return nil, c.failed(ctx, nm, token, mode, queued, err)
 	}
 	if a.ok {
 		return c.newLock(key, nm, token, mode, ttl, a, start, o), nil
@@ -225,13 +225,13 @@ func (c *Client) obtain(ctx context.Context, key, owner string, reentrant bool, 
 		err := c.subscribe(subCtx)
 		cancel()
 		if err != nil && (errors.Is(err, notify.ErrClosed) || ctx.Err() != nil) {
-			return nil, c.failed(ctx, key, nm, token, mode, false, ErrClosed)
+			return nil, c.failed(ctx, nm, token, mode, false, ErrClosed)
 		}
 		if rerr := redis.Error(nil); errors.As(err, &rerr) {
 			// Redis refused the wake channel (NOPERM): no release could
 			// wake this waiter, so waiting would only turn a
 			// misconfiguration into ErrNotObtained.
-			return nil, c.failed(ctx, key, nm, token, mode, false, err)
+			return nil, c.failed(ctx, nm, token, mode, false, err)
 		}
 		// Unconfirmed in time: the fallback timer still serves.
 	}
@@ -278,7 +278,7 @@ func (c *Client) obtain(ctx context.Context, key, owner string, reentrant bool, 
 			// Redlock with masters down: keep trying within the wait.
 			lastErr = err
 		case err != nil:
-			return nil, c.failed(ctx, key, nm, token, mode, true, err)
+			return nil, c.failed(ctx, nm, token, mode, true, err)
 		case a.ok:
 			return c.newLock(key, nm, token, mode, ttl, a, start, o), nil
 		}
@@ -288,7 +288,7 @@ func (c *Client) obtain(ctx context.Context, key, owner string, reentrant bool, 
 // failed turns an error of an acquire attempt into the caller's error. The
 // attempt may have taken the lock before failing (a timeout after the script
 // ran), so a token lock is released in the background.
-func (c *Client) failed(ctx context.Context, key string, nm names, token, mode string, queued bool, err error) error {
+func (c *Client) failed(ctx context.Context, nm names, token, mode string, queued bool, err error) error {
 	switch {
 	case mode == "t":
 		c.background(func(bg context.Context) {

@@ -29,18 +29,6 @@ func ctxT(t testing.TB) context.Context {
 	return ctx
 }
 
-// eventually polls cond every few milliseconds until it holds or d passes.
-func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 // waitClosed fails the test if ch is not closed within d.
 func waitClosed(t testing.TB, ch <-chan struct{}, d time.Duration, what string) {
 	t.Helper()

@@ -114,7 +114,7 @@ func TestRedlock(t *testing.T) {
 		}
 		// The one master that answered must not keep a partial lock.
 		if n, _ := servers[0].Client(t).Exists(context.Background(), a.names(key).lock).Result(); n != 0 {
-			eventually(t, 5*time.Second, "partial lock given back", func() bool {
+			redistest.Eventually(t, 5*time.Second, "partial lock given back", func() bool {
 				n, _ := servers[0].Client(t).Exists(context.Background(), a.names(key).lock).Result()
 				return n == 0
 			})

@@ -50,7 +50,7 @@ func TestWaiterWokenByRelease(t *testing.T) {
 // waitQueued waits until n waiters are in key's wait queue.
 func waitQueued(t *testing.T, rdb redis.UniversalClient, c *Client, key string, n int64) {
 	t.Helper()
-	eventually(t, 10*time.Second, strconv.FormatInt(n, 10)+" queued waiters", func() bool {
+	redistest.Eventually(t, 10*time.Second, strconv.FormatInt(n, 10)+" queued waiters", func() bool {
 		got, err := rdb.ZCard(context.Background(), c.names(key).queue).Result()
 		return err == nil && got == n
 	})
@@ -158,7 +158,7 @@ func TestCancelWhileWaiting(t *testing.T) {
 	if err := waiter.Close(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "wake channel unsubscribed", func() bool {
+	redistest.Eventually(t, 5*time.Second, "wake channel unsubscribed", func() bool {
 		n, err := rdb.PubSubNumSub(context.Background(), channel).Result()
 		return err == nil && n[channel] == 0
 	})

@@ -68,7 +68,7 @@ func TestWatchdogSignalsLostWhenKeyVanishes(t *testing.T) {
 		}
 		_ = l2
 		// Unrenewed, it expires; a stray renewal every 100ms would keep it.
-		eventually(t, 3*time.Second, "the new holder's unrenewed lease to end", func() bool {
+		redistest.Eventually(t, 3*time.Second, "the new holder's unrenewed lease to end", func() bool {
 			n, err := rdb.Exists(context.Background(), c.names(key).lock).Result()
 			return err == nil && n == 0
 		})
@@ -105,7 +105,7 @@ func TestNoRenewalAfterRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "a first renewal", func() bool { return hook.n.Load() >= 2 })
+	redistest.Eventually(t, 5*time.Second, "a first renewal", func() bool { return hook.n.Load() >= 2 })
 	if err := l.Release(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}

@@ -41,7 +41,7 @@ func TestClusterFailover(t *testing.T) {
 			wait()
 		}
 	}()
-	eventually(t, 20*time.Second, "stale answers before the failover", func() bool { return c.status(guard.Stale) > 100 })
+	redistest.Eventually(t, 20*time.Second, "stale answers before the failover", func() bool { return c.status(guard.Stale) > 100 })
 
 	victim := cl.MasterFor(t, keys[0])
 	replicas := cl.ReplicasOf(victim)
@@ -52,12 +52,12 @@ func TestClusterFailover(t *testing.T) {
 	cl.Failover(t, replicas[0])
 	promoted := time.Now()
 	c.markRecovery(promoted)
-	eventually(t, 20*time.Second, "every node coordinating again after the failover", func() bool {
+	redistest.Eventually(t, 20*time.Second, "every node coordinating again after the failover", func() bool {
 		_, ok := c.recovery(nodes)
 		return ok
 	})
 	// And the key on the promoted replica is served through Redis.
-	eventually(t, 20*time.Second, "the failed-over key served from Redis", func() bool {
+	redistest.Eventually(t, 20*time.Second, "the failed-over key served from Redis", func() bool {
 		r, err := nodes[0].g.Do(ctxT(t, 5*time.Second), keys[0], org.loader("n0", keys[0]))
 		return err == nil && (r.Status == guard.Hit || r.Status == guard.Stale)
 	})

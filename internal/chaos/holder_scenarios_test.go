@@ -42,7 +42,7 @@ func TestHolderKilledMidLoad(t *testing.T) {
 			answers <- answer{r, err, time.Now()}
 		}()
 	}
-	eventually(t, 10*time.Second, "B's callers to find the lease taken", func() bool { return busy.Load() > 0 })
+	redistest.Eventually(t, 10*time.Second, "B's callers to find the lease taken", func() bool { return busy.Load() > 0 })
 
 	h.kill(t)
 	killed := time.Now()
@@ -83,7 +83,7 @@ func TestHolderFrozenPastLease(t *testing.T) {
 	key := redistest.Key(t)
 	h := startHolder(t, srv.Addr, key, lockTTL)
 	h.signal(t, syscall.SIGSTOP)
-	eventually(t, 10*time.Second, "the holder to stop", h.frozen)
+	redistest.Eventually(t, 10*time.Second, "the holder to stop", h.frozen)
 
 	b := newGroup(t, rdb, guard.Options{WaitTimeout: time.Minute})
 	frozeAt := time.Now()

@@ -75,7 +75,7 @@ func TestRedisOutageUnderLoad(t *testing.T) {
 		}, func(t *testing.T, srv *redistest.Server, _ []*node) {
 			// The pause ends by itself; wait until the server answers.
 			admin := srv.Client(t)
-			eventually(t, 10*time.Second, "the pause to end", func() bool {
+			redistest.Eventually(t, 10*time.Second, "the pause to end", func() bool {
 				return admin.Ping(ctxT(t, time.Second)).Err() == nil
 			})
 		}},
@@ -100,16 +100,16 @@ func TestRedisOutageUnderLoad(t *testing.T) {
 					wait()
 				}
 			}()
-			eventually(t, 10*time.Second, "stale answers before the fault", func() bool { return c.status(guard.Stale) > 100 })
+			redistest.Eventually(t, 10*time.Second, "stale answers before the fault", func() bool { return c.status(guard.Stale) > 100 })
 
 			f.start(t, srv, nodes)
 			held := time.Now()
-			eventually(t, 10*time.Second, "callers served without Redis", func() bool { return c.status(guard.Degraded) > 0 })
+			redistest.Eventually(t, 10*time.Second, "callers served without Redis", func() bool { return c.status(guard.Degraded) > 0 })
 			time.Sleep(2*time.Second - time.Since(held)) // the outage lasts 2s: a duration, not a synchronisation
 			f.end(t, srv, nodes)
 			back := time.Now()
 			c.markRecovery(back)
-			eventually(t, 10*time.Second, "every node coordinating again", func() bool {
+			redistest.Eventually(t, 10*time.Second, "every node coordinating again", func() bool {
 				_, ok := c.recovery(nodes)
 				return ok
 			})
@@ -196,7 +196,7 @@ func TestSlowAndLossyLink(t *testing.T) {
 			}
 			n.proxy.Clear(t)
 			cleared := time.Now()
-			eventually(t, 10*time.Second, "the breaker to close", func() bool {
+			redistest.Eventually(t, 10*time.Second, "the breaker to close", func() bool {
 				r, err := n.g.Do(ctxT(t, 10*time.Second), keys[0], org.loader(n.name, keys[0]))
 				return err == nil && r.Status != guard.Degraded && closed.get() > cl
 			})
@@ -252,7 +252,7 @@ func TestRedisRestartDataLost(t *testing.T) {
 	}
 	restarted := time.Now()
 	// The key is usable: the next read is a hit or loads it anew.
-	eventually(t, 10*time.Second, "a coordinated answer after the restart", func() bool {
+	redistest.Eventually(t, 10*time.Second, "a coordinated answer after the restart", func() bool {
 		r, err := b.g.Do(ctxT(t, 5*time.Second), key, func(context.Context) ([]byte, error) { return []byte("b2"), nil })
 		return err == nil && r.Status != guard.Degraded
 	})

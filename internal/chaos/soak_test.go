@@ -195,7 +195,7 @@ func TestChaosSoak(t *testing.T) {
 		// Every node coordinates through Redis again.
 		back := time.Now()
 		c.markRecovery(back)
-		eventually(t, 10*time.Second, "the nodes to coordinate again after "+kind, func() bool {
+		redistest.Eventually(t, 10*time.Second, "the nodes to coordinate again after "+kind, func() bool {
 			_, ok := c.recovery(nodes)
 			return ok
 		})
@@ -297,7 +297,7 @@ func injectRandom(t *testing.T, rng *rand.Rand, srv *redistest.Server, admin *re
 			t.Errorf("CLIENT PAUSE: %v", err)
 		}
 		return "client pause", func() {
-			eventually(t, 10*time.Second, "the pause to end", func() bool {
+			redistest.Eventually(t, 10*time.Second, "the pause to end", func() bool {
 				return admin.Ping(ctxT(t, time.Second)).Err() == nil
 			})
 		}
@@ -396,9 +396,9 @@ func TestSoakCheckers(t *testing.T) {
 			}
 		}
 		put(5)
-		eventually(t, 10*time.Second, "the monitor to see version 5", saw5.Load)
+		redistest.Eventually(t, 10*time.Second, "the monitor to see version 5", saw5.Load)
 		put(3)
-		eventually(t, 10*time.Second, "the monitor to flag version 3", func() bool { return bad.count() > 0 })
+		redistest.Eventually(t, 10*time.Second, "the monitor to flag version 3", func() bool { return bad.count() > 0 })
 		close(stop)
 		<-done
 	})

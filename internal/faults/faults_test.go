@@ -64,7 +64,7 @@ func TestProxyFaults(t *testing.T) {
 		}
 		p.Clear(t)
 		// The timed-out connection was discarded; a fresh one works.
-		eventually(t, "ping after the blackhole cleared", func() bool { return ping(rdb) == nil })
+		redistest.Eventually(t, 10*time.Second, "ping after the blackhole cleared", func() bool { return ping(rdb) == nil })
 	})
 
 	t.Run("reset", func(t *testing.T) {
@@ -74,7 +74,7 @@ func TestProxyFaults(t *testing.T) {
 			t.Fatal("ping through reset_peer succeeded")
 		}
 		p.Clear(t)
-		eventually(t, "ping after resets stopped", func() bool { return ping(rdb) == nil })
+		redistest.Eventually(t, 10*time.Second, "ping after resets stopped", func() bool { return ping(rdb) == nil })
 	})
 
 	t.Run("down and up", func(t *testing.T) {
@@ -87,7 +87,7 @@ func TestProxyFaults(t *testing.T) {
 			t.Fatal("ping while the link is down succeeded")
 		}
 		p.Up(t)
-		eventually(t, "ping after the link came back", func() bool { return ping(rdb) == nil })
+		redistest.Eventually(t, 10*time.Second, "ping after the link came back", func() bool { return ping(rdb) == nil })
 	})
 
 	if got := p.Faults(); got != 4 {
@@ -115,15 +115,4 @@ func (f *fatalRecorder) Helper() {}
 func (f *fatalRecorder) Fatalf(string, ...any) {
 	f.failed = true
 	panic("fatal")
-}
-
-func eventually(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

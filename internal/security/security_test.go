@@ -81,19 +81,6 @@ func without(rules []string, drop func(string) bool) []string {
 	return out
 }
 
-// eventually polls cond every few milliseconds until it holds, failing t
-// after d.
-func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // within returns what ch delivers, failing t after d.
 func within[T any](t testing.TB, ch <-chan T, d time.Duration, what string) T {
 	t.Helper()
@@ -229,7 +216,7 @@ func guardCycle(t *testing.T, rdbA, rdbB redis.UniversalClient, key string) {
 
 	// Past fresh-until: the stale value is served at once, and the call
 	// whose read won the lease refreshes it in the background.
-	eventually(t, waitLimit, "the entry to go stale", func() bool {
+	redistest.Eventually(t, waitLimit, "the entry to go stale", func() bool {
 		res, err := a.g.Do(ctx, key, l.of("v2"), guard.WithFreshFor(time.Minute))
 		switch {
 		case err != nil || string(res.Value) != "v1" || (res.Status != guard.Hit && res.Status != guard.Stale):
@@ -237,7 +224,7 @@ func guardCycle(t *testing.T, rdbA, rdbB redis.UniversalClient, key string) {
 		}
 		return res.Status == guard.Stale
 	})
-	eventually(t, waitLimit, "the background refresh to land", func() bool {
+	redistest.Eventually(t, waitLimit, "the background refresh to land", func() bool {
 		res, err := b.g.Do(ctx, key, never(t))
 		switch {
 		case err == nil && res.Status == guard.Hit && string(res.Value) == "v2":
@@ -396,7 +383,7 @@ func lockCycle(t *testing.T, rdbA, rdbB, admin redis.UniversalClient, key string
 		waiter <- got{l, err}
 	}()
 	queue := hashtag.Base("stampede:lock:", key) + ":q"
-	eventually(t, waitLimit, "the waiter to queue", func() bool {
+	redistest.Eventually(t, waitLimit, "the waiter to queue", func() bool {
 		n, err := admin.ZCard(ctx, queue).Result()
 		return err == nil && n == 1
 	})
@@ -424,7 +411,7 @@ func lockCycle(t *testing.T, rdbA, rdbB, admin redis.UniversalClient, key string
 	if err != nil {
 		t.Fatalf("Obtain with AutoRenew: %v", err)
 	}
-	eventually(t, waitLimit, "three renewals", func() bool { return renewals.Load() >= 3 })
+	redistest.Eventually(t, waitLimit, "three renewals", func() bool { return renewals.Load() >= 3 })
 	select {
 	case <-la.Lost():
 		t.Fatal("a renewed lock was lost")
