@@ -24,7 +24,17 @@ var (
 
 	// ErrClosed is returned by calls on a closed Group.
 	ErrClosed = errors.New("guard: group closed")
+
+	// ErrGoexit is the error the callers of a flight get when its loader
+	// called runtime.Goexit (t.FailNow in a test, say) instead of
+	// returning. Like a panic, it is treated as a failed load: the lease is
+	// released and the key backs off.
+	ErrGoexit = errors.New("guard: loader called runtime.Goexit")
 )
+
+// errLoadAbandoned is the outcome a load slot holds until its load ends; a
+// joiner sees it only if the goroutine running the load left without one.
+var errLoadAbandoned = errors.New("guard: load ended without an outcome")
 
 // PanicError is the error every caller of a flight gets when its loader
 // panicked. The process survives; the refresh lease is released.

@@ -87,6 +87,7 @@ func (g *Group) fastHit(ctx context.Context, key string) (e entry, now int64, ok
 		rctx, cancel = context.WithTimeout(ctx, g.opts.RedisTimeout)
 		defer cancel()
 	}
+	g.step(ctx, "hit")
 	s, err := g.rdb.Get(rctx, h.entry).Result()
 	switch {
 	case errors.Is(err, redis.Nil):

@@ -100,10 +100,19 @@ type Group struct {
 	// flight of key (as its leader or a follower): the seam tests use to
 	// know a herd is inside one flight.
 	testJoined func(key string)
+	// testStep, set by tests, runs when a call reaches a named step of the
+	// read, miss, wait and fill paths, with the ctx the step runs on (the
+	// caller's, or the flight's detached copy of it, which keeps its
+	// values): the seam the cancellation sweep uses to cancel a caller at
+	// each step.
+	testStep func(ctx context.Context, step string)
 
-	bg        sync.WaitGroup // background refreshes
-	closed    atomic.Bool
-	closeOnce sync.Once
+	bg           sync.WaitGroup // background refreshes
+	wd           sync.WaitGroup // lease watchdogs
+	watchdogsOff bool           // set by Close under mu: no watchdog starts
+	closing      chan struct{}  // closed by Close to stop the watchdogs left
+	closed       atomic.Bool
+	closeOnce    sync.Once
 }
 
 type localEntry struct {
@@ -134,6 +143,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 		hub:     notify.New(rdb, notify.NewChannel(o.Namespace+"fill:")),
 		clk:     redisClock{base: time.Now()},
 		flights: map[string]*flight{},
+		closing: make(chan struct{}),
 		hints:   newHints(),
 		br:      breaker{threshold: o.BreakerFailures, cooldown: o.BreakerCooldown, hook: o.Hooks.Breaker},
 	}
@@ -192,8 +202,10 @@ var leaseGrace = time.Second // a var for tests
 const fenceRetention = 24 * time.Hour
 
 // Close stops the Group: it waits for background refreshes (each bounded by
-// LoadTimeout) and closes the fill subscription. Calls after Close return
-// ErrClosed. It does not close the Redis client.
+// LoadTimeout), closes the fill subscription and stops renewing the leases
+// of loads still running for callers (their fills are still stored while
+// their fences hold). Calls after Close return ErrClosed. It does not close
+// the Redis client.
 func (g *Group) Close() error {
 	var err error
 	g.closeOnce.Do(func() {
@@ -202,6 +214,11 @@ func (g *Group) Close() error {
 		g.mu.Unlock()
 		err = g.hub.Close()
 		g.bg.Wait()
+		g.mu.Lock()
+		g.watchdogsOff = true
+		close(g.closing)
+		g.mu.Unlock()
+		g.wd.Wait()
 	})
 	return err
 }
@@ -255,9 +272,14 @@ func (g *Group) Do(ctx context.Context, key string, load LoadFunc, opts ...CallO
 			return Result{Value: le.value, Status: Hit, Age: age}, nil
 		}
 	}
-	if !g.br.allow() {
+	probe, ok := g.br.allow()
+	if !ok {
 		return g.degraded(ctx, key, load, co)
 	}
+	// Settles a probe this call carries however the call ends: a caller
+	// that leaves before Redis answered must not leave the breaker
+	// half-open for good.
+	defer g.br.release(probe)
 	if e, now, ok, err := g.fastHit(ctx, key); err != nil {
 		if ctx.Err() != nil {
 			return Result{}, ctx.Err()
@@ -269,6 +291,9 @@ func (g *Group) Do(ctx context.Context, key string, load LoadFunc, opts ...CallO
 		}
 		return g.served(key, e, now, Hit)
 	}
+	// From here on load may be handed to several stages (the read's
+	// flight, the miss flight, a degraded load): it runs at most once.
+	load = loadOnce(load)
 	lk, err := g.lookup(ctx, key, load, co)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -357,6 +382,7 @@ func (g *Group) lookup(ctx context.Context, key string, load LoadFunc, co callOp
 	fn := func() (any, error) {
 		// Do tried the fast hit path already: this flight runs the script.
 		nm := g.names(key)
+		g.step(detached, "read")
 		rr, err := g.read(detached, nm, false)
 		if err != nil {
 			return lookup{}, err
@@ -416,6 +442,13 @@ func (g *Group) lookup(ctx context.Context, key string, load LoadFunc, co callOp
 	}
 }
 
+// step runs the testStep seam.
+func (g *Group) step(ctx context.Context, name string) {
+	if g.testStep != nil {
+		g.testStep(ctx, name)
+	}
+}
+
 func (g *Group) check(ctx context.Context, key string, load LoadFunc) error {
 	switch {
 	case g == nil:
@@ -456,6 +489,7 @@ func (g *Group) callOptions(opts []CallOption) callOptions {
 
 // names are the Redis names of one key; they share one hash tag.
 type names struct {
+	user  string // the caller's key
 	entry string
 	keys  []string // entry, lease, fence, waiters, inv
 }
@@ -466,7 +500,7 @@ func (g *Group) names(key string) names {
 	all := b + b + ":lease" + b + ":fence" + b + ":w" + b + ":inv"
 	n := len(b)
 	lease, fence, w := n+n+6, n+n+6+n+6, n+n+6+n+6+n+2
-	return names{entry: all[:n], keys: []string{all[:n], all[n:lease], all[lease:fence], all[fence:w], all[w:]}}
+	return names{user: key, entry: all[:n], keys: []string{all[:n], all[n:lease], all[lease:fence], all[fence:w], all[w:]}}
 }
 
 type state int
@@ -614,6 +648,7 @@ func (g *Group) resolveMiss(ctx context.Context, key string, nm names, load Load
 				wait = min(wait, holder)
 			}
 			timer.Reset(wait)
+			g.step(ctx, "wait")
 			notified := false
 			select {
 			case <-wake:
@@ -669,9 +704,9 @@ func (g *Group) resolveMiss(ctx context.Context, key string, nm names, load Load
 func (g *Group) refreshAsync(ctx context.Context, key string, nm names, load LoadFunc, co callOptions, fence int64) {
 	detached := context.WithoutCancel(ctx)
 	g.goBackground(func() {
+		g.step(detached, "refresh")
 		_, _ = g.loadAndFill(detached, key, nm, load, co, fence, true)
 	})
-
 }
 
 // refreshEarly tries the lease of a fresh key and, if won, refreshes it in
@@ -693,12 +728,7 @@ func (g *Group) refreshEarly(ctx context.Context, key string, nm names, load Loa
 // the lease and wakes the waiters. refresh is true when a stale value exists
 // and keeps being served if the load fails.
 func (g *Group) loadAndFill(ctx context.Context, key string, nm names, load LoadFunc, co callOptions, fence int64, refresh bool) (Result, error) {
-	stop := func() {}
-	if fence > 0 {
-		stop = g.renewLease(nm, fence)
-	}
-	v, err, d := g.callLoader(ctx, key, load, false)
-	stop()
+	v, err, d := g.loadLeased(ctx, key, nm, load, fence)
 
 	f := fillSpec{fence: fence, loadDur: d, mode: "w"}
 	switch {
@@ -721,6 +751,7 @@ func (g *Group) loadAndFill(ctx context.Context, key string, nm names, load Load
 		// back off instead of calling the failing loader again.
 		f.mode, f.fresh, f.flags = "m", g.opts.ErrorBackoff, "e"
 	}
+	g.step(ctx, "fill")
 	g.store(ctx, key, nm, f)
 	if f.keepLease > 0 {
 		// Reported once the lease is held for the back-off, so whoever
@@ -733,6 +764,30 @@ func (g *Group) loadAndFill(ctx context.Context, key string, nm names, load Load
 		return Result{Status: Miss}, err
 	}
 	return Result{Value: v, Status: Miss}, nil
+}
+
+// loadLeased calls load while a watchdog keeps the lease fence alive
+// (fence 0: no lease). The watchdog stops however the load ends.
+func (g *Group) loadLeased(ctx context.Context, key string, nm names, load LoadFunc, fence int64) (v []byte, err error, d time.Duration) {
+	if fence > 0 {
+		defer g.renewLease(nm, fence)()
+	}
+	return g.callLoader(ctx, key, load, false)
+}
+
+// loadOnce returns load made to run at most once: later calls get the
+// first call's outcome. It is what makes "at most one loader call per Do
+// per node" a property of the guard rather than of every path's care.
+func loadOnce(load LoadFunc) LoadFunc {
+	var (
+		once sync.Once
+		v    []byte
+		err  error = errLoadAbandoned // kept if the first call never returns
+	)
+	return func(ctx context.Context) ([]byte, error) {
+		once.Do(func() { v, err = load(ctx) })
+		return v, err
+	}
 }
 
 func isNoStore(err error) bool {
@@ -782,32 +837,47 @@ func (g *Group) callLoader(ctx context.Context, key string, load LoadFunc, join 
 	if g.loads == nil {
 		g.loads = map[string]*runningLoad{}
 	}
-	r := &runningLoad{done: make(chan struct{})}
+	r := &runningLoad{done: make(chan struct{}), err: errLoadAbandoned}
 	g.loads[key] = r
 	g.lmu.Unlock()
 	defer func() {
+		// The slot settles however this goroutine leaves (a panicking
+		// Load hook included): joiners get r's outcome, never a zero one.
 		g.lmu.Lock()
 		delete(g.loads, key)
 		g.lmu.Unlock()
 		close(r.done)
 	}()
-	r.v, r.err, r.d = g.runLoader(ctx, key, load)
-	return r.v, r.err, r.d
+	v, err, d = g.runLoader(ctx, key, load)
+	r.v, r.err, r.d = v, err, d
+	return v, err, d
 }
 
-// runLoader calls load once; see callLoader.
+// runLoader calls load once; see callLoader. load runs on a goroutine of
+// its own, so whatever way it ends reaches the flight as an outcome: a
+// value, an error, a panic (*PanicError) or runtime.Goexit (ErrGoexit),
+// which would otherwise end the flight's goroutine with nobody told.
 func (g *Group) runLoader(ctx context.Context, key string, load LoadFunc) (v []byte, err error, d time.Duration) {
 	ctx, cancel := context.WithTimeout(ctx, g.opts.LoadTimeout)
 	defer cancel()
 	start := time.Now()
-	func() {
+	done := make(chan struct{})
+	go func() {
+		normal := false
 		defer func() {
-			if p := recover(); p != nil {
-				err = &PanicError{Value: p, Stack: debug.Stack()}
+			if !normal {
+				if p := recover(); p != nil {
+					v, err = nil, &PanicError{Value: p, Stack: debug.Stack()}
+				} else {
+					v, err = nil, ErrGoexit
+				}
 			}
+			close(done)
 		}()
 		v, err = load(ctx)
+		normal = true
 	}()
+	<-done
 	d = time.Since(start)
 	if h := g.opts.Hooks.Load; h != nil {
 		h(key, d, err)

@@ -372,21 +372,30 @@ func TestCorruptEntryKinds(t *testing.T) {
 }
 
 // TestWrongTypeUnderKeyName: something other than the guard wrote a hash
-// under one of a key's names. Callers still get the loader's value, the
-// Redis errors are reported, and (the point) the breaker stays closed: one
-// poisoned key is not a Redis outage, so the Group's other keys keep being
-// coordinated through Redis.
+// under one of a key's names. Callers still get the loader's value, at once
+// (with WaitTimeout a minute and ReturnError, a caller kept waiting would
+// fail), the trouble is reported (a WRONGTYPE Redis error, or the Corrupt
+// hook for the names whose foreign values the scripts drop), and (the
+// point) the breaker stays closed: one poisoned key is not a Redis outage,
+// so the Group's other keys keep being coordinated through Redis.
 func TestWrongTypeUnderKeyName(t *testing.T) {
 	rdb := redistest.Shared(t).Client(t)
 	for i, name := range []string{"entry", "lease", "fence", "waiters", "inv"} {
 		t.Run(name, func(t *testing.T) {
-			var wrongType, breakerOpened atomic.Int64
+			var wrongType, breakerOpened, busy atomic.Int64
 			g := newGroup(t, rdb, Options{
-				WaitTimeout: 100 * time.Millisecond, // the hash under :lease looks like a holder that never fills
+				WaitTimeout:       time.Minute,
+				WaitTimeoutPolicy: ReturnError,
 				Hooks: Hooks{
 					RedisError: func(_ string, err error) {
 						if redis.HasErrorPrefix(err, "WRONGTYPE") {
 							wrongType.Add(1)
+						}
+					},
+					Corrupt: func(string, error) { wrongType.Add(1) },
+					Lease: func(_ string, won bool) {
+						if !won {
+							busy.Add(1) // a caller found a holder to wait for
 						}
 					},
 					Breaker: func(open bool) {
@@ -411,10 +420,13 @@ func TestWrongTypeUnderKeyName(t *testing.T) {
 				}
 			}
 			if wrongType.Load() == 0 {
-				t.Fatal("no WRONGTYPE error reported")
+				t.Fatal("neither a WRONGTYPE error nor a corrupt value reported")
 			}
 			if n := breakerOpened.Load(); n != 0 {
 				t.Fatalf("the breaker opened %d times over one poisoned key", n)
+			}
+			if n := busy.Load(); n != 0 {
+				t.Fatalf("%d calls found the lease held by nobody's load and waited for it", n)
 			}
 			healthy := redistest.Key(t, "healthy")
 			for _, want := range []Status{Miss, Hit} {

@@ -40,10 +40,13 @@ func (g *Group) read(ctx context.Context, nm names, force bool) (readReply, erro
 	}
 	g.br.success()
 	var rr readReply
-	if len(v) != 3 {
+	if len(v) != 3 && len(v) != 4 {
 		err := fmt.Errorf("guard: unexpected read reply of %d elements", len(v))
 		g.redisFailed("read", err)
 		return rr, err
+	}
+	if len(v) == 4 {
+		g.foreign(nm, v[3])
 	}
 	if s, ok := v[0].(string); ok {
 		// No copy: the value is read-only from here on (see Result.Value).
@@ -77,24 +80,40 @@ func (g *Group) store(ctx context.Context, key string, nm names, f fillSpec) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.opts.RedisTimeout)
 	defer cancel()
 	sent := g.clk.local()
-	v, err := scripts.GuardFill.Run(rctx, g.rdb, nm.keys, f.fence, f.value, ms(fresh), ms(f.stale),
-		f.loadDur.Microseconds(), f.flags, f.mode, ms(f.keepLease), nm.entry, g.keepArg).Int64Slice()
+	reply, err := scripts.GuardFill.Run(rctx, g.rdb, nm.keys, f.fence, f.value, ms(fresh), ms(f.stale),
+		f.loadDur.Microseconds(), f.flags, f.mode, ms(f.keepLease), nm.entry, g.keepArg).Slice()
 	if err != nil {
 		g.redisFailed("fill", err)
 		return
 	}
 	g.br.success()
-	if len(v) != 3 {
+	if len(reply) != 4 {
 		return
 	}
-	g.clk.observe(v[1], sent)
+	written, _ := reply[0].(int64)
+	now, _ := reply[1].(int64)
+	g.foreign(nm, reply[3])
+	g.clk.observe(now, sent)
 	switch {
-	case f.mode != "-" && v[0] == 0:
+	case f.mode != "-" && written == 0:
 		if h := g.opts.Hooks.FillRejected; h != nil {
 			h(key)
 		}
-	case v[0] == 1 && f.flags == "":
-		g.hint(key, nm.entry, v[1]+ms(f.fresh))
+	case written == 1 && f.flags == "":
+		g.hint(key, nm.entry, now+ms(f.fresh))
+	}
+}
+
+// foreign reports, through the Corrupt hook, the names of a key under which
+// a script found (and dropped) a value the guard did not write: a comma
+// list in what, "" for none.
+func (g *Group) foreign(nm names, what any) {
+	s, _ := what.(string)
+	if s == "" {
+		return
+	}
+	if h := g.opts.Hooks.Corrupt; h != nil {
+		h(nm.user, fmt.Errorf("guard: a foreign value under the %s name of the key was dropped", s))
 	}
 }
 
@@ -102,15 +121,29 @@ func (g *Group) store(ctx context.Context, key string, nm names, f fillSpec) {
 // the func waits for the renewer to stop. The first renewal comes a third of
 // the way into the read's short first lease and extends it to LockTTL; then
 // every LockTTL/3. A load shorter than that costs no renewal.
+//
+// Close stops every watchdog still running once the background refreshes
+// it waits for have ended, and none starts after that: a closed Group
+// renews no lease.
 func (g *Group) renewLease(nm names, fence int64) (stop func()) {
+	g.mu.Lock()
+	if g.watchdogsOff {
+		g.mu.Unlock()
+		return func() {}
+	}
+	g.wd.Add(1)
+	g.mu.Unlock()
 	quit, done := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer g.wd.Done()
 		defer close(done)
 		t := time.NewTimer(max(g.firstLease/3, time.Millisecond))
 		defer t.Stop()
 		for {
 			select {
 			case <-quit:
+				return
+			case <-g.closing:
 				return
 			case <-t.C:
 			}
@@ -136,15 +169,6 @@ func (g *Group) renewLease(nm names, fence int64) (stop func()) {
 	}
 }
 
-// releaseLease gives back an unused lease.
-func (g *Group) releaseLease(nm names, fence int64) {
-	ctx, cancel := context.WithTimeout(context.Background(), g.opts.RedisTimeout)
-	defer cancel()
-	if err := scripts.GuardLease.Run(ctx, g.rdb, nm.keys[1:2], fence, 0).Err(); err != nil {
-		g.redisFailed("release", err)
-	}
-}
-
 func (g *Group) invalidate(ctx context.Context, nm names) error {
 	rctx, cancel := context.WithTimeout(ctx, g.opts.RedisTimeout)
 	defer cancel()
@@ -167,65 +191,5 @@ func (g *Group) redisFailed(op string, err error) {
 		// The reload is asynchronous and go-redis coalesces bursts of them.
 		cc.ReloadState(context.Background())
 	}
-	switch {
-	case redis.HasErrorPrefix(err, "WRONGTYPE"):
-		// Redis answered: one key holds data of another type (written by
-		// something else under the namespace). That is the key's problem,
-		// not Redis's health; counting it would let one poisoned key open
-		// the breaker for every key of the Group. Recorded as a success so a
-		// half-open breaker's probe does not stay pending.
-		g.br.success()
-	case !errors.Is(err, context.Canceled):
-		g.br.failure()
-	}
-}
-
-// breaker stops calling Redis after threshold failures in a row, for
-// cooldown; then one call probes, and a success closes it.
-type breaker struct {
-	threshold int
-	cooldown  time.Duration
-	hook      func(open bool)
-
-	mu        sync.Mutex
-	fails     int
-	openUntil time.Time
-	probing   bool
-}
-
-func (b *breaker) allow() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.fails < b.threshold {
-		return true
-	}
-	if b.probing || time.Now().Before(b.openUntil) {
-		return false
-	}
-	b.probing = true
-	return true
-}
-
-func (b *breaker) success() {
-	b.mu.Lock()
-	wasOpen := b.fails >= b.threshold
-	b.fails, b.probing = 0, false
-	b.mu.Unlock()
-	if wasOpen && b.hook != nil {
-		b.hook(false)
-	}
-}
-
-func (b *breaker) failure() {
-	b.mu.Lock()
-	b.fails++
-	opened := b.fails == b.threshold || b.probing
-	if b.fails >= b.threshold {
-		b.openUntil = time.Now().Add(b.cooldown)
-		b.probing = false
-	}
-	b.mu.Unlock()
-	if opened && b.hook != nil {
-		b.hook(true)
-	}
+	g.br.record(err, nil)
 }

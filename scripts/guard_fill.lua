@@ -35,9 +35,19 @@
 -- their fills are rejected. Whether or not it wrote, the script settles the
 -- caller's lease and wakes the waiters.
 --
--- Returns {written, now_ms, notified}: written is 1 when the entry was
--- stored and 0 otherwise, now_ms the Redis clock in milliseconds (the entry's
--- written time), notified the number of waiter channels published to.
+-- A value of another type under the invalidation or lease name was not
+-- written by the guard (every guard write there is a string, every lease has
+-- a TTL): it is dropped, like a corrupt entry, and reported, so one foreign
+-- write cannot leave the key's lease unreleased and its callers waiting. A
+-- dropped invalidation marker rejects this fill if it has fence 0 (it
+-- might have fenced it out); a fenced fill is judged by the fence counter,
+-- which every invalidation mints into.
+--
+-- Returns {written, now_ms, notified, foreign}: written is 1 when the entry
+-- was stored and 0 otherwise, now_ms the Redis clock in milliseconds (the
+-- entry's written time), notified the number of waiter channels published
+-- to, foreign the names ("inv", "lease", joined by ",") whose foreign values
+-- were dropped, or "".
 local entry, lease, fence, waiters, inv = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local mine, payload = ARGV[1], ARGV[2]
 local fresh, stale, loadus = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
@@ -79,9 +89,16 @@ end
 
 local now = nowms()
 local written = 0
+local foreign = {}
 if mode ~= '-' then
   local ok = true
-  local gen = redis.call('GET', inv)
+  local gen = redis.pcall('GET', inv)
+  if type(gen) == 'table' and gen.err then
+    redis.call('DEL', inv)
+    table.insert(foreign, 'inv')
+    gen = false
+    ok = mine ~= '0'
+  end
   if gen and less(mine, gen) then
     ok = false
   end
@@ -114,7 +131,11 @@ if mode ~= '-' then
   end
 end
 
-if redis.call('GET', lease) == mine then
+local held = redis.pcall('GET', lease)
+if type(held) == 'table' and held.err then
+  redis.call('DEL', lease)
+  table.insert(foreign, 'lease')
+elseif held == mine then
   if hold > 0 then
     redis.call('PEXPIRE', lease, string.format('%d', hold))
   else
@@ -122,4 +143,4 @@ if redis.call('GET', lease) == mine then
   end
 end
 
-return {written, now, notify(waiters, msg)}
+return {written, now, notify(waiters, msg), table.concat(foreign, ',')}

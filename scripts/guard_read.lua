@@ -19,6 +19,11 @@
 --   > 0      when this caller won the lease: x is its fence, the lease holds it;
 --   < 0      when another caller holds the lease: -x (>= 1) is its remaining
 --            lease in milliseconds.
+-- A fourth element, "lease", is returned when a value the guard did not
+-- write (another type, or a string with no TTL: every lease has one) sat
+-- under the lease name: it was dropped, as a corrupt entry is, and the lease
+-- tried, so a foreign write cannot keep every caller waiting for a holder
+-- that does not exist.
 -- Fresh negative ('n') and error-marker ('e') entries count as fresh. A value
 -- that is not a valid v1 entry counts as missing (the lease is tried, waiters
 -- are registered) but is still returned so the caller can report it. Only a
@@ -48,13 +53,21 @@ if leasems == 0 then
   return {v, now, 0}
 end
 
-if redis.call('EXISTS', lease) == 0 then
+local pttl = redis.call('PTTL', lease)
+local foreign = pttl == -1 or (pttl >= 0 and redis.call('TYPE', lease).ok ~= 'string')
+if foreign then
+  redis.call('DEL', lease)
+  pttl = -2
+end
+if pttl == -2 then
   local f = mint(fence, keep)
   redis.call('SET', lease, string.format('%d', f), 'PX', leasems)
+  if foreign then
+    return {v, now, f, 'lease'}
+  end
   return {v, now, f}
 end
 
-local pttl = redis.call('PTTL', lease)
 if pttl < 1 then
   pttl = 1
 end

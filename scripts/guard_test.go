@@ -92,8 +92,8 @@ func guardFill(t *testing.T, rdb redis.UniversalClient, k guardKeys, a fillArgs)
 	if err != nil {
 		t.Fatalf("guard_fill: %v", err)
 	}
-	if len(res) != 3 {
-		t.Fatalf("guard_fill returned %#v, want 3 elements", res)
+	if len(res) != 4 || res[3] != "" {
+		t.Fatalf("guard_fill returned %#v, want 4 elements, no foreign value dropped", res)
 	}
 	w := res[0].(int64)
 	if w != 0 && w != 1 {
@@ -891,6 +891,88 @@ func TestGuardTakenOverFill(t *testing.T) {
 		// And a lease-less fill never replaces a fenced entry.
 		if w, _, _ := guardFill(t, rdb, k2, fillArgs{fence: 0, payload: "again", fresh: 60000}); w {
 			t.Fatal("lease-less fill replaced a fenced entry")
+		}
+	})
+}
+
+// TestGuardForeignValues: something other than the guard wrote under a
+// key's lease or invalidation name (a hash, or a string with no TTL: every
+// lease the guard takes has one). The scripts drop such a value, say so,
+// and go on, so the key's callers are neither kept waiting for a holder
+// that does not exist nor left with a lease no fill can release.
+func TestGuardForeignValues(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		t.Run("lease/hash", func(t *testing.T) {
+			k := newGuardKeys(t)
+			rdb.HSet(ctx, k.lease, "f", "v")
+			res, err := GuardRead.Run(ctx, rdb, k.four(), leaseMs, "", 0, retention).Slice()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res) != 4 || res[3] != "lease" || res[2].(int64) <= 0 {
+				t.Fatalf("guard_read = %#v; want the lease taken and the foreign value reported", res)
+			}
+			wantTTL(t, rdb, k.lease, leaseMs)
+		})
+		t.Run("lease/string without TTL", func(t *testing.T) {
+			k := newGuardKeys(t)
+			rdb.Set(ctx, k.lease, "12", 0)
+			res, err := GuardRead.Run(ctx, rdb, k.four(), leaseMs, "", 0, retention).Slice()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res) != 4 || res[3] != "lease" || res[2].(int64) <= 0 {
+				t.Fatalf("guard_read = %#v; want the lease taken and the foreign value reported", res)
+			}
+		})
+		t.Run("lease/held by another reader", func(t *testing.T) {
+			k := newGuardKeys(t)
+			if x := guardRead(t, rdb, k, leaseMs, "", 0).x; x <= 0 {
+				t.Fatalf("first read x = %d; want the lease", x)
+			}
+			// A lease the guard took is never mistaken for a foreign one.
+			if x := guardRead(t, rdb, k, leaseMs, "", 0).x; x >= 0 {
+				t.Fatalf("second read x = %d; want the holder's remaining lease", x)
+			}
+		})
+		t.Run("lease/hash at fill", func(t *testing.T) {
+			k := newGuardKeys(t)
+			f := guardRead(t, rdb, k, leaseMs, "", 0).x
+			rdb.Del(ctx, k.lease)
+			rdb.HSet(ctx, k.lease, "f", "v")
+			res, err := runFill(rdb, k, fillArgs{fence: f, payload: "v", fresh: 1000, stale: 1000})
+			if err != nil {
+				t.Fatalf("guard_fill: %v", err)
+			}
+			if len(res) != 4 || res[0] != int64(1) || res[3] != "lease" || exists(t, rdb, k.lease) {
+				t.Fatalf("guard_fill = %#v; want written, the foreign lease dropped and reported", res)
+			}
+		})
+		for _, fence := range []int64{0, 1} {
+			t.Run("inv/hash/fence "+strconv.FormatInt(fence, 10), func(t *testing.T) {
+				k := newGuardKeys(t)
+				if fence > 0 {
+					fence = guardRead(t, rdb, k, leaseMs, "", 0).x
+				}
+				rdb.HSet(ctx, k.inv, "f", "v")
+				res, err := runFill(rdb, k, fillArgs{fence: fence, payload: "v", fresh: 1000, stale: 1000})
+				if err != nil {
+					t.Fatalf("guard_fill: %v", err)
+				}
+				// A fence-0 fill is rejected: the dropped marker might have
+				// fenced it out. A fenced one is judged by the counter.
+				want := int64(1)
+				if fence == 0 {
+					want = 0
+				}
+				if len(res) != 4 || res[0] != want || res[3] != "inv" {
+					t.Fatalf("guard_fill = %#v; want written=%d and the foreign marker reported", res, want)
+				}
+				if exists(t, rdb, k.inv) || (fence > 0 && exists(t, rdb, k.lease)) {
+					t.Fatal("the foreign marker or the lease is still there")
+				}
+			})
 		}
 	})
 }

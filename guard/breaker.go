@@ -1,0 +1,127 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// breaker stops the Group calling Redis after threshold failures in a row.
+// While it is open, callers are served through the in-process singleflight
+// alone. After cooldown, one call is let through as the probe; its verdict
+// closes the breaker (success) or opens it for another cooldown (failure).
+//
+// States and what moves between them:
+//
+//	closed ──threshold failures in a row──▶ open
+//	open ──cooldown passed, a call asks──▶ half-open (one probe out)
+//	half-open ──success──▶ closed
+//	half-open ──failure──▶ open (a new cooldown)
+//	half-open ──probe ends without a verdict──▶ open, cooldown passed
+//	                                           (the next call probes)
+//
+// A probe ends without a verdict when its caller leaves before Redis
+// answered (cancel, deadline, panic, runtime.Goexit): the call that took the
+// probe defers release, which settles it whatever way the call ends, so the
+// breaker can never be left waiting for a verdict nobody will give.
+type breaker struct {
+	threshold int
+	cooldown  time.Duration
+	hook      func(open bool)
+
+	mu        sync.Mutex
+	fails     int
+	openUntil time.Time
+	probe     uint64 // the probe out, 0 when none
+	probes    uint64 // probes handed out so far: each probe's id
+}
+
+// allow reports whether a call may use Redis. ok is false while the breaker
+// is open. When the cooldown has passed and no probe is out, the call
+// becomes the probe: probe is its non-zero id, and the caller must defer
+// release(probe).
+func (b *breaker) allow() (probe uint64, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.fails < b.threshold {
+		return 0, true
+	}
+	if b.probe != 0 || time.Now().Before(b.openUntil) {
+		return 0, false
+	}
+	b.probes++
+	b.probe = b.probes
+	return b.probe, true
+}
+
+// release ends probe if no verdict ended it: the next call probes. A no-op
+// once success or failure settled it.
+func (b *breaker) release(probe uint64) {
+	if probe == 0 {
+		return
+	}
+	b.mu.Lock()
+	if b.probe == probe {
+		b.probe = 0
+	}
+	b.mu.Unlock()
+}
+
+// success records that Redis answered.
+func (b *breaker) success() {
+	b.mu.Lock()
+	wasOpen := b.fails >= b.threshold
+	b.fails, b.probe = 0, 0
+	b.mu.Unlock()
+	if wasOpen && b.hook != nil {
+		b.hook(false)
+	}
+}
+
+// failure records that Redis did not answer (or answered an error that
+// says it is unwell).
+func (b *breaker) failure() {
+	b.mu.Lock()
+	b.fails++
+	opened := b.fails == b.threshold || (b.fails > b.threshold && b.probe != 0)
+	if b.fails >= b.threshold {
+		b.openUntil = time.Now().Add(b.cooldown)
+		b.probe = 0
+	}
+	b.mu.Unlock()
+	if opened && b.hook != nil {
+		b.hook(true)
+	}
+}
+
+// record settles the breaker with the outcome of one Redis call whose
+// error is err; callerErr is the error of the caller's own ctx, when the
+// call ran on it. A call that failed because its caller left says nothing
+// about Redis: it is no verdict (a probe it carried is released by the
+// caller's deferred release).
+func (b *breaker) record(err, callerErr error) {
+	switch {
+	case err == nil:
+		b.success()
+	case callerErr != nil || errors.Is(err, context.Canceled):
+		// The caller left: no verdict.
+	case redis.HasErrorPrefix(err, "WRONGTYPE"):
+		// Redis answered: one key holds data of another type (written by
+		// something else under the namespace). That is the key's problem,
+		// not Redis's health; counting it would let one poisoned key open
+		// the breaker for every key of the Group.
+		b.success()
+	default:
+		b.failure()
+	}
+}
+
+// open reports whether the breaker is open or half-open.
+func (b *breaker) open() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.fails >= b.threshold
+}

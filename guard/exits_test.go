@@ -1,0 +1,442 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/stampede-go/stampede/internal/redistest"
+)
+
+// The tests of this file end calls every way a call can end (a value, an
+// error, a panic, runtime.Goexit, a cancel, a deadline, Close) and check
+// that every state machine of the Group settles: the breaker's probe, the
+// read flights, the per-process load slots, the lease watchdogs and the
+// waiter registrations.
+
+// noLeaks returns a check, to defer, that no goroutine started since is
+// left. Goroutines that belong to a Redis client rather than to the Group
+// (go-redis starts some per cluster node it meets, ending them when the
+// client closes) and the test kit's process reapers are not the Group's.
+func noLeaks(t *testing.T) func() {
+	opts := []goleak.Option{
+		goleak.IgnoreCurrent(),
+		goleak.IgnoreTopFunction("github.com/redis/go-redis/v9/maintnotifications.(*CircuitBreakerManager).cleanupLoop"),
+		goleak.IgnoreAnyFunction("github.com/stampede-go/stampede/internal/redistest.(*Server).launch.func1"),
+	}
+	return func() { goleak.VerifyNone(t, opts...) }
+}
+
+// baseline waits until g holds nothing for key any more (no read flight,
+// no load slot, no waiter registration, no lease in Redis) and its breaker
+// is closed, failing t after d.
+func baseline(t *testing.T, g *Group, rdb redis.UniversalClient, key string, d time.Duration) {
+	t.Helper()
+	nm := g.names(key)
+	var why string
+	redistest.Eventually(t, d, "the Group back to its baseline", func() bool {
+		g.fmu.Lock()
+		flights := len(g.flights)
+		g.fmu.Unlock()
+		g.lmu.Lock()
+		loads := len(g.loads)
+		g.lmu.Unlock()
+		lease, err := rdb.Exists(context.Background(), nm.keys[1]).Result()
+		switch {
+		case flights != 0:
+			why = fmt.Sprintf("%d read flights", flights)
+		case loads != 0:
+			why = fmt.Sprintf("%d load slots", loads)
+		case g.hub.Waiters(nm.entry) != 0:
+			why = "a waiter registered"
+		case g.br.open():
+			why = "the breaker open"
+		case err != nil || lease != 0:
+			why = fmt.Sprintf("the lease held (%v)", err)
+		default:
+			return true
+		}
+		return false
+	})
+	if t.Failed() {
+		t.Logf("last state: %s", why)
+	}
+}
+
+// TestProbeCallerLeaves is the regression test of a breaker stuck
+// half-open: Redis frozen until the breaker opens; after the cooldown the
+// probe's caller leaves (its ctx cancelled as the probe goes to Redis).
+// Once Redis is back, the Group must coordinate through Redis again within
+// BreakerCooldown + 1s; before the fix it answered Degraded for good.
+func TestProbeCallerLeaves(t *testing.T) {
+	srv := redistest.Start(t)
+	type cancelKey struct{}
+	rdb := srv.Client(t)
+	rdb.AddHook(cancelHook{key: cancelKey{}})
+	const cooldown = 300 * time.Millisecond
+	var opened, closed atomic.Int64
+	g := newGroup(t, rdb, Options{
+		RedisTimeout: 100 * time.Millisecond, BreakerFailures: 3, BreakerCooldown: cooldown,
+		Hooks: Hooks{Breaker: func(open bool) {
+			if open {
+				opened.Add(1)
+			} else {
+				closed.Add(1)
+			}
+		}},
+	})
+	key := redistest.Key(t)
+	load := func(context.Context) ([]byte, error) { return []byte("v"), nil }
+	for _, want := range []Status{Miss, Hit} { // the hit is hinted: the fast path
+		if r, err := g.Do(ctxT(t), key, load); err != nil || r.Status != want {
+			t.Fatalf("warm-up: %v %v; want %v", r.Status, err, want)
+		}
+	}
+
+	srv.Freeze(t)
+	redistest.Eventually(t, 10*time.Second, "the breaker to open", func() bool {
+		_, _ = g.Do(ctxT(t), key, load)
+		return opened.Load() > 0
+	})
+	// Every call now either stays off Redis (Degraded) or, once the
+	// cooldown has passed, is the probe: its caller leaves as it goes to
+	// Redis.
+	redistest.Eventually(t, 10*time.Second, "a probe whose caller left", func() bool {
+		ctx, cancel := context.WithCancel(ctxT(t))
+		defer cancel()
+		_, err := g.Do(context.WithValue(ctx, cancelKey{}, cancel), key, load)
+		return errors.Is(err, context.Canceled)
+	})
+	srv.Thaw(t)
+
+	redistest.Eventually(t, cooldown+time.Second, "a call coordinated through Redis", func() bool {
+		r, err := g.Do(ctxT(t), key, load)
+		return err == nil && r.Status != Degraded
+	})
+	if closed.Load() == 0 {
+		t.Fatal("the breaker never reported closing")
+	}
+}
+
+// cancelHook cancels a command's ctx as the command goes to Redis, when
+// the ctx carries a cancel func under key.
+type cancelHook struct{ key any }
+
+func (cancelHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h cancelHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cancel, ok := ctx.Value(h.key).(context.CancelFunc); ok {
+			cancel()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h cancelHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestGoexitLoader is the regression test of a loader that calls
+// runtime.Goexit (t.FailNow in a test helper, say): its callers get
+// ErrGoexit at once instead of waiting for their own deadlines, and the
+// lease its watchdog was renewing is released.
+func TestGoexitLoader(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	defer noLeaks(t)()
+	g, err := New(rdb, Options{LockTTL: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	key := redistest.Key(t)
+	lease := g.names(key).keys[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = g.Get(ctx, key, func(ctx context.Context) ([]byte, error) {
+		// Run long enough for the watchdog to extend the read's 1s lease
+		// towards LockTTL, then leave the goroutine.
+		for {
+			if d, err := rdb.PTTL(ctx, lease).Result(); err != nil || d > 1500*time.Millisecond {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		runtime.Goexit()
+		return nil, nil
+	})
+	if !errors.Is(err, ErrGoexit) {
+		t.Fatalf("Get = %v; want ErrGoexit", err)
+	}
+	if n, err := rdb.Exists(ctx, lease).Result(); err != nil || n != 0 {
+		t.Fatalf("the lease is still held after the loader left (%v)", err)
+	}
+	baseline(t, g, rdb, key, 5*time.Second)
+}
+
+// TestCloseStopsWatchdogs: a load still running for its callers when the
+// Group is closed has its lease renewed no more: Close leaves no renewals
+// behind, and the lease lapses within LockTTL.
+func TestCloseStopsWatchdogs(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	defer noLeaks(t)()
+	const lockTTL = 2 * time.Second
+	g, err := New(rdb, Options{LockTTL: lockTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := redistest.Key(t)
+	lease := g.names(key).keys[1]
+	release := make(chan struct{})
+	got := make(chan error, 1)
+	go func() {
+		_, err := g.Get(context.Background(), key, func(context.Context) ([]byte, error) {
+			<-release
+			return []byte("v"), nil
+		})
+		got <- err
+	}()
+	redistest.Eventually(t, 5*time.Second, "the watchdog to extend the lease", func() bool {
+		d, err := rdb.PTTL(context.Background(), lease).Result()
+		return err == nil && d > 1200*time.Millisecond
+	})
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, lockTTL+time.Second, "the lease to lapse after Close", func() bool {
+		n, err := rdb.Exists(context.Background(), lease).Result()
+		return err == nil && n == 0
+	})
+	close(release)
+	if err := <-got; err != nil {
+		t.Fatalf("the caller of the load: %v; want its value", err)
+	}
+}
+
+// TestLoaderEndings: on each path that calls a loader (a miss under the
+// lease, a background refresh of a stale value, a degraded load with Redis
+// gone), every way the loader can end reaches the callers as an outcome,
+// and the Group settles.
+func TestLoaderEndings(t *testing.T) {
+	endings := []struct {
+		name    string
+		load    LoadFunc
+		wantErr func(error) bool
+	}{
+		{"value", func(context.Context) ([]byte, error) { return []byte("new"), nil }, func(err error) bool { return err == nil }},
+		{"error", func(context.Context) ([]byte, error) { return nil, errors.New("origin down") }, func(err error) bool { return err != nil && err.Error() == "origin down" }},
+		{"panic", func(context.Context) ([]byte, error) { panic("loader bug") }, func(err error) bool {
+			var pe *PanicError
+			return errors.As(err, &pe) && pe.Value == "loader bug"
+		}},
+		{"goexit", func(context.Context) ([]byte, error) { runtime.Goexit(); return nil, nil }, func(err error) bool { return errors.Is(err, ErrGoexit) }},
+	}
+	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
+		loaderEndings(t, rdb, endings)
+	})
+}
+
+func loaderEndings(t *testing.T, rdb redis.UniversalClient, endings []struct {
+	name    string
+	load    LoadFunc
+	wantErr func(error) bool
+}) {
+	for _, end := range endings {
+		t.Run("miss/"+end.name, func(t *testing.T) {
+			defer noLeaks(t)()
+			g := newGroup(t, rdb, Options{})
+			key := redistest.Key(t)
+			var wg sync.WaitGroup
+			errs := make([]error, 8)
+			for i := range errs {
+				wg.Go(func() { _, errs[i] = g.Get(ctxT(t), key, end.load) })
+			}
+			wg.Wait()
+			for _, err := range errs {
+				if !end.wantErr(err) && !errors.Is(err, ErrBackoff) {
+					t.Fatalf("a caller got %v", err)
+				}
+			}
+			baseline(t, g, rdb, key, 5*time.Second)
+			_ = g.Close()
+		})
+		t.Run("refresh/"+end.name, func(t *testing.T) {
+			defer noLeaks(t)()
+			g := newGroup(t, rdb, Options{ErrorBackoff: time.Millisecond})
+			key := redistest.Key(t)
+			putEntry(t, rdb, g, key, "old", -1, 60_000, 1)
+			r, err := g.Do(ctxT(t), key, end.load)
+			if err != nil || r.Status != Stale || string(r.Value) != "old" {
+				t.Fatalf("got %v %q %v; want the stale value", r.Status, r.Value, err)
+			}
+			_ = g.Close() // waits for the refresh
+			baseline(t, g, rdb, key, 5*time.Second)
+		})
+		if _, ok := rdb.(*redis.ClusterClient); ok {
+			continue // a dead standalone server is enough to degrade
+		}
+		t.Run("degraded/"+end.name, func(t *testing.T) {
+			defer noLeaks(t)()
+			srv := redistest.Start(t)
+			down := srv.Client(t)
+			g := newGroup(t, down, Options{RedisTimeout: 50 * time.Millisecond, BreakerFailures: 1, BreakerCooldown: time.Hour})
+			srv.Kill(t)
+			key := redistest.Key(t)
+			for range 3 { // the first call opens the breaker; the rest stay off Redis
+				r, err := g.Do(ctxT(t), key, end.load)
+				if !end.wantErr(err) || r.Status != Degraded {
+					t.Fatalf("got %v %v", r.Status, err)
+				}
+			}
+			_ = g.Close()
+			_ = down.Close()
+		})
+	}
+}
+
+// TestCancellationSweep cancels a caller at each step of the hit, stale,
+// miss, wait and fill paths (through the testStep seam), and checks that
+// afterwards the Group is back to its baseline: no read flight or load
+// slot left, no waiter registered, no lease held, the breaker closed, and
+// once closed no goroutine left.
+func TestCancellationSweep(t *testing.T) {
+	load := func(context.Context) ([]byte, error) { return []byte("new"), nil }
+	paths := []sweepPath{
+		{name: "hit", steps: []string{"hit"}, prepare: func(t *testing.T, g, _ *Group, _ redis.UniversalClient, key string) func() {
+			for range 2 { // fill, then a hit that leaves the fast-path hint
+				if _, err := g.Do(ctxT(t), key, load); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return func() {}
+		}},
+		{name: "stale", steps: []string{"read", "refresh", "fill"}, prepare: func(t *testing.T, g, _ *Group, rdb redis.UniversalClient, key string) func() {
+			putEntry(t, rdb, g, key, "old", -1, 60_000, 1)
+			return func() {}
+		}},
+		{name: "miss", steps: []string{"read", "load", "fill"}, prepare: func(*testing.T, *Group, *Group, redis.UniversalClient, string) func() {
+			return func() {}
+		}},
+		{name: "wait", steps: []string{"wait"}, prepare: func(t *testing.T, _, other *Group, _ redis.UniversalClient, key string) func() {
+			// The other node holds the lease, loading until released.
+			gate, started := make(chan struct{}), make(chan struct{})
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				_, _ = other.Get(ctxT(t), key, func(context.Context) ([]byte, error) {
+					close(started)
+					<-gate
+					return []byte("theirs"), nil
+				})
+			}()
+			<-started
+			return func() { close(gate); <-done }
+		}},
+	}
+	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
+		sweep(t, rdb, paths)
+	})
+}
+
+func sweep(t *testing.T, rdb redis.UniversalClient, paths []sweepPath) {
+	type mine struct{}
+	load := func(context.Context) ([]byte, error) { return []byte("new"), nil }
+	for _, p := range paths {
+		for _, step := range p.steps {
+			t.Run(p.name+"/"+step, func(t *testing.T) {
+				defer noLeaks(t)()
+				g := newGroup(t, rdb, Options{})
+				other := newGroup(t, rdb, Options{})
+				key := redistest.Key(t)
+				cleanup := p.prepare(t, g, other, rdb, key)
+				reached := make(chan struct{})
+				var once sync.Once
+				g.testStep = func(ctx context.Context, s string) {
+					if cancel, ok := ctx.Value(mine{}).(context.CancelFunc); ok && s == step {
+						once.Do(func() { cancel(); close(reached) })
+					}
+				}
+				ctx, cancel := context.WithCancel(ctxT(t))
+				defer cancel()
+				ctx = context.WithValue(ctx, mine{}, cancel)
+				callLoad := load
+				if step == "load" {
+					callLoad = func(lctx context.Context) ([]byte, error) {
+						if cancel, ok := lctx.Value(mine{}).(context.CancelFunc); ok {
+							once.Do(func() { cancel(); close(reached) })
+						}
+						return []byte("new"), nil
+					}
+				}
+				r, err := g.Do(ctx, key, callLoad)
+				// A background refresh reaches its steps after Do returned.
+				select {
+				case <-reached:
+				case <-time.After(5 * time.Second):
+					t.Fatalf("the call never reached step %q (got %v %v)", step, r.Status, err)
+				}
+				if err != nil && !errors.Is(err, context.Canceled) {
+					t.Fatalf("the cancelled caller got %v; want a value or context.Canceled", err)
+				}
+				cleanup()
+				baseline(t, g, rdb, key, 5*time.Second)
+				// And the Group still serves the key.
+				if r, err := g.Do(ctxT(t), key, load); err != nil || r.Status == Degraded {
+					t.Fatalf("after the sweep: %v %v", r.Status, err)
+				}
+				_ = g.Close()
+				_ = other.Close()
+			})
+		}
+	}
+}
+
+// sweepPath is one path of the sweep: the steps to cancel its caller at.
+type sweepPath struct {
+	name  string
+	steps []string
+	// prepare puts key in the state the path starts from; other is a
+	// second node of the fleet.
+	prepare func(t *testing.T, g, other *Group, rdb redis.UniversalClient, key string) (cleanup func())
+}
+
+// TestOneLoaderCallPerDo: whatever path a call takes (a read flight whose
+// load fails at once, a miss flight, waiting, a degraded load), its
+// LoadFunc runs at most once.
+func TestOneLoaderCallPerDo(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
+		nodes := []*Group{
+			newGroup(t, rdb, Options{ErrorBackoff: time.Millisecond, WaitTimeout: 20 * time.Millisecond}),
+			newGroup(t, rdb, Options{ErrorBackoff: time.Millisecond, WaitTimeout: 20 * time.Millisecond}),
+		}
+		key := redistest.Key(t)
+		var wg sync.WaitGroup
+		var twice atomic.Int64
+		for i := range 200 {
+			wg.Go(func() {
+				var calls atomic.Int64
+				_, _ = nodes[i%2].Do(ctxT(t), key, func(context.Context) ([]byte, error) {
+					if calls.Add(1) > 1 {
+						twice.Add(1)
+					}
+					if i%3 == 0 {
+						return nil, errors.New("fails at once")
+					}
+					return nil, NoStore(nil) // nothing stored: every call misses
+				})
+			})
+		}
+		wg.Wait()
+		if n := twice.Load(); n != 0 {
+			t.Fatalf("%d calls ran their LoadFunc more than once", n)
+		}
+	})
+}
