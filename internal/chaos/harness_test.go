@@ -69,6 +69,9 @@ type origin struct {
 	// onStart, when set, runs as each load starts; the func it returns
 	// runs as the load ends.
 	onStart func(node, key string, running int, ctx context.Context) (end func())
+	// misbehave, when set, runs in each load after its bookkeeping: it may
+	// panic or call runtime.Goexit.
+	misbehave func()
 }
 
 func newOrigin(latency time.Duration) *origin {
@@ -100,6 +103,9 @@ func (o *origin) loader(node, key string) guard.LoadFunc {
 		}()
 		if hook != nil {
 			defer hook(node, key, running, ctx)()
+		}
+		if o.misbehave != nil {
+			o.misbehave()
 		}
 		if f, _ := o.fail.Load().(func(string) error); f != nil {
 			if err := f(key); err != nil {
@@ -217,6 +223,20 @@ type calls struct {
 	// the mark.
 	mark       time.Time
 	firstCoord map[string]time.Time
+	left       int64 // calls whose callers left (cancelled) before an answer
+}
+
+// leave records a call whose caller left before it was answered.
+func (c *calls) leave() {
+	c.mu.Lock()
+	c.left++
+	c.mu.Unlock()
+}
+
+func (c *calls) cancelled() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.left
 }
 
 func newCalls() *calls {
@@ -341,5 +361,5 @@ func documented(err error) bool {
 	var pe *guard.PanicError
 	return errors.Is(err, guard.ErrBackoff) || errors.Is(err, guard.ErrWaitTimeout) ||
 		errors.Is(err, guard.ErrNotFound) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, context.Canceled) || errors.As(err, &pe)
+		errors.Is(err, context.Canceled) || errors.Is(err, guard.ErrGoexit) || errors.As(err, &pe)
 }

@@ -3,9 +3,11 @@ package chaos
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -22,7 +24,7 @@ import (
 )
 
 var (
-	soakDuration = flag.Duration("chaos.duration", 30*time.Second, "TestChaosSoak: how long the soak runs")
+	soakDuration = flag.Duration("chaos.duration", 20*time.Second, "TestChaosSoak: how long each topology's soak runs")
 	soakSeed     = flag.Uint64("chaos.seed", 0, "TestChaosSoak: seed of the fault schedule (0: from the clock)")
 )
 
@@ -96,46 +98,134 @@ func (v *violations) count() int {
 	return len(v.list)
 }
 
-// TestChaosSoak: 4 nodes × 8 callers × 16 keys under randomised faults
-// (a node's link slowed past RedisTimeout, blackholed, reset or cut; the
-// server frozen or pausing its clients) for -chaos.duration, checking:
+// Shares of the soak's misbehaving callers and loaders.
+const (
+	impatientShare = 0.30  // calls whose caller leaves at a random moment
+	panicShare     = 0.01  // loads that panic
+	goexitShare    = 0.005 // loads that call runtime.Goexit
+)
+
+// soakEnv is what a soak runs on: a topology, its nodes, and the faults it
+// can inject.
+type soakEnv struct {
+	nodes []*node
+	// admin reads the entries and leases straight from the servers.
+	admin redis.UniversalClient
+	// inject injects one random fault and returns its name and how to
+	// clear it.
+	inject func(rng *rand.Rand) (string, func())
+	// conns, when set, returns how many node connections the servers hold
+	// (checked to drop to 0 at the end).
+	conns func() (int, string)
+	// closeLinks closes what carries the nodes' traffic, after the nodes.
+	closeLinks func()
+	leakOK     []goleak.Option
+}
+
+// TestChaosSoak: 4 nodes × 8 callers × 16 keys under randomised faults for
+// -chaos.duration, on a standalone server (a node's link slowed past
+// RedisTimeout, blackholed, reset or cut; the server frozen or pausing its
+// clients) and on a 3-master cluster (a master frozen or pausing its
+// clients). A share of the callers leave at random moments, and some loads
+// panic or call runtime.Goexit. It checks:
 //
 //   - every call returns a value, or an error the guard documents, within
 //     callBound;
 //   - per key, the version stored in Redis never decreases;
 //   - while Redis is healthy, at most one load of a key runs in the fleet;
+//   - after each fault ends, every node coordinates through Redis again
+//     (answers other than Degraded) within BreakerCooldown + 1s;
+//   - after Close, no lease is renewed: every lease lapses within LockTTL;
 //   - at the end, goroutines and server connections are back to baseline.
 func TestChaosSoak(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the soak runs for -chaos.duration; skipped with -short")
 	}
+	t.Run("standalone", func(t *testing.T) {
+		srv := redistest.Start(t)
+		// Direct, and named so that its own connections (its pool grows with
+		// the monitor) are not counted among the nodes'.
+		admin := srv.Client(t, func(o *redis.Options) { o.ClientName = adminName })
+		if n, list := nodeConns(t, admin); n != 0 {
+			t.Fatalf("%d connections before the nodes started:\n%s", n, list)
+		}
+		env := &soakEnv{admin: admin,
+			conns: func() (int, string) { return nodeConns(t, admin) },
+			leakOK: []goleak.Option{
+				// Toxiproxy's accept loops end with their proxy at cleanup.
+				goleak.IgnoreAnyFunction("github.com/Shopify/toxiproxy/v2.(*Proxy).server"),
+				goleak.IgnoreAnyFunction("github.com/Shopify/toxiproxy/v2.(*Proxy).freeBlocker"),
+			},
+		}
+		env.inject = func(rng *rand.Rand) (string, func()) { return injectRandom(t, rng, srv, admin, env.nodes) }
+		env.closeLinks = func() {
+			for _, n := range env.nodes {
+				n.proxy.Down(t) // closes the proxied connections to the server
+			}
+		}
+		soak(t, env, func(i int, opts guard.Options) *node { return newNode(t, fmt.Sprint("n", i), srv, opts) })
+	})
+	t.Run("cluster", func(t *testing.T) {
+		cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
+		admin := cl.Client(t)
+		env := &soakEnv{admin: admin,
+			leakOK: []goleak.Option{
+				// go-redis starts these per cluster node a client meets and
+				// ends them when the client closes.
+				goleak.IgnoreTopFunction("github.com/redis/go-redis/v9/maintnotifications.(*CircuitBreakerManager).cleanupLoop"),
+			},
+		}
+		env.inject = func(rng *rand.Rand) (string, func()) {
+			m := cl.Masters[rng.IntN(len(cl.Masters))]
+			if rng.IntN(2) == 0 {
+				m.Freeze(t)
+				return "master frozen", func() { m.Thaw(t) }
+			}
+			direct := m.Client(t)
+			ms := 300 + rng.IntN(1200)
+			if err := direct.Do(ctxT(t, 5*time.Second), "CLIENT", "PAUSE", fmt.Sprint(ms), "ALL").Err(); err != nil {
+				t.Errorf("CLIENT PAUSE: %v", err)
+			}
+			return "master pauses clients", func() {
+				redistest.Eventually(t, 10*time.Second, "the pause to end", func() bool {
+					return direct.Ping(ctxT(t, time.Second)).Err() == nil
+				})
+				_ = direct.Close()
+			}
+		}
+		env.closeLinks = func() {}
+		soak(t, env, func(i int, opts guard.Options) *node {
+			rdb := cl.Client(t, func(o *redis.ClusterOptions) {
+				o.MaxRetries = -1
+				o.DialTimeout = redisTimeout
+				o.ContextTimeoutEnabled = true
+				o.PoolSize = 16
+			})
+			return &node{name: fmt.Sprint("n", i), rdb: rdb, g: newGroup(t, rdb, opts)}
+		})
+	})
+}
+
+func soak(t *testing.T, env *soakEnv, newNode func(i int, opts guard.Options) *node) {
 	seed := *soakSeed
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
 	}
 	t.Logf("seed %d (rerun with -chaos.seed=%d)", seed, seed)
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-
-	srv := redistest.Start(t)
-	// Direct, and named so that its own connections (its pool grows with
-	// the monitor) are not counted among the nodes'.
-	admin := srv.Client(t, func(o *redis.Options) { o.ClientName = adminName })
-	if n, list := nodeConns(t, admin); n != 0 {
-		t.Fatalf("%d connections before the nodes started:\n%s", n, list)
-	}
 	ignore := goleak.IgnoreCurrent()
 
 	var h health
 	var bad violations
-	var nodes []*node
 	for i := range soakNodes {
 		opts := scenarioOptions()
 		opts.Hooks = guard.Hooks{
 			RedisError: func(string, error) { h.mark() },
 			Breaker:    func(bool) { h.mark() },
 		}
-		nodes = append(nodes, newNode(t, fmt.Sprint("n", i), srv, opts))
+		env.nodes = append(env.nodes, newNode(i, opts))
 	}
+	nodes := env.nodes
 
 	// The fleet-wide one-load invariant, judged on healthy calls only.
 	org := newOrigin(originLatency)
@@ -158,6 +248,17 @@ func TestChaosSoak(t *testing.T) {
 			lmu.Unlock()
 		}
 	}
+	var panics, goexits atomic.Int64
+	org.misbehave = func() {
+		switch x := rand.Float64(); {
+		case x < panicShare:
+			panics.Add(1)
+			panic("soak: loader panics")
+		case x < panicShare+goexitShare:
+			goexits.Add(1)
+			runtime.Goexit()
+		}
+	}
 
 	keys := keysOf(t, soakKeys)
 	c := newCalls()
@@ -165,29 +266,28 @@ func TestChaosSoak(t *testing.T) {
 	var wg sync.WaitGroup
 	for _, n := range nodes {
 		for i := range soakCallers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				soakCaller(n, org, keys, i, c, &bad, stop)
-			}()
+			crng := rand.New(rand.NewPCG(seed+uint64(i), uint64(len(n.name))))
+			wg.Go(func() { soakCaller(n, org, keys, i, crng, c, &bad, stop) })
 		}
 	}
 	monDone := make(chan struct{})
 	go func() {
 		defer close(monDone)
-		monitorVersions(admin, keys, &bad, stop, nil)
+		monitorVersions(env.admin, keys, &bad, stop, nil)
 	}()
 
 	injected := map[string]int{}
 	deadline := time.Now().Add(*soakDuration)
 	var worstRecovery time.Duration
+	recoveryBound := breakerCooldown + time.Second
 	for time.Now().Before(deadline) {
 		// A healthy gap, then one fault for a while.
 		time.Sleep(time.Duration(500+rng.IntN(1500)) * time.Millisecond)
 		if !time.Now().Before(deadline) {
 			break
 		}
-		kind, clear := injectRandom(t, rng, srv, admin, nodes, &h)
+		h.begin()
+		kind, clear := env.inject(rng)
 		injected[kind]++
 		time.Sleep(time.Duration(300+rng.IntN(1700)) * time.Millisecond)
 		clear()
@@ -200,30 +300,57 @@ func TestChaosSoak(t *testing.T) {
 			return ok
 		})
 		rec, _ := c.recovery(nodes)
+		if rec > recoveryBound {
+			bad.add("the nodes coordinated again %v after %s ended; bound %v", rec, kind, recoveryBound)
+		}
 		worstRecovery = max(worstRecovery, rec)
 	}
 	close(stop)
 	wg.Wait()
 	<-monDone
 
+	// Close the Groups, not yet their clients: a watchdog renewing a lease
+	// after Close would show as a lease outliving LockTTL.
+	for _, n := range nodes {
+		_ = n.g.Close()
+	}
+	leases := make([]string, len(keys))
+	for i, k := range keys {
+		leases[i] = hashtag.Base("stampede:", k) + ":lease"
+	}
+	closed := time.Now()
+	for {
+		held := 0
+		for _, l := range leases {
+			if n, err := env.admin.Exists(ctxT(t, 5*time.Second), l).Result(); err != nil || n != 0 {
+				held++
+			}
+		}
+		if held == 0 {
+			break
+		}
+		if time.Since(closed) > lockTTL+time.Second {
+			bad.add("%d leases still held %v after Close (LockTTL %v): renewed after Close", held, time.Since(closed).Round(time.Millisecond), lockTTL)
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	for _, n := range nodes {
 		n.close()
-		n.proxy.Down(t) // closes the proxied connections to the server
 	}
-	var left string
-	deadline = time.Now().Add(10 * time.Second)
-	for n := 1; n > 0; {
-		if n, left = nodeConns(t, admin); n > 0 && time.Now().After(deadline) {
-			t.Fatalf("%d node connections still open on the server:\n%s", n, left)
-		} else if n > 0 {
-			time.Sleep(10 * time.Millisecond)
+	env.closeLinks()
+	if env.conns != nil {
+		var left string
+		deadline = time.Now().Add(10 * time.Second)
+		for n := 1; n > 0; {
+			if n, left = env.conns(); n > 0 && time.Now().After(deadline) {
+				t.Fatalf("%d node connections still open on the server:\n%s", n, left)
+			} else if n > 0 {
+				time.Sleep(10 * time.Millisecond)
+			}
 		}
 	}
-	goleak.VerifyNone(t, ignore,
-		// Toxiproxy's accept loops end with their proxy at cleanup.
-		goleak.IgnoreAnyFunction("github.com/Shopify/toxiproxy/v2.(*Proxy).server"),
-		goleak.IgnoreAnyFunction("github.com/Shopify/toxiproxy/v2.(*Proxy).freeBlocker"),
-	)
+	goleak.VerifyNone(t, append(env.leakOK, ignore)...)
 
 	n, _, worst := c.summary()
 	var kinds []string
@@ -233,16 +360,18 @@ func TestChaosSoak(t *testing.T) {
 		total += v
 	}
 	sort.Strings(kinds)
-	t.Logf("soak %v: %d calls (%d stale, %d degraded), %d origin loads, %d faults (%s), violations %d, worst call %v, worst recovery %v",
-		*soakDuration, n, c.status(guard.Stale), c.status(guard.Degraded), org.totalCalls(), total,
+	t.Logf("soak %v: %d calls (%d stale, %d degraded, %d cancelled by their callers), %d origin loads (%d panicked, %d called Goexit), %d faults (%s), violations %d, worst call %v, worst recovery %v",
+		*soakDuration, n, c.status(guard.Stale), c.status(guard.Degraded), c.cancelled(), org.totalCalls(), panics.Load(), goexits.Load(), total,
 		strings.Join(kinds, ", "), bad.count(), worst.Round(time.Millisecond), worstRecovery.Round(time.Millisecond))
 	for _, v := range bad.list {
 		t.Error(v)
 	}
 }
 
-// soakCaller calls Do in a loop, checking each answer.
-func soakCaller(n *node, org *origin, keys []string, i int, c *calls, bad *violations, stop <-chan struct{}) {
+// soakCaller calls Do in a loop, checking each answer. A share of its
+// calls leave at a random moment: their ctx is cancelled after a random
+// delay up to 3 origin latencies.
+func soakCaller(n *node, org *origin, keys []string, i int, rng *rand.Rand, c *calls, bad *violations, stop <-chan struct{}) {
 	for j := i; ; j++ {
 		select {
 		case <-stop:
@@ -252,10 +381,17 @@ func soakCaller(n *node, org *origin, keys []string, i int, c *calls, bad *viola
 		key := keys[j%len(keys)]
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), callStartKey{}, start), 2*callBound)
+		impatient := rng.Float64() < impatientShare
+		if impatient {
+			time.AfterFunc(time.Duration(rng.Int64N(int64(3*originLatency))), cancel)
+		}
 		r, err := n.g.Do(ctx, key, org.loader(n.name, key))
 		cancel()
 		took := time.Since(start)
 		switch {
+		case errors.Is(err, context.Canceled) && impatient:
+			c.leave()
+			continue
 		case err != nil && !documented(err):
 			bad.add("%s: call of %s failed with an undocumented error: %v", n.name, key, err)
 		case err == nil:
@@ -272,9 +408,8 @@ func soakCaller(n *node, org *origin, keys []string, i int, c *calls, bad *viola
 }
 
 // injectRandom injects one fault and returns its name and how to clear it.
-func injectRandom(t *testing.T, rng *rand.Rand, srv *redistest.Server, admin *redis.Client, nodes []*node, h *health) (string, func()) {
+func injectRandom(t *testing.T, rng *rand.Rand, srv *redistest.Server, admin *redis.Client, nodes []*node) (string, func()) {
 	n := nodes[rng.IntN(len(nodes))]
-	h.begin()
 	switch rng.IntN(6) {
 	case 0:
 		n.proxy.Latency(t, 3*redisTimeout, redisTimeout)
@@ -307,7 +442,7 @@ func injectRandom(t *testing.T, rng *rand.Rand, srv *redistest.Server, admin *re
 // monitorVersions reads every key's entry straight from the server (not
 // through a proxy) every 20ms and checks that its version never
 // decreases. seen, when not nil, is told each version read.
-func monitorVersions(admin *redis.Client, keys []string, bad *violations, stop <-chan struct{}, seen func(key string, v int64)) {
+func monitorVersions(admin redis.UniversalClient, keys []string, bad *violations, stop <-chan struct{}, seen func(key string, v int64)) {
 	names := make([]string, len(keys))
 	for i, k := range keys {
 		names[i] = hashtag.Base("stampede:", k)
@@ -321,16 +456,20 @@ func monitorVersions(admin *redis.Client, keys []string, bad *violations, stop <
 			return
 		case <-tick.C:
 		}
+		// One GET per key, pipelined: a cluster splits the pipeline by node
+		// (an MGET would cross slots).
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		vals, err := admin.MGet(ctx, names...).Result()
+		cmds, _ := admin.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, n := range names {
+				p.Get(ctx, n)
+			}
+			return nil
+		})
 		cancel()
-		if err != nil {
-			continue // the server is frozen or paused
-		}
-		for i, v := range vals {
-			s, ok := v.(string)
-			if !ok {
-				continue
+		for i, cmd := range cmds {
+			s, err := cmd.(*redis.StringCmd).Result()
+			if err != nil {
+				continue // missing, or the server is frozen or paused
 			}
 			nl := strings.IndexByte(s, '\n')
 			if nl < 0 || !strings.HasPrefix(s, "~1,") || strings.HasSuffix(s[:nl], ",n") || strings.HasSuffix(s[:nl], ",e") {
