@@ -52,8 +52,21 @@
 //   - Loads run detached from the caller that started them
 //     (context.WithoutCancel), bounded by LoadTimeout: a cancelled caller
 //     never fails the others, and each caller leaves on its own ctx.
-//   - A loader panic reaches the callers of its flight as *PanicError; the
-//     process survives and the lease is released.
+//   - Every way a loader can end reaches the callers of its flight: a
+//     value, an error, a panic (*PanicError) or runtime.Goexit (ErrGoexit);
+//     the loader runs on a goroutine of its own, so the process survives,
+//     the watchdog stops and the lease is released whichever way it ended.
+//   - A call's LoadFunc runs at most once per Do, on this node, whatever
+//     paths the call takes (its read's flight, a miss flight, a wait that
+//     timed out, a degraded load).
+//   - Every state machine settles in one deferred path, whichever way a
+//     call ends (a value, an error, a cancel, a deadline, a panic,
+//     runtime.Goexit, Close): the breaker's probe, the read flights, the
+//     per-process load slots, the lease watchdogs and the waiter
+//     registrations. A probe whose caller left before Redis answered gives
+//     no verdict; it is released, and the next call probes. Close waits
+//     for the background refreshes, then stops the watchdogs of loads still
+//     running for callers: a closed Group renews no lease.
 //   - A failing loader is not hammered: a stale value keeps being served and
 //     the lease is held for ErrorBackoff (stale-if-error); a missing key
 //     answers ErrBackoff on every node for ErrorBackoff.
@@ -80,7 +93,10 @@
 //	nsfill:<id>  Pub/Sub channel of one Group
 //
 // Garbage under an entry key is a miss (reported to Hooks.Corrupt) and is
-// overwritten by the next fill.
+// overwritten by the next fill. A value of another type under the lease or
+// invalidation name (or a lease with no TTL: every lease the guard takes
+// has one) was not written by the guard: the scripts drop it and report it
+// to Hooks.Corrupt, so such a write cannot keep a key's callers waiting.
 //
 // # Observability
 //
