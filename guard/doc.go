@@ -5,10 +5,27 @@
 // # Two tiers
 //
 // In a process, golang.org/x/sync/singleflight collapses the callers of a
-// key into one flight. Across processes, a Redis lease (a per-key token
-// taken with SET NX PX inside a Lua script) lets exactly one node refresh a
-// key. Every Redis name of a key shares one hash tag, so the guard runs
-// unchanged on Redis Cluster.
+// key into one flight. Across processes, a Redis lease lets exactly one node
+// refresh a key: the read script, finding the entry stale or missing and no
+// lease held, mints a fencing number and stores it as the lease with a
+// short TTL, in the same round trip that read the entry. Every Redis name
+// of a key shares one hash tag, so the guard runs unchanged on Redis
+// Cluster.
+//
+// The lease is the guard's own rather than a lock of package lock on
+// purpose: it is tried inside the read script and released inside the fill
+// script, which is what keeps a hit, a "stale, and I refresh" decision and
+// a fill at one round trip each; a separate lock would add a round trip to
+// each. Both mint fences by the same rule (see package scripts).
+//
+// # Code layout
+//
+// One file per stage of a call: do.go (Get, Do, the per-call value),
+// fasthit.go (a hinted hit by plain GET), flight.go (one read per key per
+// process), miss.go (waiting for another node's fill), load.go (the loader
+// slot and the fill), refresh.go (background and early refresh),
+// watchdog.go (lease renewal), breaker.go, redis.go (script I/O), entry.go
+// (the entry format), typed.go (Fetch, Wrap), group.go (lifecycle).
 //
 // # Serving rules
 //

@@ -99,3 +99,17 @@ func LogHooks(l *slog.Logger) Hooks {
 func isQuiet(err error) bool {
 	return errors.Is(err, ErrNotFound) || isNoStore(err)
 }
+
+// leaseHook reports a lease outcome to Hooks.Lease.
+func (g *Group) leaseHook(key string, won bool) {
+	if h := g.opts.Hooks.Lease; h != nil {
+		h(key, won)
+	}
+}
+
+// missHook reports a miss to Hooks.Miss.
+func (g *Group) missHook(key string) {
+	if h := g.opts.Hooks.Miss; h != nil {
+		h(key)
+	}
+}

@@ -178,6 +178,24 @@ func (o Options) withDefaults() (Options, error) {
 	return o, nil
 }
 
+func (g *Group) callOptions(opts []CallOption) callOptions {
+	co := callOptions{freshFor: g.opts.FreshFor, staleFor: g.opts.StaleFor}
+	if len(opts) > 0 {
+		c := co // only a call with options pays for the escaping copy
+		for _, o := range opts {
+			o(&c)
+		}
+		co = c
+	}
+	if co.freshFor <= 0 {
+		co.freshFor = g.opts.FreshFor
+	}
+	if co.staleFor < 0 || g.opts.NoStale {
+		co.staleFor = 0
+	}
+	return co
+}
+
 // CallOption changes one call's settings.
 type CallOption func(*callOptions)
 

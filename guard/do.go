@@ -1,0 +1,160 @@
+package guard
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+)
+
+// Get returns the value of key, loading it with load when no usable value
+// exists. See Do.
+func (g *Group) Get(ctx context.Context, key string, load LoadFunc, opts ...CallOption) ([]byte, error) {
+	r, err := g.Do(ctx, key, load, opts...)
+	return r.Value, err
+}
+
+// Do returns the value of key with its Status and Age.
+//
+// A fresh value costs one Redis round trip (none from the in-process tier).
+// A stale value is returned at once; if this caller's read won the key's
+// refresh lease, the value is reloaded in the background. With no usable
+// value, one caller in the fleet loads it (singleflight in this process, a
+// Redis lease across processes) and the others wait for its fill, each
+// leaving on its own ctx. Errors of load reach the callers of its flight;
+// ErrNotFound is cached for NegativeFor. When Redis fails, Do loads through
+// this process's singleflight alone. load runs at most once per call.
+func (g *Group) Do(ctx context.Context, key string, load LoadFunc, opts ...CallOption) (Result, error) {
+	if err := g.check(ctx, key, load); err != nil {
+		return Result{}, err
+	}
+	co := g.callOptions(opts)
+	if co.err != nil {
+		return Result{}, co.err
+	}
+	if r, ok := g.localHit(key); ok {
+		return r, nil
+	}
+	probe, ok := g.br.allow()
+	if !ok {
+		return g.degraded(ctx, g.newCall(key, load, co))
+	}
+	// Settles a probe this call carries however the call ends: a caller
+	// that leaves before Redis answered must not leave the breaker
+	// half-open for good.
+	defer g.br.release(probe)
+	e, now, hit, err := g.fastHit(ctx, key)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return Result{}, ctx.Err()
+	case err != nil:
+		return g.degraded(ctx, g.newCall(key, load, co))
+	case hit:
+		if g.earlyRefreshDue(e, now) {
+			g.refreshEarly(ctx, g.newCall(key, load, co))
+		}
+		return g.served(key, e, now, Hit)
+	}
+	return g.readPath(ctx, g.newCall(key, load, co))
+}
+
+// call is one Do past the fast path: what every stage of its read → miss →
+// load → fill flow needs. Its ctx travels beside it, first, as Go has it;
+// the stages that outlive the caller run on context.WithoutCancel of it.
+type call struct {
+	key  string
+	nm   names       // the Redis names of key
+	load LoadFunc    // runs at most once, whichever stages ask for it
+	co   callOptions // the windows of the value it loads
+}
+
+func (g *Group) newCall(key string, load LoadFunc, co callOptions) *call {
+	return &call{key: key, nm: g.names(key), load: loadOnce(load), co: co}
+}
+
+// readPath answers a call the fast path could not: one read of the key for
+// all its callers in this process, then a fresh or stale answer, the
+// load the read's flight ran, or the miss flight.
+func (g *Group) readPath(ctx context.Context, c *call) (Result, error) {
+	lk, err := g.lookup(ctx, c)
+	if err != nil {
+		if ctx.Err() != nil {
+			return Result{}, ctx.Err()
+		}
+		return g.degraded(ctx, c)
+	}
+	switch lk.st {
+	case fresh:
+		return g.served(c.key, lk.e, lk.now, Hit)
+	case stale:
+		return g.served(c.key, lk.e, lk.now, Stale)
+	case loaded:
+		if !lk.missSeen {
+			g.missHook(c.key)
+		}
+		return g.claim(c.key, lk.res, lk.claimed), lk.err
+	}
+	g.missHook(c.key)
+	return g.missFlight(ctx, c, lk.x)
+}
+
+// claim gives the Miss of a flight's load to its first caller; the others
+// shared it.
+func (g *Group) claim(key string, res Result, claimed *atomic.Bool) Result {
+	if res.Status == Miss && !claimed.CompareAndSwap(false, true) {
+		res.Status = Shared
+		if h := g.opts.Hooks.Coalesced; h != nil {
+			h(key)
+		}
+	}
+	return res
+}
+
+// localHit serves key from the in-process tier when it holds a fresh copy.
+func (g *Group) localHit(key string) (Result, bool) {
+	if g.loc == nil {
+		return Result{}, false
+	}
+	le, ok := g.loc.Get(key)
+	if !ok || !time.Now().Before(le.freshUntil) {
+		return Result{}, false
+	}
+	age := time.Since(le.written)
+	if h := g.opts.Hooks.Hit; h != nil {
+		h(key, age, true)
+	}
+	return Result{Value: le.value, Status: Hit, Age: age}, true
+}
+
+// served turns a decoded entry into the caller's answer.
+func (g *Group) served(key string, e entry, now int64, st Status) (Result, error) {
+	age := time.Duration(max(now-e.written, 0)) * time.Millisecond
+	switch {
+	case e.negative:
+		return Result{Status: st, Age: age}, ErrNotFound
+	case e.errMark:
+		return Result{Status: st, Age: age}, ErrBackoff
+	}
+	if st == Stale {
+		if h := g.opts.Hooks.Stale; h != nil {
+			h(key, age)
+		}
+	} else {
+		if h := g.opts.Hooks.Hit; h != nil {
+			h(key, age, false)
+		}
+		g.keepLocal(key, e, now)
+	}
+	return Result{Value: e.value, Status: st, Age: age}, nil
+}
+
+func (g *Group) keepLocal(key string, e entry, now int64) {
+	if g.loc == nil || e.negative || e.errMark {
+		return
+	}
+	left := time.Duration(e.freshUntil-now) * time.Millisecond
+	if left <= 0 {
+		return
+	}
+	written := time.Now().Add(-time.Duration(max(now-e.written, 0)) * time.Millisecond)
+	g.loc.Add(key, localEntry{value: e.value, freshUntil: time.Now().Add(min(left, g.opts.LocalTTL)), written: written})
+}

@@ -1,0 +1,211 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/golang-lru/v2/expirable"
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/stampede-go/stampede/internal/notify"
+)
+
+// Group guards the keys of one namespace. It is safe for concurrent use.
+// Close it to stop its background work.
+type Group struct {
+	rdb  redis.UniversalClient
+	opts Options
+	hub  *notify.Hub
+	sf   singleflight.Group
+	br   breaker
+	loc  *expirable.LRU[string, localEntry] // nil when the local tier is off
+
+	firstLease time.Duration // lease taken by a read, before the watchdog extends it
+	clk        redisClock    // estimate of the Redis clock, for the fast hit path
+	hints      hints         // key → fresh-until seen lately, for the fast hit path
+
+	// Constant script arguments, boxed once.
+	leaseArg, chanArg, waitArg, keepArg any
+
+	mu sync.Mutex // guards closed against bg.Add
+
+	fmu     sync.Mutex
+	flights map[string]*flight // read flights with callers waiting
+
+	lmu   sync.Mutex
+	loads map[string]*runningLoad // the load of each key running in this process
+
+	// testJoined, set by tests, runs when a caller has joined the read
+	// flight of key (as its leader or a follower): the seam tests use to
+	// know a herd is inside one flight.
+	testJoined func(key string)
+	// testStep, set by tests, runs when a call reaches a named step of the
+	// read, miss, wait and fill paths, with the ctx the step runs on (the
+	// caller's, or the flight's detached copy of it, which keeps its
+	// values): the seam the cancellation sweep uses to cancel a caller at
+	// each step.
+	testStep func(ctx context.Context, step string)
+
+	bg           sync.WaitGroup // background refreshes
+	wd           sync.WaitGroup // lease watchdogs
+	watchdogsOff bool           // set by Close under mu: no watchdog starts
+	closing      chan struct{}  // closed by Close to stop the watchdogs left
+	closed       atomic.Bool
+	closeOnce    sync.Once
+}
+
+type localEntry struct {
+	value      []byte
+	freshUntil time.Time
+	written    time.Time
+}
+
+// New returns a Group that keeps its entries in rdb (a *redis.Client, a
+// *redis.ClusterClient or any UniversalClient). It returns an error for a nil
+// client, invalid options, or a *redis.Client or *redis.ClusterClient made
+// without ContextTimeoutEnabled: go-redis then ignores context deadlines on
+// the socket, so RedisTimeout could not bound a call to a stalled Redis (it
+// would wait out ReadTimeout, 3s by default, on every retry).
+func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
+	if rdb == nil {
+		return nil, errors.New("guard: nil Redis client")
+	}
+	if !contextTimeouts(rdb) {
+		return nil, errors.New("guard: the Redis client needs ContextTimeoutEnabled: true, or RedisTimeout cannot bound its calls")
+	}
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	g := &Group{
+		rdb: rdb, opts: o,
+		hub:     notify.New(rdb, notify.NewChannel(o.Namespace+"fill:")),
+		clk:     redisClock{base: time.Now()},
+		flights: map[string]*flight{},
+		closing: make(chan struct{}),
+		hints:   newHints(),
+		br:      breaker{threshold: o.BreakerFailures, cooldown: o.BreakerCooldown, hook: o.Hooks.Breaker},
+	}
+	g.firstLease = min(o.LockTTL, leaseGrace)
+	g.leaseArg = ms(g.firstLease)
+	g.chanArg = g.hub.Channel()
+	// Saturate: a huge WaitTimeout (math.MaxInt64, "wait forever") must not
+	// overflow into a negative wait, which the read script rejects on every
+	// call, leaving the Group degraded for good.
+	wait := o.WaitTimeout + o.LockTTL
+	if wait < 0 {
+		wait = math.MaxInt64
+	}
+	g.waitArg = ms(wait)
+	g.keepArg = ms(fenceRetention)
+	if o.LocalEntries > 0 {
+		g.loc = expirable.NewLRU[string, localEntry](o.LocalEntries, nil, o.LocalTTL)
+	}
+	// Subscribe the fill channel now, so the first waiter finds it ready.
+	// A failure here (Redis down) is retried by the hub's dispatcher.
+	g.goBackground(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), o.WaitTimeout)
+		defer cancel()
+		if err := g.hub.Ready(ctx); err != nil {
+			if rerr := redis.Error(nil); errors.As(err, &rerr) {
+				// Refused (NOPERM): waiters fall back to polling; say why.
+				if h := o.Hooks.RedisError; h != nil {
+					h("subscribe", err)
+				}
+			}
+		}
+	})
+	return g, nil
+}
+
+// contextTimeouts reports whether rdb applies context deadlines to socket
+// I/O, for the client types that say.
+func contextTimeouts(rdb redis.UniversalClient) bool {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return true
+}
+
+// leaseGrace caps the lease a read takes. A read whose caller timed out may
+// still run on a stalled Redis when it resumes and win a lease nobody will
+// use; such a lease is free again within leaseGrace. A load that runs
+// longer has its lease extended to LockTTL by the watchdog.
+var leaseGrace = time.Second // a var for tests
+
+// fenceRetention is how long a key's fence counter and invalidation marker
+// are kept after last use.
+const fenceRetention = 24 * time.Hour
+
+// Close stops the Group: it waits for background refreshes (each bounded by
+// LoadTimeout), closes the fill subscription and stops renewing the leases
+// of loads still running for callers (their fills are still stored while
+// their fences hold). Calls after Close return ErrClosed. It does not close
+// the Redis client.
+func (g *Group) Close() error {
+	var err error
+	g.closeOnce.Do(func() {
+		g.mu.Lock()
+		g.closed.Store(true)
+		g.mu.Unlock()
+		err = g.hub.Close()
+		g.bg.Wait()
+		g.mu.Lock()
+		g.watchdogsOff = true
+		close(g.closing)
+		g.mu.Unlock()
+		g.wd.Wait()
+	})
+	return err
+}
+
+// goBackground runs f in a goroutine Close waits for; after Close it does
+// nothing.
+func (g *Group) goBackground(f func()) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed.Load() {
+		return
+	}
+	g.bg.Add(1)
+	go func() {
+		defer g.bg.Done()
+		f()
+	}()
+}
+
+// step runs the testStep seam.
+func (g *Group) step(ctx context.Context, name string) {
+	if g.testStep != nil {
+		g.testStep(ctx, name)
+	}
+}
+
+func (g *Group) check(ctx context.Context, key string, load LoadFunc) error {
+	switch {
+	case g == nil:
+		// Fetch and Wrap'd funcs take the Group as an argument: a nil one
+		// is an error for the call, not a nil-pointer panic.
+		return errors.New("guard: nil Group")
+	case ctx == nil:
+		return errors.New("guard: nil context")
+	case load == nil:
+		return errors.New("guard: nil LoadFunc")
+	case key == "":
+		return errors.New("guard: empty key")
+	case len(key) > MaxKeyBytes:
+		return fmt.Errorf("guard: key of %d bytes exceeds MaxKeyBytes (%d)", len(key), MaxKeyBytes)
+	case g.closed.Load():
+		return ErrClosed
+	}
+	return ctx.Err()
+}

@@ -1,0 +1,34 @@
+package guard
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/stampede-go/stampede/scripts"
+)
+
+// Invalidate deletes key's value everywhere: its Redis entry (and this
+// process's local copy), any refresh in flight (its fill will be rejected)
+// and wakes the waiters so they load anew.
+func (g *Group) Invalidate(ctx context.Context, key string) error {
+	if err := g.check(ctx, key, func(context.Context) ([]byte, error) { return nil, nil }); err != nil {
+		return err
+	}
+	if g.loc != nil {
+		g.loc.Remove(key)
+	}
+	g.hints.c.Remove(key)
+	nm := g.names(key)
+	return g.invalidate(ctx, nm)
+}
+
+func (g *Group) invalidate(ctx context.Context, nm names) error {
+	rctx, cancel := context.WithTimeout(ctx, g.opts.RedisTimeout)
+	defer cancel()
+	if err := scripts.GuardInvalidate.Run(rctx, g.rdb, nm.keys, g.keepArg, nm.entry).Err(); err != nil {
+		g.redisFailed("invalidate", err)
+		return fmt.Errorf("guard: invalidate: %w", err)
+	}
+	g.br.success()
+	return nil
+}

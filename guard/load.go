@@ -1,0 +1,200 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"runtime/debug"
+	"sync"
+	"time"
+)
+
+// loadAndFill calls the call's load under the lease fence (renewed by a
+// watchdog while the load runs) and stores the outcome in one round trip
+// that also releases the lease and wakes the waiters. refresh is true when
+// a stale value exists and keeps being served if the load fails.
+func (g *Group) loadAndFill(ctx context.Context, c *call, fence int64, refresh bool) (Result, error) {
+	v, err, d := g.loadLeased(ctx, c.key, c.nm, c.load, fence)
+	f := g.fillFor(c, fence, v, err, d, refresh)
+	g.step(ctx, "fill")
+	g.store(ctx, c.key, c.nm, f)
+	if f.keepLease > 0 {
+		// Reported once the lease is held for the back-off, so whoever
+		// watches the hook sees the state it describes.
+		if h := g.opts.Hooks.RefreshError; h != nil {
+			h(c.key, err)
+		}
+	}
+	if err != nil {
+		return Result{Status: Miss}, err
+	}
+	return Result{Value: v, Status: Miss}, nil
+}
+
+// fillFor decides what a load's outcome stores.
+func (g *Group) fillFor(c *call, fence int64, v []byte, err error, d time.Duration, refresh bool) fillSpec {
+	f := fillSpec{fence: fence, loadDur: d, mode: "w"}
+	switch {
+	case err == nil && len(v) > g.opts.MaxValueBytes:
+		f.mode = "-" // served, not stored
+	case err == nil:
+		f.value, f.fresh, f.stale = v, g.jittered(c.co.freshFor), c.co.staleFor
+	case isNoStore(err):
+		f.mode = "-" // the lease is released; nothing is stored or backed off
+	case errors.Is(err, ErrNotFound) && g.opts.NegativeFor > 0:
+		f.fresh, f.flags = g.opts.NegativeFor, "n"
+	case errors.Is(err, ErrNotFound):
+		f.mode = "-"
+	case refresh:
+		// Stale-if-error: keep the stale value, and hold the lease for the
+		// back-off so no node retries at once.
+		f.mode, f.keepLease = "-", g.opts.ErrorBackoff
+	default:
+		// A cold key: an error marker (never over a value) makes every node
+		// back off instead of calling the failing loader again.
+		f.mode, f.fresh, f.flags = "m", g.opts.ErrorBackoff, "e"
+	}
+	return f
+}
+
+// loadLeased calls load while a watchdog keeps the lease fence alive
+// (fence 0: no lease). The watchdog stops however the load ends.
+func (g *Group) loadLeased(ctx context.Context, key string, nm names, load LoadFunc, fence int64) (v []byte, err error, d time.Duration) {
+	if fence > 0 {
+		defer g.renewLease(nm, fence)()
+	}
+	return g.callLoader(ctx, key, load, false)
+}
+
+// loadOnce returns load made to run at most once: later calls get the
+// first call's outcome. It is what makes "at most one loader call per Do
+// per node" a property of the guard rather than of every path's care.
+func loadOnce(load LoadFunc) LoadFunc {
+	var (
+		once sync.Once
+		v    []byte
+		err  error = errLoadAbandoned // kept if the first call never returns
+	)
+	return func(ctx context.Context) ([]byte, error) {
+		once.Do(func() { v, err = load(ctx) })
+		return v, err
+	}
+}
+
+func isNoStore(err error) bool {
+	var ns *noStoreError
+	return errors.As(err, &ns)
+}
+
+func (g *Group) jittered(d time.Duration) time.Duration {
+	if g.opts.Jitter == 0 {
+		return d
+	}
+	return d - time.Duration(rand.Float64()*g.opts.Jitter*float64(d))
+}
+
+// runningLoad is a load of one key in progress in this process; done is
+// closed once v, err and d are set.
+type runningLoad struct {
+	done chan struct{}
+	v    []byte
+	err  error
+	d    time.Duration
+}
+
+// callLoader runs load detached from every caller, bounded by LoadTimeout,
+// turning a panic into *PanicError. At most one load of a key runs in this
+// process at a time, whichever path asked for it (a miss, a background
+// refresh, Redis being unavailable). With join set, the caller only needs a
+// value and takes the result of a load of key already running. Without it,
+// the result will be stored under a lease just won: the caller waits for a
+// running load to end and then loads anew, because a value whose load began
+// before the lease was taken must not be stored under the lease's fence (it
+// could be older than a fill that landed meanwhile).
+func (g *Group) callLoader(ctx context.Context, key string, load LoadFunc, join bool) (v []byte, err error, d time.Duration) {
+	g.lmu.Lock()
+	for {
+		r := g.loads[key]
+		if r == nil {
+			break
+		}
+		g.lmu.Unlock()
+		<-r.done // bounded by that load's LoadTimeout
+		if join {
+			return r.v, r.err, r.d
+		}
+		g.lmu.Lock()
+	}
+	if g.loads == nil {
+		g.loads = map[string]*runningLoad{}
+	}
+	r := &runningLoad{done: make(chan struct{}), err: errLoadAbandoned}
+	g.loads[key] = r
+	g.lmu.Unlock()
+	defer func() {
+		// The slot settles however this goroutine leaves (a panicking
+		// Load hook included): joiners get r's outcome, never a zero one.
+		g.lmu.Lock()
+		delete(g.loads, key)
+		g.lmu.Unlock()
+		close(r.done)
+	}()
+	v, err, d = g.runLoader(ctx, key, load)
+	r.v, r.err, r.d = v, err, d
+	return v, err, d
+}
+
+// runLoader calls load once; see callLoader. load runs on a goroutine of
+// its own, so whatever way it ends reaches the flight as an outcome: a
+// value, an error, a panic (*PanicError) or runtime.Goexit (ErrGoexit),
+// which would otherwise end the flight's goroutine with nobody told.
+func (g *Group) runLoader(ctx context.Context, key string, load LoadFunc) (v []byte, err error, d time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, g.opts.LoadTimeout)
+	defer cancel()
+	start := time.Now()
+	done := make(chan struct{})
+	go func() {
+		normal := false
+		defer func() {
+			if !normal {
+				if p := recover(); p != nil {
+					v, err = nil, &PanicError{Value: p, Stack: debug.Stack()}
+				} else {
+					v, err = nil, ErrGoexit
+				}
+			}
+			close(done)
+		}()
+		v, err = load(ctx)
+		normal = true
+	}()
+	<-done
+	d = time.Since(start)
+	if h := g.opts.Hooks.Load; h != nil {
+		h(key, d, err)
+	}
+	return v, err, d
+}
+
+// loadOnly loads without Redis, sharing a load of key already running in
+// this process.
+func (g *Group) loadOnly(ctx context.Context, key string, load LoadFunc, st Status) (Result, error) {
+	v, err, _ := g.callLoader(ctx, key, load, true)
+	return Result{Value: v, Status: st}, err
+}
+
+// degraded serves a caller while Redis is unavailable: one loader call per
+// key in this process at a time, no Redis.
+func (g *Group) degraded(ctx context.Context, c *call) (Result, error) {
+	detached := context.WithoutCancel(ctx)
+	ch := g.sf.DoChan("d"+c.key, func() (any, error) {
+		return g.loadOnly(detached, c.key, c.load, Degraded)
+	})
+	select {
+	case r := <-ch:
+		res, _ := r.Val.(Result)
+		return res, r.Err
+	case <-ctx.Done():
+		return Result{}, ctx.Err()
+	}
+}

@@ -1,0 +1,119 @@
+package guard
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+)
+
+// missOutcome is a miss flight's answer; exactly one of its callers claims
+// a Miss (the others get Shared).
+type missOutcome struct {
+	res     Result
+	claimed *atomic.Bool
+}
+
+// missFlight joins the miss flight of the call's key (one per process);
+// each caller leaves on its own ctx. x is the read's lease outcome.
+func (g *Group) missFlight(ctx context.Context, c *call, x int64) (Result, error) {
+	detached := context.WithoutCancel(ctx)
+	ch := g.sf.DoChan("m"+c.key, func() (any, error) {
+		res, err := g.resolveMiss(detached, c, x)
+		return missOutcome{res: res, claimed: new(atomic.Bool)}, err
+	})
+	select {
+	case r := <-ch:
+		mo, _ := r.Val.(missOutcome)
+		return g.claim(c.key, mo.res, mo.claimed), r.Err
+	case <-ctx.Done():
+		return Result{}, ctx.Err()
+	}
+}
+
+// waitState is where a miss flight's wait for another node's fill stands.
+type waitState struct {
+	start  time.Time
+	poll   time.Duration // the fallback poll, doubling up to LockTTL
+	holder time.Duration // the holder's remaining lease, when known
+	force  bool          // read at once, trying the lease even if "fresh"
+}
+
+// resolveMiss is the body of a miss flight: wait for another node's fill
+// (woken by its notification, or by a fallback poll for lost messages and
+// expired leases), load under a lease a later read wins, or, after
+// WaitTimeout, apply WaitTimeoutPolicy.
+func (g *Group) resolveMiss(ctx context.Context, c *call, x int64) (Result, error) {
+	wake := make(chan struct{}, 1)
+	defer g.hub.Register(c.nm.entry, wake)()
+	// The first poll is short: a fill can land between the read and the
+	// registration above. x == 0: the read judged the entry fresh yet it
+	// did not decode (or it was an expired negative entry); read again at
+	// once, trying the lease.
+	w := waitState{start: time.Now(), poll: 50 * time.Millisecond,
+		holder: time.Duration(-x) * time.Millisecond, force: x == 0}
+	deadline := w.start.Add(g.opts.WaitTimeout)
+	for remaining := time.Until(deadline); remaining > 0; remaining = time.Until(deadline) {
+		if !w.force {
+			g.awaitFill(ctx, c.key, &w, wake, remaining)
+		}
+		rr, err := g.read(ctx, c.nm, w.force)
+		w.force = false
+		if err != nil {
+			// Redis trouble while waiting: load on this node alone.
+			return g.loadOnly(ctx, c.key, c.load, Degraded)
+		}
+		if res, err, done := g.afterWait(ctx, c, rr, &w); done {
+			return res, err
+		}
+	}
+	if g.opts.WaitTimeoutPolicy == ReturnError {
+		return Result{}, ErrWaitTimeout
+	}
+	// Fence 0: stored only if nothing newer landed and nothing was
+	// invalidated meanwhile.
+	return g.loadAndFill(ctx, c, 0, false)
+}
+
+// awaitFill waits for the fill notification or the fallback poll.
+func (g *Group) awaitFill(ctx context.Context, key string, w *waitState, wake <-chan struct{}, remaining time.Duration) {
+	d := min(w.poll, remaining)
+	if w.holder > 0 {
+		d = min(d, w.holder)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	g.step(ctx, "wait")
+	notified := false
+	select {
+	case <-wake:
+		notified = true
+	case <-t.C:
+	}
+	if h := g.opts.Hooks.Woken; h != nil {
+		h(key, notified, time.Since(w.start))
+	}
+	w.poll = min(w.poll*2, g.opts.LockTTL)
+}
+
+// afterWait acts on a read made after a wake-up: a value landed, this
+// node won the lease, or the wait goes on (done false).
+func (g *Group) afterWait(ctx context.Context, c *call, rr readReply, w *waitState) (res Result, err error, done bool) {
+	e, st := g.classify(c.key, rr)
+	switch {
+	case st == fresh:
+		res, err = g.served(c.key, e, rr.now, Shared)
+		return res, err, true
+	case st == stale:
+		res, err = g.served(c.key, e, rr.now, Stale)
+		return res, err, true
+	case rr.x > 0:
+		g.leaseHook(c.key, true)
+		res, err = g.loadAndFill(ctx, c, rr.x, false)
+		return res, err, true
+	case rr.x < 0:
+		w.holder = time.Duration(-rr.x) * time.Millisecond
+	default:
+		w.force = true // undecodable yet "fresh" to the script
+	}
+	return Result{}, nil, false
+}

@@ -1,0 +1,33 @@
+package guard
+
+import (
+	"time"
+
+	"github.com/stampede-go/stampede/internal/hashtag"
+)
+
+// names are the Redis names of one key; they share one hash tag.
+type names struct {
+	user  string // the caller's key
+	entry string
+	keys  []string // entry, lease, fence, waiters, inv
+}
+
+func (g *Group) names(key string) names {
+	b := hashtag.Base(g.opts.Namespace, key)
+	// One allocation for the five names: substrings of one string.
+	all := b + b + ":lease" + b + ":fence" + b + ":w" + b + ":inv"
+	n := len(b)
+	lease, fence, w := n+n+6, n+n+6+n+6, n+n+6+n+6+n+2
+	return names{user: key, entry: all[:n], keys: []string{all[:n], all[n:lease], all[lease:fence], all[fence:w], all[w:]}}
+}
+
+// ms converts d to whole milliseconds, rounding a positive sub-millisecond
+// duration up to 1.
+func ms(d time.Duration) int64 {
+	m := d.Milliseconds()
+	if m == 0 && d > 0 {
+		m = 1
+	}
+	return m
+}
