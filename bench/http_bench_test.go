@@ -37,7 +37,7 @@ func BenchmarkHTTPExpiredRoute(b *testing.B) {
 		mw   func(b *testing.B, rdb *redis.Client, ns string) func(http.Handler) http.Handler
 	}{
 		{"guard", func(b *testing.B, rdb *redis.Client, ns string) func(http.Handler) http.Handler {
-			g, err := guard.New(rdb, guard.Options{Namespace: ns, NoStale: true, WaitTimeout: 10 * time.Second})
+			g, err := guard.New(rdb, guard.Options{Namespace: ns, StaleFor: guard.Disabled, WaitTimeout: 10 * time.Second})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -17,7 +17,7 @@ import (
 func TestFreshnessOnRedisClock(t *testing.T) {
 	mr, rdb := redistest.Mini(t)
 	mr.SetTime(time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC))
-	g := newGroup(t, rdb, Options{FreshFor: time.Minute, NoJitter: true})
+	g := newGroup(t, rdb, Options{FreshFor: time.Minute, Jitter: Disabled})
 	var loads atomic.Int64
 	load := func(context.Context) ([]byte, error) { loads.Add(1); return []byte("v"), nil }
 	for range 3 {
@@ -158,7 +158,7 @@ func TestLeaseGrace(t *testing.T) {
 // TIME at the fill, bracketed by TIME read before and after.
 func TestEntryTimesFromRedis(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
-		g := newGroup(t, rdb, Options{FreshFor: time.Minute, StaleFor: time.Hour, NoJitter: true})
+		g := newGroup(t, rdb, Options{FreshFor: time.Minute, StaleFor: time.Hour, Jitter: Disabled})
 		key := redistest.Key(t)
 		before, err := rdb.Time(ctxT(t)).Result()
 		if err != nil {

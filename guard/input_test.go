@@ -128,7 +128,7 @@ func TestBadCallsEveryEntryPoint(t *testing.T) {
 		if ep.name != "Invalidate" {
 			add(row{name: "WithFreshFor(-1)", ep: ep, opts: []CallOption{WithFreshFor(-1)}, want: "negative WithFreshFor -1ns"})
 			add(row{name: "WithStaleFor(-1s)", ep: ep, opts: []CallOption{WithStaleFor(-time.Second)}, want: "negative WithStaleFor -1s"})
-			add(row{name: "valid then negative option", ep: ep, opts: []CallOption{WithFreshFor(time.Second), WithStaleFor(-1)}, want: "negative WithStaleFor"})
+			add(row{name: "valid then negative option", ep: ep, opts: []CallOption{WithFreshFor(time.Second), WithStaleFor(-2)}, want: "negative WithStaleFor"})
 		}
 		if ep.name != "Wrap" { // Wrap refuses a nil Group when built: TestWrapPanicsOnNil
 			add(row{name: "nil Group", ep: ep, nilG: true, want: "nil Group"})
@@ -205,8 +205,8 @@ func TestWrapPanicsOnNil(t *testing.T) {
 }
 
 // TestNegativeOptionFields: every numeric field of Options set negative
-// makes New fail with an error naming that field, before New starts
-// anything. The fields are found by reflection so a field added later is
+// (other than Disabled, which turns the fields that can be off off) makes
+// New fail with an error naming that field, before New starts anything. The fields are found by reflection so a field added later is
 // covered too.
 func TestNegativeOptionFields(t *testing.T) {
 	_, rdb := redistest.Mini(t)
@@ -219,7 +219,7 @@ func TestNegativeOptionFields(t *testing.T) {
 		v := reflect.ValueOf(&o).Elem().Field(i)
 		switch f.Type.Kind() {
 		case reflect.Int, reflect.Int64:
-			v.SetInt(-1)
+			v.SetInt(Disabled - 1)
 		case reflect.Float64:
 			v.SetFloat(-0.5)
 		default:
@@ -245,22 +245,22 @@ func TestNegativeOptionFields(t *testing.T) {
 	}
 }
 
-// TestZeroCallDurations pins what 0 means per call: WithFreshFor(0) keeps
-// the Group's FreshFor (as a zero Options field means its default), and
-// WithStaleFor(0) means no stale window. The windows are read back from the
-// stored entry.
+// TestZeroCallDurations pins what 0 means, the same everywhere: the
+// Group's value (as a zero Options field means its default). Disabled
+// means no stale window. The windows are read back from the stored entry.
 func TestZeroCallDurations(t *testing.T) {
 	rdb := redistest.Shared(t).Client(t)
 	const freshFor, staleFor = time.Minute, 5 * time.Minute
-	g := newGroup(t, rdb, Options{FreshFor: freshFor, StaleFor: staleFor, NoJitter: true})
+	g := newGroup(t, rdb, Options{FreshFor: freshFor, StaleFor: staleFor, Jitter: Disabled})
 	for _, c := range []struct {
 		name         string
 		opts         []CallOption
 		fresh, stale time.Duration
 	}{
 		{"WithFreshFor(0)", []CallOption{WithFreshFor(0)}, freshFor, staleFor},
-		{"WithStaleFor(0)", []CallOption{WithStaleFor(0)}, freshFor, 0},
-		{"both 0", []CallOption{WithFreshFor(0), WithStaleFor(0)}, freshFor, 0},
+		{"WithStaleFor(0)", []CallOption{WithStaleFor(0)}, freshFor, staleFor},
+		{"both 0", []CallOption{WithFreshFor(0), WithStaleFor(0)}, freshFor, staleFor},
+		{"WithStaleFor(Disabled)", []CallOption{WithStaleFor(Disabled)}, freshFor, 0},
 		{"positive", []CallOption{WithFreshFor(2 * time.Second), WithStaleFor(3 * time.Second)}, 2 * time.Second, 3 * time.Second},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -8,9 +8,10 @@ import (
 	"github.com/stampede-go/stampede/internal/hashtag"
 )
 
-// Options configures a Group. The zero value is ready to use: every field
-// documents its default. New rejects negative durations and other invalid
-// values with an error.
+// Options configures a Group. The zero value is ready to use, and a zero
+// field always means its documented default. The fields that can be turned
+// off (StaleFor, Jitter, NegativeFor) take Disabled for that; New rejects
+// every other negative value with an error.
 type Options struct {
 	// Namespace is prepended to every Redis key and channel of the Group. It
 	// must not contain '{' or '}'. Default: "stampede:".
@@ -21,10 +22,9 @@ type Options struct {
 	// StaleFor is how long after FreshFor the value is still served, at hit
 	// latency, while one node refreshes it in the background
 	// (stale-while-revalidate), and while refreshes fail (stale-if-error).
-	// Default: 5m. Set NoStale to serve nothing stale.
+	// Default: 5m. Disabled: nothing is served stale; an expired value is a
+	// miss.
 	StaleFor time.Duration
-	// NoStale turns stale serving off: an expired value is a miss.
-	NoStale bool
 
 	// LockTTL is the lease of the node refreshing a key. A watchdog renews it
 	// every LockTTL/3 while the load runs, so a load may take longer; a node
@@ -54,16 +54,12 @@ type Options struct {
 	EarlyRefreshBeta float64
 	// Jitter shortens each value's FreshFor by a random share up to Jitter,
 	// so keys filled together do not expire together. Between 0 and 1.
-	// Default: 0.1. Set NoJitter for exact TTLs.
+	// Default: 0.1. Disabled: exact TTLs.
 	Jitter float64
-	// NoJitter turns Jitter off.
-	NoJitter bool
 
 	// NegativeFor is how long an ErrNotFound answer of a loader is cached.
-	// Default: 10s. Set NoNegative to not cache it.
+	// Default: 10s. Disabled: not cached; every call asks the loader.
 	NegativeFor time.Duration
-	// NoNegative turns negative caching off.
-	NoNegative bool
 	// ErrorBackoff is how long, after a failed load, no node loads the key
 	// again: a stale value keeps being served, and callers of a missing key
 	// get ErrBackoff. Default: 1s.
@@ -109,6 +105,10 @@ const (
 	ReturnError
 )
 
+// Disabled turns off an Options field or call option that can be off
+// (StaleFor, Jitter, NegativeFor, WithStaleFor): zero means the default.
+const Disabled = -1
+
 // MaxKeyBytes is the longest key accepted.
 const MaxKeyBytes = 64 << 10
 
@@ -128,13 +128,24 @@ func (o Options) withDefaults() (Options, error) {
 	if !hashtag.ValidPrefix(o.Namespace) {
 		return o, fmt.Errorf("guard: Namespace %q must not contain '{' or '}'", o.Namespace)
 	}
+	// The fields that can be off: Disabled means 0 from here on.
+	off := func(d *time.Duration, v time.Duration, name string) error {
+		if *d == Disabled {
+			*d = 0
+			return nil
+		}
+		if *d < 0 {
+			return fmt.Errorf("guard: negative %s %v (Disabled turns it off)", name, *d)
+		}
+		return def(d, v, name)
+	}
 	errs := []error{
 		def(&o.FreshFor, time.Minute, "FreshFor"),
-		def(&o.StaleFor, 5*time.Minute, "StaleFor"),
+		off(&o.StaleFor, 5*time.Minute, "StaleFor"),
 		def(&o.LockTTL, 10*time.Second, "LockTTL"),
 		def(&o.WaitTimeout, 5*time.Second, "WaitTimeout"),
 		def(&o.LoadTimeout, 30*time.Second, "LoadTimeout"),
-		def(&o.NegativeFor, 10*time.Second, "NegativeFor"),
+		off(&o.NegativeFor, 10*time.Second, "NegativeFor"),
 		def(&o.ErrorBackoff, time.Second, "ErrorBackoff"),
 		def(&o.RedisTimeout, 250*time.Millisecond, "RedisTimeout"),
 		def(&o.BreakerCooldown, time.Second, "BreakerCooldown"),
@@ -143,17 +154,11 @@ func (o Options) withDefaults() (Options, error) {
 	if err := errors.Join(errs...); err != nil {
 		return o, err
 	}
-	if o.NoStale {
-		o.StaleFor = 0
-	}
-	if o.NoNegative {
-		o.NegativeFor = 0
-	}
 	switch {
-	case o.Jitter < 0 || o.Jitter >= 1:
-		return o, fmt.Errorf("guard: Jitter %v outside [0, 1)", o.Jitter)
-	case o.NoJitter:
+	case o.Jitter == Disabled:
 		o.Jitter = 0
+	case o.Jitter < 0 || o.Jitter >= 1:
+		return o, fmt.Errorf("guard: Jitter %v outside [0, 1) (Disabled turns it off)", o.Jitter)
 	case o.Jitter == 0:
 		o.Jitter = 0.1
 	}
@@ -187,12 +192,6 @@ func (g *Group) callOptions(opts []CallOption) callOptions {
 		}
 		co = c
 	}
-	if co.freshFor <= 0 {
-		co.freshFor = g.opts.FreshFor
-	}
-	if co.staleFor < 0 || g.opts.NoStale {
-		co.staleFor = 0
-	}
 	return co
 }
 
@@ -201,7 +200,6 @@ type CallOption func(*callOptions)
 
 type callOptions struct {
 	freshFor, staleFor time.Duration
-	staleSet           bool
 	err                error // the first invalid option, returned by the call
 }
 
@@ -212,18 +210,25 @@ func WithFreshFor(d time.Duration) CallOption {
 		if d < 0 && c.err == nil {
 			c.err = fmt.Errorf("guard: negative WithFreshFor %v", d)
 		}
-		c.freshFor = d
+		if d != 0 {
+			c.freshFor = d
+		}
 	}
 }
 
-// WithStaleFor sets StaleFor for the value this call loads (0: no stale
-// window). A negative d makes the call fail with an error.
+// WithStaleFor sets StaleFor for the value this call loads. 0 keeps the
+// Group's StaleFor; Disabled gives the value no stale window; another
+// negative d makes the call fail with an error.
 func WithStaleFor(d time.Duration) CallOption {
 	return func(c *callOptions) {
-		if d < 0 && c.err == nil {
-			c.err = fmt.Errorf("guard: negative WithStaleFor %v", d)
+		switch {
+		case d == Disabled:
+			c.staleFor = 0
+		case d < 0 && c.err == nil:
+			c.err = fmt.Errorf("guard: negative WithStaleFor %v (Disabled: no stale window)", d)
+		case d > 0:
+			c.staleFor = d
 		}
-		c.staleFor, c.staleSet = d, true
 	}
 }
 

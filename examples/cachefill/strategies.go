@@ -141,8 +141,7 @@ func newGuardNode(e nodeEnv) (node, error) {
 	g, err := guard.New(e.rdb, guard.Options{
 		Namespace: e.prefix,
 		FreshFor:  e.cfg.Fresh,
-		StaleFor:  e.cfg.Stale,
-		NoStale:   e.cfg.Stale == 0,
+		StaleFor:  staleFor(e.cfg.Stale),
 		Hooks:     e.hooks.hooks(),
 	})
 	if err != nil {
@@ -162,3 +161,11 @@ func (n *guardNode) get(ctx context.Context, key string) (answer, error) {
 }
 
 func (n *guardNode) close() error { return n.g.Close() }
+
+// staleFor maps the demo's stale window (0: none) onto guard.Options.
+func staleFor(d time.Duration) time.Duration {
+	if d == 0 {
+		return guard.Disabled
+	}
+	return d
+}

@@ -125,7 +125,7 @@ func newGuardNode(t *testing.T, rdb redis.UniversalClient, onRedisError ...func(
 	g, err := guard.New(rdb, guard.Options{
 		RedisTimeout: redisTimeout,
 		WaitTimeout:  waitLimit,
-		NoJitter:     true,
+		Jitter:       guard.Disabled,
 		Hooks: guard.Hooks{
 			RedisError: redisError,
 			Miss: func(key string) {

@@ -398,7 +398,7 @@ func TestStale(t *testing.T) {
 		}
 	}}
 	node := func() (*guard.Group, http.Handler) {
-		g := newGroup(t, rdb, guard.Options{Namespace: ns, FreshFor: time.Minute, StaleFor: time.Hour, NoJitter: true})
+		g := newGroup(t, rdb, guard.Options{Namespace: ns, FreshFor: time.Minute, StaleFor: time.Hour, Jitter: guard.Disabled})
 		return g, guardhttp.Middleware(g, guardhttp.Config{})(o)
 	}
 	_, h1 := node()
@@ -442,7 +442,7 @@ func TestUpstreamWindows(t *testing.T) {
 		fmt.Fprintf(w, "v%d", n)
 	}}
 	node := func() http.Handler {
-		g := newGroup(t, rdb, guard.Options{Namespace: ns, FreshFor: time.Hour, StaleFor: time.Hour, NoJitter: true})
+		g := newGroup(t, rdb, guard.Options{Namespace: ns, FreshFor: time.Hour, StaleFor: time.Hour, Jitter: guard.Disabled})
 		return guardhttp.Middleware(g, guardhttp.Config{UpstreamWindows: true})(o)
 	}
 	h := node()
@@ -507,7 +507,7 @@ func TestStaleServedWhileRefreshFails(t *testing.T) {
 				defer close(answered)
 				refresh(w)
 			}}
-			opts := guard.Options{Namespace: ns, FreshFor: time.Minute, StaleFor: time.Hour, NoJitter: true}
+			opts := guard.Options{Namespace: ns, FreshFor: time.Minute, StaleFor: time.Hour, Jitter: guard.Disabled}
 			h1 := guardhttp.Middleware(newGroup(t, rdb, opts), guardhttp.Config{})(o)
 			serve(h1, get("/a"))
 

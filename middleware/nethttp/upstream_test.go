@@ -15,8 +15,8 @@ import (
 // TestUpstreamDirectives: with Config.UpstreamWindows the handler's
 // max-age, s-maxage, stale-while-revalidate and stale-if-error (RFC 5861)
 // set the windows of its response; without it the guard's windows apply.
-// The guard's own windows are an hour fresh and a second stale (NoStale
-// would forbid any stale window, the upstream's too), so each row
+// The guard's own windows are an hour fresh and a second stale (a
+// Disabled StaleFor would forbid any stale window, the upstream's too), so each row
 // shows the directive at work. Each row stores the response at t0, then
 // asks a new node (see TestStale) at t0+at whether it is served from the
 // entry.
@@ -60,7 +60,7 @@ func TestUpstreamDirectives(t *testing.T) {
 				fmt.Fprintf(w, "v%d", n)
 			}}
 			node := func() (*guard.Group, http.Handler) {
-				g := newGroup(t, rdb, guard.Options{Namespace: ns, FreshFor: time.Hour, StaleFor: time.Second, NoJitter: true})
+				g := newGroup(t, rdb, guard.Options{Namespace: ns, FreshFor: time.Hour, StaleFor: time.Second, Jitter: guard.Disabled})
 				return g, guardhttp.Middleware(g, guardhttp.Config{UpstreamWindows: row.upstream})(o)
 			}
 

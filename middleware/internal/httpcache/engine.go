@@ -138,7 +138,11 @@ func (e *Engine) serve(w http.ResponseWriter, r *http.Request, key string, direc
 			if win.freshSet {
 				opts = append(opts, guard.WithFreshFor(win.fresh))
 			}
-			opts = append(opts, guard.WithStaleFor(win.stale))
+			stale := win.stale
+			if stale == 0 {
+				stale = guard.Disabled // the response allows no stale window
+			}
+			opts = append(opts, guard.WithStaleFor(stale))
 		}
 	}
 	ctx := r.Context()
