@@ -3,8 +3,8 @@ package guard
 import (
 	"context"
 	"errors"
-	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,55 +21,6 @@ import (
 // that every state machine of the Group settles: the breaker's probe, the
 // read flights, the per-process load slots, the lease watchdogs and the
 // waiter registrations.
-
-// noLeaks returns a check, to defer, that no goroutine started since is
-// left. Goroutines that belong to a Redis client rather than to the Group
-// (go-redis starts some per cluster node it meets, ending them when the
-// client closes) and the test kit's process reapers are not the Group's.
-func noLeaks(t *testing.T) func() {
-	opts := []goleak.Option{
-		goleak.IgnoreCurrent(),
-		goleak.IgnoreTopFunction("github.com/redis/go-redis/v9/maintnotifications.(*CircuitBreakerManager).cleanupLoop"),
-		goleak.IgnoreAnyFunction("github.com/stampede-go/stampede/internal/redistest.(*Server).launch.func1"),
-	}
-	return func() { goleak.VerifyNone(t, opts...) }
-}
-
-// baseline waits until g holds nothing for key any more (no read flight,
-// no load slot, no waiter registration, no lease in Redis) and its breaker
-// is closed, failing t after d.
-func baseline(t *testing.T, g *Group, rdb redis.UniversalClient, key string, d time.Duration) {
-	t.Helper()
-	nm := g.names(key)
-	var why string
-	redistest.Eventually(t, d, "the Group back to its baseline", func() bool {
-		g.fmu.Lock()
-		flights := len(g.flights)
-		g.fmu.Unlock()
-		g.lmu.Lock()
-		loads := len(g.loads)
-		g.lmu.Unlock()
-		lease, err := rdb.Exists(context.Background(), nm.keys[1]).Result()
-		switch {
-		case flights != 0:
-			why = fmt.Sprintf("%d read flights", flights)
-		case loads != 0:
-			why = fmt.Sprintf("%d load slots", loads)
-		case g.hub.Waiters(nm.entry) != 0:
-			why = "a waiter registered"
-		case g.br.open():
-			why = "the breaker open"
-		case err != nil || lease != 0:
-			why = fmt.Sprintf("the lease held (%v)", err)
-		default:
-			return true
-		}
-		return false
-	})
-	if t.Failed() {
-		t.Logf("last state: %s", why)
-	}
-}
 
 // TestProbeCallerLeaves is the regression test of a breaker stuck
 // half-open: Redis frozen until the breaker opens; after the cooldown the
@@ -439,4 +390,109 @@ func TestOneLoaderCallPerDo(t *testing.T) {
 			t.Fatalf("%d calls ran their LoadFunc more than once", n)
 		}
 	})
+}
+
+// TestPanicReachesEveryCaller: a panicking loader gives every caller of the
+// flight a *PanicError, the process survives, and the key backs off.
+func TestPanicReachesEveryCaller(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
+		var arrived counter
+		g := newGroup(t, rdb, Options{ErrorBackoff: time.Minute})
+		g.testJoined = func(string) { arrived.add() }
+		key := redistest.Key(t)
+		gate := make(chan struct{})
+		const callers = 8
+		errs := make(chan error, callers)
+		var wg sync.WaitGroup
+		for range callers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := g.Do(ctxT(t), key, func(context.Context) ([]byte, error) {
+					<-gate
+					panic("boom")
+				})
+				errs <- err
+			}()
+		}
+		redistest.Eventually(t, 10*time.Second, "every caller inside the flight", func() bool { return arrived.n.Load() == callers })
+		close(gate)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			var pe *PanicError
+			if !errors.As(err, &pe) || pe.Value != "boom" || !strings.Contains(string(pe.Stack), "guard") {
+				t.Fatalf("got %v, want *PanicError with value boom and a stack", err)
+			}
+		}
+		// The lease is free and the key backs off cluster-wide.
+		if n, err := rdb.Exists(ctxT(t), g.names(key).keys[1]).Result(); err != nil || n != 0 {
+			t.Fatalf("lease still held after the panic (%d, %v)", n, err)
+		}
+		other := newGroup(t, rdb, Options{})
+		called := false
+		_, err := other.Do(ctxT(t), key, func(context.Context) ([]byte, error) { called = true; return nil, nil })
+		if !errors.Is(err, ErrBackoff) || called {
+			t.Fatalf("another node during the back-off: %v (loader called %v), want ErrBackoff without a load", err, called)
+		}
+	})
+}
+
+// TestCancelledLeaderDoesNotFailFollowers: the caller whose flight runs the
+// load leaves; the load goes on and the others get the value.
+func TestCancelledLeaderDoesNotFailFollowers(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
+		var arrived counter
+		g := newGroup(t, rdb, Options{})
+		g.testJoined = func(string) { arrived.add() }
+		key := redistest.Key(t)
+		org := newOrigin(true)
+		leaderCtx, cancel := context.WithCancel(context.Background())
+		leaderErr := make(chan error, 1)
+		go func() {
+			_, err := g.Do(leaderCtx, key, org.load)
+			leaderErr <- err
+		}()
+		redistest.Eventually(t, 10*time.Second, "the load to start", func() bool { return org.calls.Load() == 1 })
+		follower := make(chan Result, 1)
+		go func() {
+			r, err := g.Do(ctxT(t), key, org.load)
+			if err != nil {
+				t.Error(err)
+			}
+			follower <- r
+		}()
+		redistest.Eventually(t, 10*time.Second, "the follower inside the flight", func() bool { return arrived.n.Load() == 2 })
+		cancel()
+		if err := <-leaderErr; !errors.Is(err, context.Canceled) {
+			t.Fatalf("leader got %v, want context.Canceled", err)
+		}
+		close(org.gate)
+		// The flight's one Miss goes to a caller that is still there.
+		if r := <-follower; string(r.Value) != "v1" || r.Status != Miss {
+			t.Fatalf("follower got %v %q, want miss v1", r.Status, r.Value)
+		}
+	})
+}
+
+// TestNoGoroutineLeak: a Group's goroutines end with Close, refreshes
+// included.
+func TestNoGoroutineLeak(t *testing.T) {
+	_, rdb := redistest.Mini(t)
+	if err := rdb.Ping(ctxT(t)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	g, err := New(rdb, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := "k"
+	putEntry(t, rdb, g, key, "old", -1, 60_000, 1)
+	if r, err := g.Do(ctxT(t), key, func(context.Context) ([]byte, error) { return []byte("new"), nil }); err != nil || r.Status != Stale {
+		t.Fatalf("%v %v", r.Status, err)
+	}
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
 }

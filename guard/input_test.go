@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -177,142 +176,6 @@ func TestBadCallsEveryEntryPoint(t *testing.T) {
 	}
 }
 
-// TestWrapPanicsOnNil: Wrap is where a guarded func is built, so a nil
-// Group, key func or loader is refused there, as a programming error, and
-// not on every call.
-func TestWrapPanicsOnNil(t *testing.T) {
-	_, rdb := redistest.Mini(t)
-	g := newGroup(t, rdb, Options{})
-	key := func(s string) string { return s }
-	load := func(context.Context, string) (string, error) { return "", nil }
-	for _, c := range []struct {
-		name, want string
-		build      func()
-	}{
-		{"nil Group", "guard: Wrap with a nil Group", func() { Wrap(nil, key, load) }},
-		{"nil key func", "guard: Wrap with a nil key func", func() { Wrap(g, nil, load) }},
-		{"nil load func", "guard: Wrap with a nil load func", func() { Wrap[string, string](g, key, nil) }},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			defer func() {
-				if p := recover(); fmt.Sprint(p) != c.want {
-					t.Fatalf("Wrap panicked with %v, want %q", p, c.want)
-				}
-			}()
-			c.build()
-		})
-	}
-}
-
-// TestNegativeOptionFields: every numeric field of Options set negative
-// (other than Disabled, which turns the fields that can be off off) makes
-// New fail with an error naming that field, before New starts anything. The fields are found by reflection so a field added later is
-// covered too.
-func TestNegativeOptionFields(t *testing.T) {
-	_, rdb := redistest.Mini(t)
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	typ := reflect.TypeFor[Options]()
-	tested := 0
-	for i := range typ.NumField() {
-		f := typ.Field(i)
-		var o Options
-		v := reflect.ValueOf(&o).Elem().Field(i)
-		switch f.Type.Kind() {
-		case reflect.Int, reflect.Int64:
-			v.SetInt(Disabled - 1)
-		case reflect.Float64:
-			v.SetFloat(-0.5)
-		default:
-			continue
-		}
-		tested++
-		t.Run(f.Name, func(t *testing.T) {
-			g, err := New(rdb, o)
-			if err == nil {
-				_ = g.Close()
-				t.Fatalf("New accepted %s = %v", f.Name, v)
-			}
-			if g != nil {
-				t.Fatal("New returned a Group with its error")
-			}
-			if !strings.Contains(err.Error(), f.Name) {
-				t.Fatalf("error %q does not name %s", err, f.Name)
-			}
-		})
-	}
-	if tested < 16 { // 10 durations, 3 ints, 2 floats, the policy: reflection must not silently find nothing
-		t.Fatalf("only %d numeric fields found in Options", tested)
-	}
-}
-
-// TestZeroCallDurations pins what 0 means, the same everywhere: the
-// Group's value (as a zero Options field means its default). Disabled
-// means no stale window. The windows are read back from the stored entry.
-func TestZeroCallDurations(t *testing.T) {
-	rdb := redistest.Shared(t).Client(t)
-	const freshFor, staleFor = time.Minute, 5 * time.Minute
-	g := newGroup(t, rdb, Options{FreshFor: freshFor, StaleFor: staleFor, Jitter: Disabled})
-	for _, c := range []struct {
-		name         string
-		opts         []CallOption
-		fresh, stale time.Duration
-	}{
-		{"WithFreshFor(0)", []CallOption{WithFreshFor(0)}, freshFor, staleFor},
-		{"WithStaleFor(0)", []CallOption{WithStaleFor(0)}, freshFor, staleFor},
-		{"both 0", []CallOption{WithFreshFor(0), WithStaleFor(0)}, freshFor, staleFor},
-		{"WithStaleFor(Disabled)", []CallOption{WithStaleFor(Disabled)}, freshFor, 0},
-		{"positive", []CallOption{WithFreshFor(2 * time.Second), WithStaleFor(3 * time.Second)}, 2 * time.Second, 3 * time.Second},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			key := redistest.Key(t)
-			r, err := g.Do(ctxT(t), key, func(context.Context) ([]byte, error) { return []byte("v"), nil }, c.opts...)
-			if err != nil || r.Status != Miss {
-				t.Fatalf("got %v, %v; want a miss", r.Status, err)
-			}
-			raw, err := rdb.Get(ctxT(t), g.names(key).entry).Bytes()
-			if err != nil {
-				t.Fatal(err)
-			}
-			e, err := decodeEntry(raw)
-			if err != nil {
-				t.Fatal(err)
-			}
-			fresh := time.Duration(e.freshUntil-e.written) * time.Millisecond
-			stale := time.Duration(e.staleUntil-e.freshUntil) * time.Millisecond
-			if fresh != c.fresh || stale != c.stale {
-				t.Fatalf("stored windows fresh %v, stale %v; want %v, %v", fresh, stale, c.fresh, c.stale)
-			}
-		})
-	}
-}
-
-// TestFetchUnencodableStoresNothing: a value JSON cannot encode is the
-// caller's bug, not an origin failure: the caller gets the encoding error,
-// no entry and no error marker is stored (another node loads normally, it is
-// not told to back off), and the lease is released at once.
-func TestFetchUnencodableStoresNothing(t *testing.T) {
-	rdb := redistest.Shared(t).Client(t)
-	ns := rowNamespace()
-	g := newGroup(t, rdb, Options{Namespace: ns, ErrorBackoff: time.Minute})
-	other := newGroup(t, rdb, Options{Namespace: ns})
-	_, err := Fetch(ctxT(t), g, "k", func(context.Context) (func(), error) { return func() {}, nil })
-	if err == nil || !strings.Contains(err.Error(), "guard: encoding value") {
-		t.Fatalf("got %v, want the encoding error", err)
-	}
-	// The read that won the lease minted a fence: that counter is all there
-	// may be.
-	nm := g.names("k")
-	for _, k := range namespaceKeys(t, rdb, ns) {
-		if k != nm.keys[2] {
-			t.Fatalf("an unencodable value left %q in Redis", k)
-		}
-	}
-	v, err := Fetch(ctxT(t), other, "k", func(context.Context) (string, error) { return "fine", nil })
-	if err != nil || v != "fine" {
-		t.Fatalf("another node after the failed Fetch: %q, %v; want it to load (no back-off)", v, err)
-	}
-}
-
 // TestCorruptEntryKinds: every kind of undecodable entry (the decoder's
 // table in entry_test.go) found in Redis is a miss: it is reported to
 // Hooks.Corrupt with an error naming the problem, the caller gets the
@@ -458,5 +321,71 @@ func TestHugeWaitTimeout(t *testing.T) {
 	}
 	if n := redisErrs.Load(); n != 0 {
 		t.Fatalf("%d Redis errors", n)
+	}
+}
+
+// TestCorruptEntryIsAMiss: garbage under a key is reported, loaded over,
+// never a panic.
+func TestCorruptEntryIsAMiss(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
+		var corrupt counter
+		g := newGroup(t, rdb, Options{Hooks: Hooks{Corrupt: func(string, error) { corrupt.add() }}})
+		key := redistest.Key(t)
+		for _, garbage := range []string{"garbage", "~1,99999999999999999999,1,1,1,1,\nx", "~1,1,1,1,1,1,zz\n", "~2,1,2,3,4,5,\nx"} {
+			if err := rdb.Set(ctxT(t), g.names(key).entry, garbage, time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+			before := corrupt.n.Load()
+			r, err := g.Do(ctxT(t), key, func(context.Context) ([]byte, error) { return []byte("good"), nil })
+			if err != nil || string(r.Value) != "good" {
+				t.Fatalf("over %q: got %q, %v", garbage, r.Value, err)
+			}
+			if corrupt.n.Load() == before {
+				t.Fatalf("corrupt entry %q not reported", garbage)
+			}
+			if r, err := g.Do(ctxT(t), key, nil2); err != nil || r.Status != Hit || string(r.Value) != "good" {
+				t.Fatalf("after overwriting %q: %v %q %v", garbage, r.Status, r.Value, err)
+			}
+		}
+	})
+}
+
+// TestNewRejects: New refuses what would make a Group misbehave later,
+// with an error saying why. (Negative Options fields: TestNegativeOptionFields.)
+func TestNewRejects(t *testing.T) {
+	mr, rdb := redistest.Mini(t)
+	blocking := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer blocking.Close()
+	for _, c := range []struct {
+		name string
+		rdb  redis.UniversalClient
+		o    Options
+		want string
+	}{
+		{"nil client", nil, Options{}, "nil Redis client"},
+		{"client ignoring ctx deadlines", blocking, Options{}, "ContextTimeoutEnabled"},
+		{"namespace with a brace", rdb, Options{Namespace: "a{b"}, "Namespace"},
+		{"jitter of 2", rdb, Options{Jitter: 2}, "Jitter"},
+		{"unknown wait policy", rdb, Options{WaitTimeoutPolicy: 7}, "WaitTimeoutPolicy"},
+		{"lease under 3ms", rdb, Options{LockTTL: time.Millisecond}, "LockTTL"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g, err := New(c.rdb, c.o)
+			if err == nil || g != nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("New = %v, %v; want no Group and an error naming %q", g, err, c.want)
+			}
+		})
+	}
+}
+
+// TestOddByteKeys: any bytes make a key, braces, NUL and invalid UTF-8
+// included (the entry names escape them; TestNamesShareOneTag).
+func TestOddByteKeys(t *testing.T) {
+	_, rdb := redistest.Mini(t)
+	g := newGroup(t, rdb, Options{})
+	for _, k := range []string{"{", "}", "a}b{c", "\x00\xff", "%7D"} {
+		if r, err := g.Do(ctxT(t), k, func(context.Context) ([]byte, error) { return []byte(k), nil }); err != nil || string(r.Value) != k {
+			t.Fatalf("key %q: %q %v", k, r.Value, err)
+		}
 	}
 }

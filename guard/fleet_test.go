@@ -1,75 +1,14 @@
 package guard
 
 import (
-	"context"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
 	"github.com/stampede-go/stampede/internal/redistest"
 )
-
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-func newGroup(t *testing.T, rdb redis.UniversalClient, o Options) *Group {
-	t.Helper()
-	g, err := New(rdb, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = g.Close() })
-	return g
-}
-
-// origin is a loader that counts its calls and can be held until released.
-type origin struct {
-	calls   atomic.Int64
-	running atomic.Int64
-	maxRun  atomic.Int64
-	gate    chan struct{} // nil: do not block
-	value   func(n int64) ([]byte, error)
-}
-
-func newOrigin(blocking bool) *origin {
-	o := &origin{value: func(n int64) ([]byte, error) { return []byte("v" + strconv.FormatInt(n, 10)), nil }}
-	if blocking {
-		o.gate = make(chan struct{})
-	}
-	return o
-}
-
-func (o *origin) load(ctx context.Context) ([]byte, error) {
-	n := o.calls.Add(1)
-	r := o.running.Add(1)
-	defer o.running.Add(-1)
-	for {
-		m := o.maxRun.Load()
-		if r <= m || o.maxRun.CompareAndSwap(m, r) {
-			break
-		}
-	}
-	if o.gate != nil {
-		select {
-		case <-o.gate:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	return o.value(n)
-}
-
-// counter counts hook events.
-type counter struct{ n atomic.Int64 }
-
-func (c *counter) add() { c.n.Add(1) }
 
 // TestOneLoadAcrossNodes: callers on several nodes ask for a missing key
 // at once; the origin is called once and everyone gets its value.
@@ -120,22 +59,6 @@ func TestOneLoadAcrossNodes(t *testing.T) {
 			t.Errorf("statuses %v: want exactly one Miss (the loader)", statuses)
 		}
 	})
-}
-
-// putEntry writes an entry for key whose windows are relative to Redis's
-// clock: fresh for freshMS (negative: already stale), stale until staleMS
-// after now.
-func putEntry(t *testing.T, rdb redis.UniversalClient, g *Group, key, value string, freshMS, staleMS int64, fence int64) {
-	t.Helper()
-	now, err := rdb.Time(ctxT(t)).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := now.UnixMilli()
-	e := entry{freshUntil: n + freshMS, staleUntil: n + staleMS, written: n - 1000, fence: fence, value: []byte(value), loadDur: 10 * time.Millisecond}
-	if err := rdb.Set(ctxT(t), g.names(key).entry, encodeEntry(e), time.Duration(staleMS)*time.Millisecond).Err(); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // TestStaleServedWhileRefreshing: a stale value is returned at once, even

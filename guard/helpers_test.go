@@ -1,0 +1,147 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/stampede-go/stampede/internal/redistest"
+)
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func newGroup(t *testing.T, rdb redis.UniversalClient, o Options) *Group {
+	t.Helper()
+	g, err := New(rdb, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Close() })
+	return g
+}
+
+// origin is a loader that counts its calls and can be held until released.
+type origin struct {
+	calls   atomic.Int64
+	running atomic.Int64
+	maxRun  atomic.Int64
+	gate    chan struct{} // nil: do not block
+	value   func(n int64) ([]byte, error)
+}
+
+func newOrigin(blocking bool) *origin {
+	o := &origin{value: func(n int64) ([]byte, error) { return []byte("v" + strconv.FormatInt(n, 10)), nil }}
+	if blocking {
+		o.gate = make(chan struct{})
+	}
+	return o
+}
+
+func (o *origin) load(ctx context.Context) ([]byte, error) {
+	n := o.calls.Add(1)
+	r := o.running.Add(1)
+	defer o.running.Add(-1)
+	for {
+		m := o.maxRun.Load()
+		if r <= m || o.maxRun.CompareAndSwap(m, r) {
+			break
+		}
+	}
+	if o.gate != nil {
+		select {
+		case <-o.gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return o.value(n)
+}
+
+// counter counts hook events.
+type counter struct{ n atomic.Int64 }
+
+func (c *counter) add() { c.n.Add(1) }
+
+// putEntry writes an entry for key whose windows are relative to Redis's
+// clock: fresh for freshMS (negative: already stale), stale until staleMS
+// after now.
+func putEntry(t *testing.T, rdb redis.UniversalClient, g *Group, key, value string, freshMS, staleMS int64, fence int64) {
+	t.Helper()
+	now, err := rdb.Time(ctxT(t)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := now.UnixMilli()
+	e := entry{freshUntil: n + freshMS, staleUntil: n + staleMS, written: n - 1000, fence: fence, value: []byte(value), loadDur: 10 * time.Millisecond}
+	if err := rdb.Set(ctxT(t), g.names(key).entry, encodeEntry(e), time.Duration(staleMS)*time.Millisecond).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// noLeaks returns a check, to defer, that no goroutine started since is
+// left. Goroutines that belong to a Redis client rather than to the Group
+// (go-redis starts some per cluster node it meets, ending them when the
+// client closes) and the test kit's process reapers are not the Group's.
+func noLeaks(t *testing.T) func() {
+	opts := []goleak.Option{
+		goleak.IgnoreCurrent(),
+		goleak.IgnoreTopFunction("github.com/redis/go-redis/v9/maintnotifications.(*CircuitBreakerManager).cleanupLoop"),
+		goleak.IgnoreAnyFunction("github.com/stampede-go/stampede/internal/redistest.(*Server).launch.func1"),
+	}
+	return func() { goleak.VerifyNone(t, opts...) }
+}
+
+// baseline waits until g holds nothing for key any more (no read flight,
+// no load slot, no waiter registration, no lease in Redis) and its breaker
+// is closed, failing t after d.
+func baseline(t *testing.T, g *Group, rdb redis.UniversalClient, key string, d time.Duration) {
+	t.Helper()
+	nm := g.names(key)
+	var why string
+	redistest.Eventually(t, d, "the Group back to its baseline", func() bool {
+		g.fmu.Lock()
+		flights := len(g.flights)
+		g.fmu.Unlock()
+		g.lmu.Lock()
+		loads := len(g.loads)
+		g.lmu.Unlock()
+		lease, err := rdb.Exists(context.Background(), nm.keys[1]).Result()
+		switch {
+		case flights != 0:
+			why = fmt.Sprintf("%d read flights", flights)
+		case loads != 0:
+			why = fmt.Sprintf("%d load slots", loads)
+		case g.hub.Waiters(nm.entry) != 0:
+			why = "a waiter registered"
+		case g.br.open():
+			why = "the breaker open"
+		case err != nil || lease != 0:
+			why = fmt.Sprintf("the lease held (%v)", err)
+		default:
+			return true
+		}
+		return false
+	})
+	if t.Failed() {
+		t.Logf("last state: %s", why)
+	}
+}
+
+func nil2(context.Context) ([]byte, error) { return nil, errors.New("loader must not run") }
+
+func nil2Loader(t *testing.T) LoadFunc {
+	return func(context.Context) ([]byte, error) {
+		return nil, errors.New("loader must not run")
+	}
+}

@@ -1,0 +1,40 @@
+package guard
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stampede-go/stampede/internal/redistest"
+)
+
+// TestLocalTier: with LocalEntries set, a repeated hit costs no round trip;
+// Invalidate drops the local copy.
+func TestLocalTier(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	hook := &cmdCounter{}
+	rdb.AddHook(hook)
+	g := newGroup(t, rdb, Options{LocalEntries: 16, LocalTTL: time.Minute})
+	key := redistest.Key(t)
+	if _, err := g.Do(ctxT(t), key, func(context.Context) ([]byte, error) { return []byte("v"), nil }); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := g.Do(ctxT(t), key, nil2Loader(t)); err != nil || r.Status != Hit {
+		t.Fatalf("%v %v", r.Status, err)
+	}
+	before := hook.n.Load()
+	for range 10 {
+		if r, err := g.Do(ctxT(t), key, nil2Loader(t)); err != nil || r.Status != Hit || string(r.Value) != "v" {
+			t.Fatalf("%v %q %v", r.Status, r.Value, err)
+		}
+	}
+	if n := hook.n.Load() - before; n != 0 {
+		t.Fatalf("local hits sent %d commands, want 0", n)
+	}
+	if err := g.Invalidate(ctxT(t), key); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := g.Do(ctxT(t), key, func(context.Context) ([]byte, error) { return []byte("w"), nil }); err != nil || string(r.Value) != "w" {
+		t.Fatalf("after Invalidate: %q %v", r.Value, err)
+	}
+}
