@@ -111,3 +111,39 @@ func ExampleErrNotFound() {
 	// true
 	// lookups: 1
 }
+
+// A loader that learns how long its value lives only once it has it: an
+// OAuth token is cached for its expires_in, less a margin, and never served
+// stale.
+func ExampleSetWindows() {
+	rdb, stop := newRedis()
+	defer stop()
+	g, _ := guard.New(rdb, guard.Options{})
+	defer g.Close()
+
+	type token struct {
+		Access    string
+		ExpiresIn int // seconds, as the authorisation server says
+	}
+	fetchToken := func(ctx context.Context) (token, error) {
+		t := token{Access: "eyJhbGciOi...", ExpiresIn: 3600} // the token endpoint's answer
+		err := guard.SetWindows(ctx, guard.Windows{
+			Fresh: time.Duration(t.ExpiresIn)*time.Second - time.Minute,
+			Stale: guard.Disabled, // an expired token is of no use
+		})
+		return t, err
+	}
+	for range 2 {
+		t, err := guard.Fetch(context.Background(), g, "oauth:token", fetchToken)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(t.Access)
+	}
+	ttl := rdb.PTTL(context.Background(), "stampede:{oauth:token}").Val()
+	fmt.Println("kept for", ttl.Round(time.Minute))
+	// Output:
+	// eyJhbGciOi...
+	// eyJhbGciOi...
+	// kept for 59m0s
+}

@@ -14,8 +14,9 @@ import (
 // that also releases the lease and wakes the waiters. refresh is true when
 // a stale value exists and keeps being served if the load fails.
 func (g *Group) loadAndFill(ctx context.Context, c *call, fence int64, refresh bool) (Result, error) {
-	v, err, d := g.loadLeased(ctx, c.key, c.nm, c.load, fence)
-	f := g.fillFor(c, fence, v, err, d, refresh)
+	o := g.loadLeased(ctx, c.key, c.nm, c.load, fence)
+	v, err := o.v, o.err
+	f := g.fillFor(c, fence, o, refresh)
 	g.step(ctx, "fill")
 	g.store(ctx, c.key, c.nm, f)
 	if f.keepLease > 0 {
@@ -32,11 +33,27 @@ func (g *Group) loadAndFill(ctx context.Context, c *call, fence int64, refresh b
 }
 
 // fillFor decides what a load's outcome stores.
-func (g *Group) fillFor(c *call, fence int64, v []byte, err error, d time.Duration, refresh bool) fillSpec {
-	f := fillSpec{fence: fence, loadDur: d, mode: "w"}
+func (g *Group) fillFor(c *call, fence int64, o outcome, refresh bool) fillSpec {
+	v, err := o.v, o.err
+	f := fillSpec{fence: fence, loadDur: o.d, mode: "w"}
 	switch {
 	case err == nil && len(v) > g.opts.MaxValueBytes:
 		f.mode = "-" // served, not stored
+	case err == nil && o.win != nil:
+		// The loader said how long this value lives: exactly that long.
+		f.value, f.fresh, f.stale = v, o.win.Fresh, o.win.Stale
+		if f.fresh == 0 {
+			f.fresh = g.jittered(c.co.freshFor)
+		}
+		switch f.stale {
+		case 0:
+			f.stale = c.co.staleFor
+		case Disabled:
+			f.stale = 0
+		}
+		if f.fresh == Disabled {
+			f.mode = "-" // served to the callers of this flight, not stored
+		}
 	case err == nil:
 		f.value, f.fresh, f.stale = v, g.jittered(c.co.freshFor), c.co.staleFor
 	case isNoStore(err):
@@ -59,7 +76,7 @@ func (g *Group) fillFor(c *call, fence int64, v []byte, err error, d time.Durati
 
 // loadLeased calls load while a watchdog keeps the lease fence alive
 // (fence 0: no lease). The watchdog stops however the load ends.
-func (g *Group) loadLeased(ctx context.Context, key string, nm names, load LoadFunc, fence int64) (v []byte, err error, d time.Duration) {
+func (g *Group) loadLeased(ctx context.Context, key string, nm names, load LoadFunc, fence int64) outcome {
 	if fence > 0 {
 		defer g.renewLease(nm, fence)()
 	}
@@ -93,13 +110,19 @@ func (g *Group) jittered(d time.Duration) time.Duration {
 	return d - time.Duration(rand.Float64()*g.opts.Jitter*float64(d))
 }
 
+// outcome is how one loader call ended.
+type outcome struct {
+	v   []byte
+	err error
+	d   time.Duration // how long the load took
+	win *Windows      // the windows the loader set (SetWindows), or nil
+}
+
 // runningLoad is a load of one key in progress in this process; done is
-// closed once v, err and d are set.
+// closed once o is set.
 type runningLoad struct {
 	done chan struct{}
-	v    []byte
-	err  error
-	d    time.Duration
+	o    outcome
 }
 
 // callLoader runs load detached from every caller, bounded by LoadTimeout,
@@ -111,7 +134,7 @@ type runningLoad struct {
 // running load to end and then loads anew, because a value whose load began
 // before the lease was taken must not be stored under the lease's fence (it
 // could be older than a fill that landed meanwhile).
-func (g *Group) callLoader(ctx context.Context, key string, load LoadFunc, join bool) (v []byte, err error, d time.Duration) {
+func (g *Group) callLoader(ctx context.Context, key string, load LoadFunc, join bool) outcome {
 	g.lmu.Lock()
 	for {
 		r := g.loads[key]
@@ -121,14 +144,14 @@ func (g *Group) callLoader(ctx context.Context, key string, load LoadFunc, join 
 		g.lmu.Unlock()
 		<-r.done // bounded by that load's LoadTimeout
 		if join {
-			return r.v, r.err, r.d
+			return r.o
 		}
 		g.lmu.Lock()
 	}
 	if g.loads == nil {
 		g.loads = map[string]*runningLoad{}
 	}
-	r := &runningLoad{done: make(chan struct{}), err: errLoadAbandoned}
+	r := &runningLoad{done: make(chan struct{}), o: outcome{err: errLoadAbandoned}}
 	g.loads[key] = r
 	g.lmu.Unlock()
 	defer func() {
@@ -139,18 +162,24 @@ func (g *Group) callLoader(ctx context.Context, key string, load LoadFunc, join 
 		g.lmu.Unlock()
 		close(r.done)
 	}()
-	v, err, d = g.runLoader(ctx, key, load)
-	r.v, r.err, r.d = v, err, d
-	return v, err, d
+	o := g.runLoader(ctx, key, load)
+	r.o = o
+	return o
 }
 
 // runLoader calls load once; see callLoader. load runs on a goroutine of
 // its own, so whatever way it ends reaches the flight as an outcome: a
 // value, an error, a panic (*PanicError) or runtime.Goexit (ErrGoexit),
 // which would otherwise end the flight's goroutine with nobody told.
-func (g *Group) runLoader(ctx context.Context, key string, load LoadFunc) (v []byte, err error, d time.Duration) {
+func (g *Group) runLoader(ctx context.Context, key string, load LoadFunc) outcome {
 	ctx, cancel := context.WithTimeout(ctx, g.opts.LoadTimeout)
 	defer cancel()
+	slot := new(windowsSlot)
+	ctx = context.WithValue(ctx, windowsKey{}, slot)
+	var (
+		v   []byte
+		err error
+	)
 	start := time.Now()
 	done := make(chan struct{})
 	go func() {
@@ -169,18 +198,18 @@ func (g *Group) runLoader(ctx context.Context, key string, load LoadFunc) (v []b
 		normal = true
 	}()
 	<-done
-	d = time.Since(start)
+	d := time.Since(start)
 	if h := g.opts.Hooks.Load; h != nil {
 		h(key, d, err)
 	}
-	return v, err, d
+	return outcome{v: v, err: err, d: d, win: slot.take()}
 }
 
 // loadOnly loads without Redis, sharing a load of key already running in
 // this process.
 func (g *Group) loadOnly(ctx context.Context, key string, load LoadFunc, st Status) (Result, error) {
-	v, err, _ := g.callLoader(ctx, key, load, true)
-	return Result{Value: v, Status: st}, err
+	o := g.callLoader(ctx, key, load, true)
+	return Result{Value: o.v, Status: st}, o.err
 }
 
 // degraded serves a caller while Redis is unavailable: one loader call per
