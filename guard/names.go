@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/stampede-go/stampede/internal/hashtag"
+	"github.com/stampede-go/stampede/internal/scriptarg"
 )
 
 // names are the Redis names of one key; they share one hash tag.
@@ -22,12 +23,5 @@ func (g *Group) names(key string) names {
 	return names{user: key, entry: all[:n], keys: []string{all[:n], all[n:lease], all[lease:fence], all[fence:w], all[w:]}}
 }
 
-// ms converts d to whole milliseconds, rounding a positive sub-millisecond
-// duration up to 1.
-func ms(d time.Duration) int64 {
-	m := d.Milliseconds()
-	if m == 0 && d > 0 {
-		m = 1
-	}
-	return m
-}
+// ms is scriptarg.Millis, short for the many script arguments of this package.
+func ms(d time.Duration) int64 { return scriptarg.Millis(d) }

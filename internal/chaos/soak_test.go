@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -282,6 +283,7 @@ func soak(t *testing.T, env *soakEnv, newNode func(i int, opts guard.Options) *n
 	injected := map[string]int{}
 	deadline := time.Now().Add(*soakDuration)
 	var worstRecovery time.Duration
+	var recoveries []time.Duration
 	recoveryBound := breakerCooldown + time.Second
 	for time.Now().Before(deadline) {
 		// A healthy gap, then one fault for a while.
@@ -303,6 +305,7 @@ func soak(t *testing.T, env *soakEnv, newNode func(i int, opts guard.Options) *n
 			return ok
 		})
 		rec, _ := c.recovery(nodes)
+		recoveries = append(recoveries, rec)
 		if rec > recoveryBound {
 			bad.add("the nodes coordinated again %v after %s ended; bound %v", rec, kind, recoveryBound)
 		}
@@ -363,6 +366,14 @@ func soak(t *testing.T, env *soakEnv, newNode func(i int, opts guard.Options) *n
 		total += v
 	}
 	sort.Strings(kinds)
+	slices.Sort(recoveries)
+	var p50 time.Duration
+	if len(recoveries) > 0 {
+		p50 = recoveries[len(recoveries)/2]
+	}
+	t.Logf("recovery after a fault: median %v, worst %v, over the bound %v: %d of %d",
+		p50.Round(time.Millisecond), worstRecovery.Round(time.Millisecond), recoveryBound,
+		len(recoveries)-sort.Search(len(recoveries), func(i int) bool { return recoveries[i] > recoveryBound }), len(recoveries))
 	t.Logf("soak %v: %d calls (%d stale, %d degraded, %d cancelled by their callers), %d origin loads (%d panicked, %d called Goexit), %d faults (%s), violations %d, worst call %v, worst recovery %v",
 		*soakDuration, n, c.status(guard.Stale), c.status(guard.Degraded), c.cancelled(), org.totalCalls(), panics.Load(), goexits.Load(), total,
 		strings.Join(kinds, ", "), bad.count(), worst.Round(time.Millisecond), worstRecovery.Round(time.Millisecond))

@@ -15,13 +15,13 @@ package notify
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/stampede-go/stampede/internal/scriptarg"
 )
 
 // ErrClosed is returned by Ready after Close.
@@ -46,9 +46,7 @@ type Hub struct {
 // NewChannel returns prefix followed by a random id: a channel name no other
 // client uses.
 func NewChannel(prefix string) string {
-	var b [12]byte
-	_, _ = rand.Read(b[:]) // crypto/rand does not fail
-	return prefix + base64.RawURLEncoding.EncodeToString(b[:])
+	return prefix + scriptarg.RandomID(12)
 }
 
 // New returns a Hub that will listen on channel through rdb. Nothing is sent

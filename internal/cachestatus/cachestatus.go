@@ -1,0 +1,45 @@
+// Package cachestatus is the one vocabulary of the Cache-Status field (RFC
+// 9211) that stampede's HTTP and gRPC adapters send: an HTTP response
+// header, a gRPC response metadata entry. The cache is named "stampede";
+// the value never carries the key.
+package cachestatus
+
+import "github.com/stampede-go/stampede/guard"
+
+// The values sent.
+const (
+	// Hit: served from the cache, fresh.
+	Hit = "stampede; hit"
+	// Stale: served stale while one node refreshes it (RFC 9211 fwd=stale).
+	Stale = "stampede; fwd=stale"
+	// Stored: this request's own call of the origin answered it, and the
+	// answer was stored.
+	Stored = "stampede; fwd=miss; stored"
+	// Collapsed: another request's call of the origin answered it (in this
+	// process, or on another node woken by its fill).
+	Collapsed = "stampede; fwd=miss; collapsed"
+	// Degraded: Redis was unavailable; answered through this process's
+	// singleflight alone.
+	Degraded = "stampede; fwd=miss; detail=degraded"
+	// Miss: the origin answered, nothing was stored.
+	Miss = "stampede; fwd=miss"
+	// Bypass: the request was not eligible for the cache.
+	Bypass = "stampede; fwd=bypass"
+)
+
+// Of returns the value for a guard answer of status s.
+func Of(s guard.Status) string {
+	switch s {
+	case guard.Hit:
+		return Hit
+	case guard.Stale:
+		return Stale
+	case guard.Miss:
+		return Stored
+	case guard.Shared:
+		return Collapsed
+	case guard.Degraded:
+		return Degraded
+	}
+	return Miss
+}
