@@ -145,3 +145,21 @@ func nil2Loader(t *testing.T) LoadFunc {
 		return nil, errors.New("loader must not run")
 	}
 }
+
+// wantWindows checks the fresh and stale windows of key's stored entry.
+func wantWindows(t *testing.T, rdb redis.UniversalClient, g *Group, key string, fresh, stale time.Duration) {
+	t.Helper()
+	raw, err := rdb.Get(ctxT(t), g.names(key).entry).Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := decodeEntry(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotFresh := time.Duration(e.freshUntil-e.written) * time.Millisecond
+	gotStale := time.Duration(e.staleUntil-e.freshUntil) * time.Millisecond
+	if gotFresh != fresh || gotStale != stale {
+		t.Fatalf("stored windows fresh %v, stale %v; want %v, %v", gotFresh, gotStale, fresh, stale)
+	}
+}

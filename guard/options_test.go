@@ -103,19 +103,7 @@ func TestZeroCallDurations(t *testing.T) {
 			if err != nil || r.Status != Miss {
 				t.Fatalf("got %v, %v; want a miss", r.Status, err)
 			}
-			raw, err := rdb.Get(ctxT(t), g.names(key).entry).Bytes()
-			if err != nil {
-				t.Fatal(err)
-			}
-			e, err := decodeEntry(raw)
-			if err != nil {
-				t.Fatal(err)
-			}
-			fresh := time.Duration(e.freshUntil-e.written) * time.Millisecond
-			stale := time.Duration(e.staleUntil-e.freshUntil) * time.Millisecond
-			if fresh != c.fresh || stale != c.stale {
-				t.Fatalf("stored windows fresh %v, stale %v; want %v, %v", fresh, stale, c.fresh, c.stale)
-			}
+			wantWindows(t, rdb, g, key, c.fresh, c.stale)
 		})
 	}
 }

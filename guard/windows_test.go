@@ -45,24 +45,12 @@ func TestSetWindows(t *testing.T) {
 				if err != nil || string(r.Value) != "v" || r.Status != Miss {
 					t.Fatalf("got %v %q %v; want the loaded value", r.Status, r.Value, err)
 				}
-				raw, err := rdb.Get(ctxT(t), nm.entry).Bytes()
 				if !c.stored {
-					if err != redis.Nil {
+					if err := rdb.Get(ctxT(t), nm.entry).Err(); err != redis.Nil {
 						t.Fatalf("entry stored (%v); want none", err)
 					}
 				} else {
-					if err != nil {
-						t.Fatal(err)
-					}
-					e, err := decodeEntry(raw)
-					if err != nil {
-						t.Fatal(err)
-					}
-					fresh := time.Duration(e.freshUntil-e.written) * time.Millisecond
-					stale := time.Duration(e.staleUntil-e.freshUntil) * time.Millisecond
-					if fresh != c.fresh || stale != c.stale {
-						t.Fatalf("stored windows fresh %v, stale %v; want %v, %v", fresh, stale, c.fresh, c.stale)
-					}
+					wantWindows(t, rdb, g, key, c.fresh, c.stale)
 				}
 				if n, err := rdb.Exists(ctxT(t), nm.keys[1]).Result(); err != nil || n != 0 {
 					t.Fatalf("lease left behind (%v)", err)
