@@ -1,0 +1,180 @@
+package httpcache
+
+import (
+	"encoding/binary"
+	"net/http"
+	"strings"
+)
+
+// forwardingHeaders are the request headers through which a proxy tells
+// the application the host, scheme, port, prefix or URL the client asked
+// for, and which applications (or their frameworks) read to build absolute
+// links and redirects, or to route. A client can send any of them itself:
+// unkeyed, one request carrying X-Forwarded-Host: evil.example would choose
+// the links every later client is served. They are keyed by default, so a
+// request carrying one is served only a response produced for the same
+// value; behind a proxy that sets them to the same values on every request
+// the key, and so the hit rate, is unchanged.
+//
+// Canonical names, sorted. The client's address (X-Forwarded-For,
+// X-Real-Ip, the for= of Forwarded) is left out: it differs per client, so
+// keying it would end sharing behind any proxy; a response that depends on
+// it names it in Vary and is then not stored.
+var forwardingHeaders = []string{
+	"Forwarded",            // RFC 7239: host=, proto=, by= (for= left out, see forwardedKey)
+	"Front-End-Https",      // scheme, set by Microsoft proxies
+	"X-Forwarded-Host",     // host: gorilla/handlers.ProxyHeaders, most frameworks
+	"X-Forwarded-Port",     // port of absolute links
+	"X-Forwarded-Prefix",   // path prefix a proxy stripped (Traefik, Spring)
+	"X-Forwarded-Proto",    // scheme: echo Context.Scheme, gorilla, gin users
+	"X-Forwarded-Protocol", // scheme: echo Context.Scheme
+	"X-Forwarded-Scheme",   // scheme: gorilla/handlers, nginx setups
+	"X-Forwarded-Server",   // host name of the proxy (Apache mod_proxy)
+	"X-Forwarded-Ssl",      // scheme ("on"): echo Context.Scheme
+	"X-Forwarded-Uri",      // original URI (Traefik)
+	"X-Host",               // host override read by some frameworks
+	"X-Http-Host-Override", // host override
+	"X-Original-Host",      // host before a rewrite
+	"X-Original-Uri",       // URI before a rewrite (ingress-nginx)
+	"X-Original-Url",       // URL before a rewrite (IIS, Symfony routing)
+	"X-Rewrite-Url",        // URL before a rewrite (IIS, Symfony routing)
+	"X-Scheme",             // scheme (ingress-nginx)
+	"X-Url-Scheme",         // scheme: echo Context.Scheme
+}
+
+// methodOverrideHeaders ask an application to treat the request as another
+// method. A GET or HEAD carrying one is not shared: it asks not to be a
+// GET, and a handler that honours it must not have its answer stored.
+var methodOverrideHeaders = []string{"X-Http-Method", "X-Http-Method-Override", "X-Method-Override"}
+
+// ForwardingHeaders returns the forwarding and override headers keyed by
+// default, canonical names, sorted.
+func ForwardingHeaders() []string { return append([]string(nil), forwardingHeaders...) }
+
+// MethodOverrideHeaders returns the headers whose presence on a GET or
+// HEAD sends it past the cache.
+func MethodOverrideHeaders() []string { return append([]string(nil), methodOverrideHeaders...) }
+
+// appendForwarding appends the forwarding headers r carries: their count,
+// then each one's name and values; Forwarded without its plain for= pairs.
+func appendForwarding(b []byte, h http.Header) []byte {
+	n := 0
+	for _, name := range forwardingHeaders {
+		if len(h[name]) > 0 {
+			n++
+		}
+	}
+	b = binary.AppendUvarint(b, uint64(n))
+	if n == 0 {
+		return b
+	}
+	for _, name := range forwardingHeaders {
+		vals := h[name]
+		if len(vals) == 0 {
+			continue
+		}
+		if name == "Forwarded" {
+			b = appendStr(b, name)
+			b = appendForwarded(b, vals)
+			continue
+		}
+		b = appendValues(b, name, vals)
+	}
+	return b
+}
+
+// appendForwarded appends the Forwarded field lines with the pairs that
+// only name the client (for=<address>) taken out, keeping every other pair
+// as sent and the elements apart. A line that does not parse is kept
+// whole.
+func appendForwarded(b []byte, vals []string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(vals)))
+	for _, v := range vals {
+		elems, ok := splitForwarded(v)
+		if !ok {
+			b = append(b, 'r')
+			b = appendStr(b, v)
+			continue
+		}
+		b = append(b, 'p')
+		b = binary.AppendUvarint(b, uint64(len(elems)))
+		for _, pairs := range elems {
+			kept := 0
+			for _, p := range pairs {
+				if !clientPair(p) {
+					kept++
+				}
+			}
+			b = binary.AppendUvarint(b, uint64(kept))
+			for _, p := range pairs {
+				if !clientPair(p) {
+					b = appendStr(b, p)
+				}
+			}
+		}
+	}
+	return b
+}
+
+// splitForwarded splits a Forwarded line into elements (',') of pairs
+// (';'), honouring quoted strings (RFC 7239 §4); pairs are trimmed of
+// whitespace. ok is false for an unterminated quoted string.
+func splitForwarded(v string) (elems [][]string, ok bool) {
+	var pairs []string
+	start, quoted := 0, false
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; {
+		case quoted && c == '\\':
+			i++
+		case c == '"':
+			quoted = !quoted
+		case !quoted && (c == ';' || c == ','):
+			pairs = append(pairs, strings.TrimSpace(v[start:i]))
+			start = i + 1
+			if c == ',' {
+				elems = append(elems, pairs)
+				pairs = nil
+			}
+		}
+	}
+	if quoted {
+		return nil, false
+	}
+	pairs = append(pairs, strings.TrimSpace(v[start:]))
+	return append(elems, pairs), true
+}
+
+// clientPair reports whether p is for=<node>: a token or a quoted string of
+// the characters of an address, port or obfuscated name only, so that any
+// parser, quote-aware or not, reads it as one pair naming the client. A
+// for= holding anything else (a quoted ';', say) stays in the key.
+func clientPair(p string) bool {
+	name, val, ok := strings.Cut(p, "=")
+	if !ok || !strings.EqualFold(name, "for") {
+		return false
+	}
+	if len(val) >= 2 && val[0] == '"' && val[len(val)-1] == '"' {
+		val = val[1 : len(val)-1]
+	}
+	if val == "" {
+		return false
+	}
+	for i := 0; i < len(val); i++ {
+		c := val[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+			c == '.' || c == ':' || c == '_' || c == '-' || c == '[' || c == ']') {
+			return false
+		}
+	}
+	return true
+}
+
+// hasMethodOverride reports whether h asks for another method.
+func hasMethodOverride(h http.Header) bool {
+	for _, name := range methodOverrideHeaders {
+		if len(h[name]) > 0 {
+			return true
+		}
+	}
+	return false
+}
