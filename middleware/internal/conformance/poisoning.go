@@ -281,6 +281,13 @@ type reflector struct {
 func (o reflector) handler(calls *atomic.Int64) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		calls.Add(1)
+		if r.Host != "good.example" {
+			// Routers match hosts exactly (net/http's ServeMux host
+			// patterns, echo's Echo.Host): another host, even in other
+			// letter case, reaches another site.
+			http.Error(w, fmt.Sprintf("no site %q", r.Host), http.StatusNotFound)
+			return
+		}
 		var b strings.Builder
 		method := r.Method
 		for _, h := range appMethodOverride {
