@@ -5,10 +5,8 @@ import (
 	"testing"
 
 	"github.com/labstack/echo/v4"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/stampede-go/stampede/guard"
-	"github.com/stampede-go/stampede/internal/redistest"
 	guardecho "github.com/stampede-go/stampede/middleware/echo"
 	"github.com/stampede-go/stampede/middleware/internal/conformance"
 )
@@ -35,11 +33,4 @@ var poisoningAdapter = conformance.Adapter{
 func TestPoisoning(t *testing.T) { conformance.Poisoning(t, poisoningAdapter) }
 
 // TestPoisoningCluster runs the suite on a real Redis Cluster.
-func TestPoisoningCluster(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short")
-	}
-	conformance.PoisoningOn(t, poisoningAdapter, func(t testing.TB) redis.UniversalClient {
-		return redistest.SharedCluster(t).Client(t)
-	})
-}
+func TestPoisoningCluster(t *testing.T) { conformance.PoisoningCluster(t, poisoningAdapter) }

@@ -4,10 +4,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/stampede-go/stampede/guard"
-	"github.com/stampede-go/stampede/internal/redistest"
 	"github.com/stampede-go/stampede/middleware/internal/conformance"
 	guardhttp "github.com/stampede-go/stampede/middleware/nethttp"
 )
@@ -33,11 +30,4 @@ var poisoningAdapter = conformance.Adapter{
 func TestPoisoning(t *testing.T) { conformance.Poisoning(t, poisoningAdapter) }
 
 // TestPoisoningCluster runs the suite on a real Redis Cluster.
-func TestPoisoningCluster(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short")
-	}
-	conformance.PoisoningOn(t, poisoningAdapter, func(t testing.TB) redis.UniversalClient {
-		return redistest.SharedCluster(t).Client(t)
-	})
-}
+func TestPoisoningCluster(t *testing.T) { conformance.PoisoningCluster(t, poisoningAdapter) }

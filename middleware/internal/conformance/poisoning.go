@@ -42,8 +42,19 @@ func Poisoning(t *testing.T, a Adapter) {
 	})
 }
 
-// PoisoningOn is Poisoning with the Redis client returned by client (a
-// redistest.SharedCluster client, say).
+// PoisoningCluster runs the suite on the test binary's shared Redis
+// Cluster (redistest.SharedCluster: the package's TestMain must call
+// redistest.Main). It is skipped with -short.
+func PoisoningCluster(t *testing.T, a Adapter) {
+	if testing.Short() {
+		t.Skip("-short: the poisoning suite on a Redis Cluster")
+	}
+	PoisoningOn(t, a, func(t testing.TB) redis.UniversalClient {
+		return redistest.SharedCluster(t).Client(t)
+	})
+}
+
+// PoisoningOn is Poisoning with the Redis client returned by client.
 func PoisoningOn(t *testing.T, a Adapter, client func(testing.TB) redis.UniversalClient) {
 	for _, row := range poisoningRows() {
 		t.Run(a.Name+"/"+row.name, func(t *testing.T) {

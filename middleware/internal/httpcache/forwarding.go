@@ -55,30 +55,44 @@ func ForwardingHeaders() []string { return append([]string(nil), forwardingHeade
 // HEAD sends it past the cache.
 func MethodOverrideHeaders() []string { return append([]string(nil), methodOverrideHeaders...) }
 
-// appendForwarding appends the forwarding headers r carries: their count,
-// then each one's name and values; Forwarded without its plain for= pairs.
+// forwardingIndex maps each forwarding header to its place in the list.
+var forwardingIndex = func() map[string]int {
+	m := make(map[string]int, len(forwardingHeaders))
+	for i, name := range forwardingHeaders {
+		m[name] = i
+	}
+	return m
+}()
+
+// appendForwarding appends the forwarding headers h carries: their count,
+// then each one's name and values, in the list's order; Forwarded without
+// its plain for= pairs. It walks h, not the list: a request holds a few
+// headers, and seldom one starting like a forwarding header.
 func appendForwarding(b []byte, h http.Header) []byte {
+	var present [32]bool
 	n := 0
-	for _, name := range forwardingHeaders {
-		if len(h[name]) > 0 {
+	for name, vals := range h {
+		if name == "" || (name[0] != 'X' && name[0] != 'F') || len(vals) == 0 {
+			continue
+		}
+		if i, ok := forwardingIndex[name]; ok {
+			present[i] = true
 			n++
 		}
 	}
 	b = binary.AppendUvarint(b, uint64(n))
-	if n == 0 {
-		return b
-	}
-	for _, name := range forwardingHeaders {
-		vals := h[name]
-		if len(vals) == 0 {
+	for i := 0; n > 0 && i < len(forwardingHeaders); i++ {
+		if !present[i] {
 			continue
 		}
+		n--
+		name := forwardingHeaders[i]
 		if name == "Forwarded" {
 			b = appendStr(b, name)
-			b = appendForwarded(b, vals)
+			b = appendForwarded(b, h[name])
 			continue
 		}
-		b = appendValues(b, name, vals)
+		b = appendValues(b, name, h[name])
 	}
 	return b
 }

@@ -156,3 +156,19 @@ func TestMethodOverrideBypasses(t *testing.T) {
 		}
 	}
 }
+
+// TestForwardingListFits: appendForwarding marks the headers present in a
+// fixed array and skips names not starting with X or F.
+func TestForwardingListFits(t *testing.T) {
+	if len(forwardingHeaders) > 32 {
+		t.Fatalf("%d forwarding headers, appendForwarding holds 32", len(forwardingHeaders))
+	}
+	for i, name := range forwardingHeaders {
+		if name != http.CanonicalHeaderKey(name) || (name[0] != 'X' && name[0] != 'F') {
+			t.Errorf("%q: want a canonical name starting with X or F", name)
+		}
+		if i > 0 && forwardingHeaders[i-1] >= name {
+			t.Errorf("%q: the list is not sorted", name)
+		}
+	}
+}
