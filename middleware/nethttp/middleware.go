@@ -12,7 +12,8 @@ import (
 // documentation for what is never shared.
 type Config struct {
 	// KeyHeaders are request headers whose values are part of the key
-	// (Accept-Encoding, Accept-Language, X-Forwarded-Proto...). A response
+	// (Accept-Encoding, Accept-Language...), besides the forwarding
+	// headers, which are keyed unless UnkeyedForwarding. A response
 	// whose Vary names a header not listed here is never shared.
 	// Default: none.
 	KeyHeaders []string

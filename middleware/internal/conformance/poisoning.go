@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -313,13 +315,7 @@ func (o reflector) handler(calls *atomic.Int64) http.Handler {
 		fmt.Fprintf(&b, "target scheme %q user %q host %q opaque %q\n", r.URL.Scheme, r.URL.User.String(), r.URL.Host, r.URL.Opaque)
 		fmt.Fprintf(&b, "path %q raw %q\n", r.URL.Path, r.URL.RawPath)
 		q := r.URL.Query()
-		for _, k := range slices.Sorted(func(yield func(string) bool) {
-			for k := range q {
-				if !yield(k) {
-					return
-				}
-			}
-		}) {
+		for _, k := range slices.Sorted(maps.Keys(q)) {
 			fmt.Fprintf(&b, "query %q=%q\n", k, q[k])
 		}
 		if !o.ignoreForwarding {
@@ -384,19 +380,38 @@ func behindProxy(t *testing.T, a Adapter, rdb redis.UniversalClient) {
 	var calls atomic.Int64
 	row := poisonRow{}
 	backend := row.server(t, a, rdb, &calls)
+	// The proxy's view of each client, to show they differed.
+	var mu sync.Mutex
+	seen := map[string]bool{}
 	proxy := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
 		pr.SetURL(&url.URL{Scheme: "http", Host: backend})
 		pr.SetXForwarded()
 		pr.Out.Host = "good.example"
 		client, _, _ := net.SplitHostPort(pr.In.RemoteAddr)
 		pr.Out.Header.Set("Forwarded", "for="+client+";proto=http;host=good.example")
+		mu.Lock()
+		seen[client] = true
+		mu.Unlock()
 	}}
 	front := httptest.NewServer(proxy)
 	t.Cleanup(front.Close)
 
+	// Clients dial from 127.0.0.2, .3...: Linux routes all of 127/8 to
+	// the loopback interface. Where only 127.0.0.1 is there, they share
+	// it, and the proxy names them alike.
+	distinct := true
+	if l, err := net.Listen("tcp", "127.0.0.2:0"); err != nil {
+		t.Logf("clients share 127.0.0.1: %v", err)
+		distinct = false
+	} else {
+		l.Close()
+	}
 	get := func(from string, header ...string) answer {
 		t.Helper()
-		d := &net.Dialer{Timeout: 10 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+		d := &net.Dialer{Timeout: 10 * time.Second}
+		if distinct {
+			d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(from)}
+		}
 		tr := &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true}
 		defer tr.CloseIdleConnections()
 		r, err := http.NewRequest(http.MethodGet, front.URL+"/page", nil)
@@ -435,6 +450,12 @@ func behindProxy(t *testing.T, a Adapter, rdb redis.UniversalClient) {
 		if got.cacheStatus == "stampede; hit" {
 			hits++
 		}
+	}
+	mu.Lock()
+	addrs := len(seen)
+	mu.Unlock()
+	if distinct && addrs != clients+1 {
+		t.Errorf("the proxy saw %d client addresses, want %d", addrs, clients+1)
 	}
 	if hits != clients-1 || calls.Load() != 2 {
 		t.Errorf("behind the proxy: %d hits of %d clients, %d origin calls; want %d hits and 2 calls (the attacker's and the first client's)",
