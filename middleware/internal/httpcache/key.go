@@ -92,12 +92,16 @@ func appendTarget(b []byte, u *url.URL) []byte {
 	return appendStr(b, rawPath(u))
 }
 
-// rawPath is the path as the client escaped it: RawPath when set (even one
-// EscapedPath would discard as invalid, so "/a{b" and "/a%7Bb" stay
-// apart), else the path's default escaping, which is then what was sent.
+// rawPath is the path as the client escaped it: RawPath when set and
+// still the escaping of Path (even one EscapedPath would discard as
+// invalid, so "/a{b" and "/a%7Bb" stay apart), else the path's default
+// escaping, which is then what was sent. A RawPath left behind by a
+// middleware that rewrote Path alone is not used.
 func rawPath(u *url.URL) string {
 	if u.RawPath != "" {
-		return u.RawPath
+		if p, err := url.PathUnescape(u.RawPath); err == nil && p == u.Path {
+			return u.RawPath
+		}
 	}
 	return u.EscapedPath()
 }

@@ -28,6 +28,7 @@ func TestDeriveKeyFields(t *testing.T) {
 		{"path", func(r *http.Request) { r.URL.Path, r.URL.RawPath = "/q", "" }, false},
 		{"path escaped differently", func(r *http.Request) { r.URL.Path, r.URL.RawPath = "/p", "/%70" }, false},
 		{"raw path EscapedPath drops", func(r *http.Request) { r.URL.Path, r.URL.RawPath = "/p{", "/p{" }, false},
+		{"stale raw path", func(r *http.Request) { r.URL.RawPath = "/old%2Fpath" }, true},
 		{"query value", func(r *http.Request) { r.URL.RawQuery = "x=1&y=3" }, false},
 		{"query order", func(r *http.Request) { r.URL.RawQuery = "y=2&x=1" }, true},
 		{"query escaping", func(r *http.Request) { r.URL.RawQuery = "%78=1&y=%32" }, true},
