@@ -173,3 +173,31 @@ func TestForwardingListFits(t *testing.T) {
 		}
 	}
 }
+
+// TestVaryOnForwarding: a response may vary on a forwarding header while
+// the key holds it whole; Forwarded is held without its for= pairs, so a
+// response varying on it is not shared unless KeyHeaders lists it.
+func TestVaryOnForwarding(t *testing.T) {
+	rows := []struct {
+		vary          string
+		forwarding    bool
+		keyHeaders    []string
+		wantShareable bool
+	}{
+		{"X-Forwarded-Proto", true, nil, true},
+		{"x-forwarded-host", true, nil, true},
+		{"X-Forwarded-Proto", false, nil, false},
+		{"X-Forwarded-Proto", false, []string{"X-Forwarded-Proto"}, true},
+		{"Forwarded", true, nil, false},
+		{"Forwarded", true, []string{"Forwarded"}, true},
+		{"X-Forwarded-For", true, nil, false},
+	}
+	for _, row := range rows {
+		e := &Engine{forwarding: row.forwarding, keyHeaders: canonicalHeaders(row.keyHeaders)}
+		e.statuses[200] = true
+		if got := e.shareable(200, http.Header{"Vary": {row.vary}}); got != row.wantShareable {
+			t.Errorf("Vary: %s, forwarding keyed %v, KeyHeaders %v: shareable %v, want %v",
+				row.vary, row.forwarding, row.keyHeaders, got, row.wantShareable)
+		}
+	}
+}
