@@ -45,6 +45,8 @@
 // starting with ":" (":authority") or "grpc-", content-type, user-agent,
 // te, and the W3C Trace Context entries traceparent and tracestate (new on
 // every traced call); "authorization" too with WithAllowAuthorization.
+// A server answering by the name the client dialled keys it:
+// WithMetadata(":authority").
 // Declare more with WithIgnoredMetadata ("x-request-id", "x-b3-*"), or
 // "*" to ignore everything not listed, as versions before this rule did.
 // A KeyFunc decides for itself.
