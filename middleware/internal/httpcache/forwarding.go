@@ -99,63 +99,62 @@ func appendForwarding(b []byte, h http.Header) []byte {
 
 // appendForwarded appends the Forwarded field lines with the pairs that
 // only name the client (for=<address>) taken out, keeping every other pair
-// as sent and the elements apart. A line that does not parse is kept
-// whole.
+// as sent and the elements apart. A line that does not parse (an
+// unterminated quoted string) is kept whole. Each kept pair is 'a' and the
+// pair, each element ends with 'e', each line with 'z': tokens that
+// delimit themselves, so the encoding stays unambiguous without counts
+// and the walk allocates nothing.
 func appendForwarded(b []byte, vals []string) []byte {
 	b = binary.AppendUvarint(b, uint64(len(vals)))
 	for _, v := range vals {
-		elems, ok := splitForwarded(v)
-		if !ok {
+		if !quotesClosed(v) {
 			b = append(b, 'r')
 			b = appendStr(b, v)
 			continue
 		}
 		b = append(b, 'p')
-		b = binary.AppendUvarint(b, uint64(len(elems)))
-		for _, pairs := range elems {
-			kept := 0
-			for _, p := range pairs {
-				if !clientPair(p) {
-					kept++
+		start, quoted := 0, false
+		for i := 0; i <= len(v); i++ {
+			if i < len(v) {
+				switch c := v[i]; {
+				case quoted && c == '\\':
+					i++
+					continue
+				case c == '"':
+					quoted = !quoted
+					continue
+				case quoted || (c != ';' && c != ','):
+					continue
 				}
 			}
-			b = binary.AppendUvarint(b, uint64(kept))
-			for _, p := range pairs {
-				if !clientPair(p) {
-					b = appendStr(b, p)
-				}
+			// A pair ends at i: at ';', ',' or the end of the line.
+			if p := strings.TrimSpace(v[start:i]); !clientPair(p) {
+				b = append(b, 'a')
+				b = appendStr(b, p)
 			}
+			if i == len(v) || v[i] == ',' {
+				b = append(b, 'e')
+			}
+			start = i + 1
 		}
+		b = append(b, 'z')
 	}
 	return b
 }
 
-// splitForwarded splits a Forwarded line into elements (',') of pairs
-// (';'), honouring quoted strings (RFC 7239 §4); pairs are trimmed of
-// whitespace. ok is false for an unterminated quoted string.
-func splitForwarded(v string) (elems [][]string, ok bool) {
-	var pairs []string
-	start, quoted := 0, false
+// quotesClosed reports whether every quoted string of a Forwarded line
+// (RFC 7239 §4: quoted-string, with backslash escapes) ends.
+func quotesClosed(v string) bool {
+	quoted := false
 	for i := 0; i < len(v); i++ {
-		switch c := v[i]; {
-		case quoted && c == '\\':
+		switch {
+		case quoted && v[i] == '\\':
 			i++
-		case c == '"':
+		case v[i] == '"':
 			quoted = !quoted
-		case !quoted && (c == ';' || c == ','):
-			pairs = append(pairs, strings.TrimSpace(v[start:i]))
-			start = i + 1
-			if c == ',' {
-				elems = append(elems, pairs)
-				pairs = nil
-			}
 		}
 	}
-	if quoted {
-		return nil, false
-	}
-	pairs = append(pairs, strings.TrimSpace(v[start:]))
-	return append(elems, pairs), true
+	return !quoted
 }
 
 // clientPair reports whether p is for=<node>: a token or a quoted string of

@@ -3,6 +3,7 @@ package httpcache
 import (
 	"bytes"
 	"crypto/tls"
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -128,6 +129,69 @@ func FuzzDecodeEntry(f *testing.F) {
 		s2, h2, b2, err := decodeEntry(encodeEntry(status, h, body))
 		if err != nil || s2 != status || !bytes.Equal(b2, body) || len(h2) != len(h) {
 			t.Fatalf("round trip: %v", err)
+		}
+	})
+}
+
+// forwardedModel is what appendForwarded must tell apart, computed the
+// plain way: the lines, each split into elements of trimmed pairs without
+// the client's for=; a line with an unterminated quote stays whole.
+func forwardedModel(vals []string) string {
+	var out []string
+	for _, v := range vals {
+		var elems [][]string
+		var pairs []string
+		start, quoted, ok := 0, false, true
+		for i := 0; i < len(v); i++ {
+			switch c := v[i]; {
+			case quoted && c == '\\':
+				i++
+			case c == '"':
+				quoted = !quoted
+			case !quoted && (c == ';' || c == ','):
+				pairs = append(pairs, strings.TrimSpace(v[start:i]))
+				start = i + 1
+				if c == ',' {
+					elems, pairs = append(elems, pairs), nil
+				}
+			}
+		}
+		if quoted {
+			ok = false
+		}
+		elems = append(elems, append(pairs, strings.TrimSpace(v[start:])))
+		if !ok {
+			out = append(out, fmt.Sprintf("raw %q", v))
+			continue
+		}
+		var kept [][]string
+		for _, e := range elems {
+			var k []string
+			for _, p := range e {
+				if !clientPair(p) {
+					k = append(k, p)
+				}
+			}
+			kept = append(kept, k)
+		}
+		out = append(out, fmt.Sprintf("%q", kept))
+	}
+	return fmt.Sprintf("%q", out)
+}
+
+// FuzzForwarded: two Forwarded fields share a key exactly when their
+// models agree.
+func FuzzForwarded(f *testing.F) {
+	f.Add("for=192.0.2.1;proto=https", "for=198.51.100.7;proto=https")
+	f.Add(`for="x;host=evil"`, "for=x")
+	f.Add("for=1, host=a", "host=a")
+	f.Add(`host="a\"b", for=1`, `host="a\"b"`)
+	f.Add(`for="unterminated`, `for="unterminated;x`)
+	f.Fuzz(func(t *testing.T, a, b string) {
+		enc := func(v string) []byte { return appendForwarded(nil, strings.Split(v, "\n")) }
+		model := func(v string) string { return forwardedModel(strings.Split(v, "\n")) }
+		if got, want := bytes.Equal(enc(a), enc(b)), model(a) == model(b); got != want {
+			t.Fatalf("%q and %q: same encoding %v, same model %v", a, b, got, want)
 		}
 	})
 }
