@@ -12,6 +12,14 @@
 // private, and the others listed there), the same Age and Cache-Status
 // headers. See guardhttp's documentation for the details.
 //
+// The same cache-poisoning defences too: the forwarding headers that
+// Context.Scheme and applications' links read (X-Forwarded-Proto,
+// X-Forwarded-Protocol, X-Forwarded-Ssl, X-Url-Scheme, X-Forwarded-Host,
+// Forwarded...; ForwardingHeaders) are part of the key unless
+// Config.UnkeyedForwarding, and the Host, path and absolute-form target
+// are keyed as sent, since echo routes on the raw path and on the exact
+// Host (Echo.Host) and Context.Scheme reads the target's scheme.
+//
 // # Echo specifics
 //
 // Config.Skipper comes first, as in echo's own middleware. A handler that

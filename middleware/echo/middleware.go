@@ -45,7 +45,21 @@ type Config struct {
 	// stale-while-revalidate and stale-if-error set the guard's windows per
 	// key. Default: false.
 	UpstreamWindows bool
+
+	// UnkeyedForwarding leaves the forwarding and override headers
+	// (ForwardingHeaders: X-Forwarded-Host, X-Forwarded-Proto, Forwarded,
+	// X-Original-URL...) out of the key. By default they are keyed: a
+	// client can send them itself, and Context.Scheme and applications'
+	// links read them; a proxy that sets them alike on every request costs
+	// no hit. Set it only when every request comes through a proxy that
+	// removes or overwrites each of them, or when the application reads
+	// none of them. Default: false.
+	UnkeyedForwarding bool
 }
+
+// ForwardingHeaders returns the request headers keyed by default, unless
+// Config.UnkeyedForwarding.
+func ForwardingHeaders() []string { return httpcache.ForwardingHeaders() }
 
 // Middleware returns MiddlewareWithConfig(g, Config{}).
 func Middleware(g *guard.Group) echo.MiddlewareFunc {
@@ -64,6 +78,7 @@ func MiddlewareWithConfig(g *guard.Group, cfg Config) echo.MiddlewareFunc {
 		Statuses:           cfg.Statuses,
 		HonorClientNoCache: cfg.HonorClientNoCache,
 		UpstreamWindows:    cfg.UpstreamWindows,
+		UnkeyedForwarding:  cfg.UnkeyedForwarding,
 	}
 	eng := httpcache.New(g, o)
 	return func(next echo.HandlerFunc) echo.HandlerFunc {

@@ -105,13 +105,24 @@ func TestClientInterceptor(t *testing.T) {
 		},
 		{
 			name: "listed metadata splits keys",
-			opts: []guardgrpc.Option{guardgrpc.WithMethods(methodGet), guardgrpc.WithMetadata("x-tenant")},
+			opts: []guardgrpc.Option{guardgrpc.WithMethods(methodGet), guardgrpc.WithMetadata("x-tenant"), guardgrpc.WithIgnoredMetadata("x-trace")},
 			calls: []call{
 				{req: "a", md: []string{"x-tenant", "t1"}, wantReply: "a#1", wantStatus: miss},
 				{req: "a", md: []string{"x-tenant", "t2"}, wantReply: "a#2", wantStatus: miss},
 				{req: "a", md: []string{"x-tenant", "t1", "x-trace", "9"}, wantReply: "a#1", wantStatus: hit},
 			},
 			wantServer: 2,
+		},
+		{
+			name: "metadata neither listed nor ignorable bypasses",
+			opts: []guardgrpc.Option{guardgrpc.WithMethods(methodGet), guardgrpc.WithMetadata("x-tenant")},
+			calls: []call{
+				{req: "a", md: []string{"x-locale", "fr"}, wantReply: "a#1"},
+				{req: "a", md: []string{"x-tenant", "t1"}, wantReply: "a#2", wantStatus: miss},
+				{req: "a", md: []string{"x-tenant", "t1", "x-locale", "de"}, wantReply: "a#3"},
+				{req: "a", md: []string{"x-tenant", "t1"}, wantReply: "a#2", wantStatus: hit},
+			},
+			wantServer: 3,
 		},
 		{
 			name: "authorization bypasses",

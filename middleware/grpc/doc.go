@@ -31,8 +31,25 @@
 // (proto.MarshalOptions{Deterministic: true}: field and map order do not
 // matter) and the values of the metadata keys listed with WithMetadata,
 // each length-prefixed, hashed with SHA-256 behind a versioned prefix
-// ("grpc:v1:"). Metadata not listed does not take part: calls differing
-// only there share one answer. WithKeyFunc replaces the key.
+// ("grpc:v1:"). WithKeyFunc replaces the key.
+//
+// # Metadata the key does not hold
+//
+// A handler sees all of its call's metadata, and may answer by a tenant
+// id or a locale read from it. Had the key ignored such an entry, the
+// first caller's answer would be served to every other tenant. So a call
+// carrying metadata that is neither keyed (WithMetadata) nor ignorable is
+// not cached: its handler runs for it alone, and the server answers
+// cache-status "stampede; fwd=bypass; detail=unkeyed-metadata". Ignorable
+// are the entries of the transport, which never decide an answer: keys
+// starting with ":" (":authority") or "grpc-", content-type, user-agent,
+// te, and the W3C Trace Context entries traceparent and tracestate (new on
+// every traced call); "authorization" too with WithAllowAuthorization.
+// A server answering by the name the client dialled keys it:
+// WithMetadata(":authority").
+// Declare more with WithIgnoredMetadata ("x-request-id", "x-b3-*"), or
+// "*" to ignore everything not listed, as versions before this rule did.
+// A KeyFunc decides for itself.
 //
 // # The stored answer
 //

@@ -127,3 +127,39 @@ func ExampleUnaryClientInterceptor() {
 func passThrough(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 	return h(ctx, req)
 }
+
+// A method answering by tenant keys the tenant's metadata; a request id
+// that differs on every call is declared ignorable. Any other metadata
+// (here a locale the handler might read) keeps the call from the cache.
+func ExampleWithIgnoredMetadata() {
+	g, stop := newExampleGroup()
+	defer stop()
+	greeterCalls = 0
+
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(
+		guardgrpc.UnaryServerInterceptor(g,
+			guardgrpc.WithMethods("/greeter.Greeter/Hello"),
+			guardgrpc.WithMetadata("x-tenant"),
+			guardgrpc.WithIgnoredMetadata("x-request-id")),
+	))
+	conn, done := serveExample(srv)
+	defer done()
+
+	for _, md := range [][]string{
+		{"x-tenant", "acme", "x-request-id", "1"},
+		{"x-tenant", "acme", "x-request-id", "2"},
+		{"x-tenant", "acme", "x-locale", "fr"},
+	} {
+		ctx := metadata.AppendToOutgoingContext(context.Background(), md...)
+		var header metadata.MD
+		reply := new(wrapperspb.StringValue)
+		if err := conn.Invoke(ctx, "/greeter.Greeter/Hello", wrapperspb.String("gopher"), reply, grpc.Header(&header)); err != nil {
+			panic(err)
+		}
+		fmt.Println(reply.GetValue(), header.Get(guardgrpc.HeaderCacheStatus))
+	}
+	// Output:
+	// hello gopher (call 1) [stampede; fwd=miss]
+	// hello gopher (call 1) [stampede; hit]
+	// hello gopher (call 2) [stampede; fwd=bypass; detail=unkeyed-metadata]
+}

@@ -23,7 +23,10 @@ import (
 // Cache-Status: "stampede; hit", "stampede; fwd=stale",
 // "stampede; fwd=miss", "stampede; fwd=miss; collapsed" (another caller's
 // load was shared), "stampede; fwd=miss; detail=degraded" (Redis
-// unavailable) or "stampede; fwd=bypass". It never carries the key.
+// unavailable), "stampede; fwd=bypass" or
+// "stampede; fwd=bypass; detail=unkeyed-metadata" (the call carries
+// metadata neither keyed nor declared ignorable). It never carries the
+// key, nor the name of the metadata entry.
 const HeaderCacheStatus = "cache-status"
 
 const (
@@ -33,6 +36,9 @@ const (
 	statusShared   = "stampede; fwd=miss; collapsed"
 	statusDegraded = "stampede; fwd=miss; detail=degraded"
 	statusBypass   = "stampede; fwd=bypass"
+	// statusUnkeyed: the call carries metadata the key does not hold and
+	// that was not declared ignorable (WithMetadata, WithIgnoredMetadata).
+	statusUnkeyed = "stampede; fwd=bypass; detail=unkeyed-metadata"
 )
 
 func statusOf(s guard.Status) string {
@@ -70,22 +76,29 @@ func newCache(g *guard.Group, opts []Option) *cache {
 }
 
 // key returns the guard key of a call; reqBytes, when not nil, are the
-// request's deterministic bytes. ok is false when the call must bypass the
-// cache.
-func (c *cache) key(ctx context.Context, method string, req proto.Message, reqBytes []byte, md metadata.MD) (string, bool) {
+// request's deterministic bytes. When the call must bypass the cache, why
+// is the cache-status to answer with.
+func (c *cache) key(ctx context.Context, method string, req proto.Message, reqBytes []byte, md metadata.MD) (key, why string) {
 	if !c.o.allowAuth && len(md["authorization"]) > 0 {
-		return "", false
+		return "", statusBypass
 	}
 	if c.o.keyFunc != nil {
-		return c.o.keyFunc(ctx, method, req)
+		// A KeyFunc decides for itself what the answer depends on.
+		if key, ok := c.o.keyFunc(ctx, method, req); ok {
+			return key, ""
+		}
+		return "", statusBypass
+	}
+	if c.o.unkeyed(md) != "" {
+		return "", statusUnkeyed
 	}
 	if reqBytes == nil {
 		var err error
 		if reqBytes, err = deterministic.Marshal(req); err != nil {
-			return "", false
+			return "", statusBypass
 		}
 	}
-	return requestKey(method, reqBytes, md, c.o.metadata), true
+	return requestKey(method, reqBytes, md, c.o.metadata), ""
 }
 
 func (c *cache) encode(method string, m proto.Message) ([]byte, error) {
@@ -182,9 +195,9 @@ func UnaryServerInterceptor(g *guard.Group, opts ...Option) grpc.UnaryServerInte
 			return handler(ctx, req)
 		}
 		md, _ := metadata.FromIncomingContext(ctx)
-		key, ok := c.key(ctx, info.FullMethod, msg, nil, md)
-		if !ok {
-			setStatus(ctx, statusBypass)
+		key, why := c.key(ctx, info.FullMethod, msg, nil, md)
+		if why != "" {
+			setStatus(ctx, why)
 			return handler(ctx, req)
 		}
 
@@ -298,8 +311,8 @@ func UnaryClientInterceptor(g *guard.Group, opts ...Option) grpc.UnaryClientInte
 			return invoker(ctx, method, req, reply, cc, callOpts...)
 		}
 		md, _ := metadata.FromOutgoingContext(ctx)
-		key, ok := c.key(ctx, method, in, reqBytes, md)
-		if !ok {
+		key, why := c.key(ctx, method, in, reqBytes, md)
+		if why != "" {
 			return invoker(ctx, method, req, reply, cc, callOpts...)
 		}
 

@@ -27,6 +27,9 @@ type options struct {
 	keyFunc          KeyFunc
 	negativeNotFound bool
 	allowAuth        bool
+	ignored          []string // lower-cased keys
+	ignoredPrefixes  []string
+	ignoreAll        bool
 	callOpts         []guard.CallOption
 }
 
@@ -58,8 +61,9 @@ func WithMethods(fullMethods ...string) Option {
 
 // WithMetadata adds the values of these metadata keys to the cache key, for
 // methods whose answer depends on them (a tenant, a locale). Keys are
-// matched case-insensitively, as gRPC lower-cases them. Metadata not listed
-// is ignored by the key: calls differing only there share one answer.
+// matched case-insensitively, as gRPC lower-cases them. A call carrying
+// metadata that is neither listed here nor ignorable (transport metadata,
+// WithIgnoredMetadata) is not cached: see the package doc.
 func WithMetadata(keys ...string) Option {
 	return func(o *options) {
 		for _, k := range keys {
@@ -69,6 +73,36 @@ func WithMetadata(keys ...string) Option {
 			}
 		}
 		slices.Sort(o.metadata)
+	}
+}
+
+// WithIgnoredMetadata declares metadata keys the answers do not depend on
+// (a request id, tracing headers other than W3C Trace Context): calls
+// carrying them are cached, and calls differing only there share one
+// answer. Keys are matched case-insensitively; a key ending in "-" or "*"
+// is a prefix ("x-b3-*" covers x-b3-traceid, x-b3-spanid...). "*" alone
+// ignores every metadata entry not listed with WithMetadata: the handler
+// must then read no metadata but those.
+//
+// By default only transport metadata is ignorable: keys starting with ":"
+// (":authority") or "grpc-", content-type, user-agent, te, traceparent and
+// tracestate. Any other entry sends the call past the cache, unless listed
+// here or keyed with WithMetadata.
+func WithIgnoredMetadata(keys ...string) Option {
+	return func(o *options) {
+		for _, k := range keys {
+			k = strings.ToLower(strings.TrimSpace(k))
+			switch {
+			case k == "*":
+				o.ignoreAll = true
+			case strings.HasSuffix(k, "*"):
+				o.ignoredPrefixes = append(o.ignoredPrefixes, strings.TrimSuffix(k, "*"))
+			case strings.HasSuffix(k, "-"):
+				o.ignoredPrefixes = append(o.ignoredPrefixes, k)
+			case k != "":
+				o.ignored = append(o.ignored, k)
+			}
+		}
 	}
 }
 
@@ -89,8 +123,9 @@ func WithNegativeNotFound() Option {
 // WithAllowAuthorization lets calls carrying "authorization" metadata (or,
 // on the client, a per-call credentials option) use the cache. By default
 // they bypass it, so one user's answer is never served to another. Only
-// allow it for methods whose answer does not depend on the caller, or add
-// "authorization" to WithMetadata to keep one entry per token.
+// allow it for methods whose answer does not depend on the caller (the
+// key then ignores the token), or add "authorization" to WithMetadata to
+// keep one entry per token.
 func WithAllowAuthorization() Option {
 	return func(o *options) { o.allowAuth = true }
 }

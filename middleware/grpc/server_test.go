@@ -25,6 +25,7 @@ const (
 	hit      = "stampede; hit"
 	miss     = "stampede; fwd=miss"
 	bypass   = "stampede; fwd=bypass"
+	unkeyed  = "stampede; fwd=bypass; detail=unkeyed-metadata"
 	shared   = "stampede; fwd=miss; collapsed"
 	noHeader = ""
 )
@@ -161,11 +162,58 @@ func TestServerInterceptor(t *testing.T) {
 			wantHandler: 6,
 		},
 		{
-			name: "metadata not listed ignored",
+			// A handler may read any metadata entry (a tenant, a locale):
+			// one the key does not hold keeps the call from the cache,
+			// so no caller is served an answer made for another's.
+			name: "metadata not listed bypasses",
 			opts: []guardgrpc.Option{guardgrpc.WithMethods(methodGet), guardgrpc.WithMetadata("x-tenant")},
 			calls: []call{
-				{req: "a", md: []string{"x-trace", "1"}, wantReply: "a#1", wantStatus: miss},
-				{req: "a", md: []string{"x-trace", "2"}, wantReply: "a#1", wantStatus: hit},
+				{req: "a", md: []string{"x-locale", "fr"}, wantReply: "a#1", wantStatus: unkeyed},
+				{req: "a", wantReply: "a#2", wantStatus: miss},
+				{req: "a", md: []string{"x-locale", "fr"}, wantReply: "a#3", wantStatus: unkeyed},
+				{req: "a", md: []string{"X-Locale", "de", "x-tenant", "t1"}, wantReply: "a#4", wantStatus: unkeyed},
+				{req: "a", wantReply: "a#2", wantStatus: hit},
+			},
+			wantHandler: 4,
+		},
+		{
+			name: "metadata declared ignorable shares",
+			opts: []guardgrpc.Option{guardgrpc.WithMethods(methodGet), guardgrpc.WithIgnoredMetadata("X-Request-Id", "x-b3-*")},
+			calls: []call{
+				{req: "a", md: []string{"x-request-id", "1", "x-b3-traceid", "9"}, wantReply: "a#1", wantStatus: miss},
+				{req: "a", md: []string{"x-request-id", "2", "x-b3-spanid", "8"}, wantReply: "a#1", wantStatus: hit},
+				{req: "a", wantReply: "a#1", wantStatus: hit},
+				{req: "a", md: []string{"x-b3", "1"}, wantReply: "a#2", wantStatus: unkeyed},
+			},
+			wantHandler: 2,
+		},
+		{
+			name: "all unlisted metadata ignorable with *",
+			opts: []guardgrpc.Option{guardgrpc.WithMethods(methodGet), guardgrpc.WithIgnoredMetadata("*")},
+			calls: []call{
+				{req: "a", md: []string{"x-locale", "fr"}, wantReply: "a#1", wantStatus: miss},
+				{req: "a", md: []string{"x-locale", "de"}, wantReply: "a#1", wantStatus: hit},
+				{req: "a", md: []string{"authorization", "Bearer x"}, wantReply: "a#2", wantStatus: bypass},
+			},
+			wantHandler: 2,
+		},
+		{
+			// Every call here carries :authority, content-type, user-agent
+			// and grpc-accept-encoding; tracing adds these.
+			name: "transport and trace metadata ignorable by default",
+			opts: []guardgrpc.Option{guardgrpc.WithMethods(methodGet)},
+			calls: []call{
+				{req: "a", md: []string{"traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "grpc-trace-bin", "x"}, wantReply: "a#1", wantStatus: miss},
+				{req: "a", md: []string{"traceparent", "00-1af7651916cd43dd8448eb211c80319c-c7ad6b7169203331-01", "tracestate", "k=v"}, wantReply: "a#1", wantStatus: hit},
+			},
+			wantHandler: 1,
+		},
+		{
+			name: "authorization allowed is ignorable",
+			opts: []guardgrpc.Option{guardgrpc.WithMethods(methodGet), guardgrpc.WithAllowAuthorization()},
+			calls: []call{
+				{req: "a", md: []string{"authorization", "Bearer x"}, wantReply: "a#1", wantStatus: miss},
+				{req: "a", md: []string{"authorization", "Bearer y"}, wantReply: "a#1", wantStatus: hit},
 			},
 			wantHandler: 1,
 		},

@@ -9,16 +9,46 @@
 // # What is shared
 //
 // Only GET requests are cached; HEAD is served from the GET entry (same
-// key, no body). The key is the scheme, Host, path, the query with its
-// parameters sorted by name, and the values of Config.KeyHeaders, encoded
-// unambiguously and hashed (SHA-256) under a key-format version; or
-// Config.KeyFunc.
+// key, no body). The key is the scheme, the Host as sent, the request
+// target as sent (the path in its escaped form, and the scheme, user and
+// host of an absolute-form target), the query with its parameters sorted
+// by name, the values of Config.KeyHeaders and those of the forwarding
+// headers (below), encoded unambiguously and hashed (SHA-256) under a
+// key-format version; or Config.KeyFunc.
+//
+// # Cache poisoning
+//
+// A shared cache must not let one client choose what another is served.
+// Any request input that the key ignores but the handler reads is such a
+// choice, so the key merges only what net/http, echo and gin hand a
+// handler alike: the order of distinct query parameters, and query escapes
+// that url.ParseQuery decodes the same way ("a+b", "a%20b"). A query pair
+// holding ';' (which url.ParseQuery drops) or an escape that does not
+// decode is kept as sent. Host letter case, path escapes, "//", "/./" and
+// trailing slashes are all kept: routers tell them apart.
+//
+// The forwarding and override headers (ForwardingHeaders:
+// X-Forwarded-Host, X-Forwarded-Proto, Forwarded, X-Original-URL,
+// X-Rewrite-URL...) are keyed: a handler that builds links or routes from
+// them could otherwise be made to serve every client a link to another
+// site. Behind a proxy that sets them alike on every request the key is
+// the same for every client, so nothing is lost; the client's own address
+// (X-Forwarded-For, X-Real-Ip, the for= of Forwarded) is not keyed.
+// Config.UnkeyedForwarding opts out, for applications whose proxy strips
+// or overwrites every one of them. A GET carrying a method override
+// header (X-HTTP-Method-Override, X-Method-Override, X-HTTP-Method) is
+// not shared. Other request headers are not keyed unless listed in
+// Config.KeyHeaders: a response that depends on one must name it in Vary,
+// and is then stored only if it is keyed. docs/security.md has the table
+// of every input and what it gets.
 //
 // Never shared, with the zero Config:
 //
 //   - requests carrying Authorization or Cookie, a body, Range, an Upgrade
-//     (WebSocket) or Accept: text/event-stream: the handler runs for them
-//     directly, the guard is not consulted;
+//     (WebSocket), Accept: text/event-stream or a method override header:
+//     the handler runs for them directly, the guard is not consulted; so a
+//     private page on a path that looks static (/account/x.css) is never
+//     stored for the next client;
 //   - responses with Set-Cookie, Cache-Control private, no-store or
 //     no-cache, Vary: * or a Vary on a header outside KeyHeaders, a status
 //     outside Config.Statuses (never 206 or 5xx), Content-Type

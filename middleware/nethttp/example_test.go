@@ -1,6 +1,7 @@
 package guardhttp_test
 
 import (
+	"cmp"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -41,4 +42,37 @@ func ExampleMiddleware() {
 	// stampede; fwd=miss; stored | 42 EUR
 	// stampede; hit | 42 EUR
 	// handler calls: 1
+}
+
+// A handler builds links from X-Forwarded-Host, as applications behind a
+// load balancer do. A client sending the header itself is served its own
+// response, and the next client is not served that one.
+func ExampleConfig_forwarding() {
+	mr, _ := miniredis.Run()
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	g, err := guard.New(rdb, guard.Options{})
+	if err != nil {
+		panic(err)
+	}
+	defer g.Close()
+
+	h := guardhttp.Middleware(g, guardhttp.Config{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := cmp.Or(r.Header.Get("X-Forwarded-Host"), r.Host)
+		fmt.Fprintf(w, "<script src=\"https://%s/app.js\">\n", host)
+	}))
+	for _, fwd := range []string{"evil.example", "", ""} {
+		r := httptest.NewRequest(http.MethodGet, "http://shop.example/", nil)
+		if fwd != "" {
+			r.Header.Set("X-Forwarded-Host", fwd)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		fmt.Printf("%s | %s", rec.Header().Get("Cache-Status"), rec.Body)
+	}
+	// Output:
+	// stampede; fwd=miss; stored | <script src="https://evil.example/app.js">
+	// stampede; fwd=miss; stored | <script src="https://shop.example/app.js">
+	// stampede; hit | <script src="https://shop.example/app.js">
 }

@@ -12,7 +12,8 @@ import (
 // documentation for what is never shared.
 type Config struct {
 	// KeyHeaders are request headers whose values are part of the key
-	// (Accept-Encoding, Accept-Language, X-Forwarded-Proto...). A response
+	// (Accept-Encoding, Accept-Language...), besides the forwarding
+	// headers, which are keyed unless UnkeyedForwarding. A response
 	// whose Vary names a header not listed here is never shared.
 	// Default: none.
 	KeyHeaders []string
@@ -41,7 +42,23 @@ type Config struct {
 	// stale-while-revalidate and stale-if-error set the guard's fresh and
 	// stale windows per key. Default: false (the guard's windows apply).
 	UpstreamWindows bool
+
+	// UnkeyedForwarding leaves the forwarding and override headers
+	// (ForwardingHeaders: X-Forwarded-Host, Forwarded, X-Original-URL...)
+	// out of the key. By default they are keyed, because a client can send
+	// them itself and applications build links and routes from them; a
+	// proxy that sets them alike on every request costs no hit. Set it only
+	// when every request reaches the handler through a proxy that removes
+	// or overwrites each of them, or when the application reads none of
+	// them (a response that names one in Vary is then not stored). See
+	// docs/security.md. Default: false.
+	UnkeyedForwarding bool
 }
+
+// ForwardingHeaders returns the request headers keyed by default, unless
+// Config.UnkeyedForwarding: the headers through which a proxy (or a client
+// posing as one) names the host, scheme, port, prefix or URL asked for.
+func ForwardingHeaders() []string { return httpcache.ForwardingHeaders() }
 
 func (c Config) options() httpcache.Options {
 	return httpcache.Options{
@@ -51,6 +68,7 @@ func (c Config) options() httpcache.Options {
 		Statuses:           c.Statuses,
 		HonorClientNoCache: c.HonorClientNoCache,
 		UpstreamWindows:    c.UpstreamWindows,
+		UnkeyedForwarding:  c.UnkeyedForwarding,
 	}
 }
 

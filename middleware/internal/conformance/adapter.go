@@ -22,6 +22,9 @@ type Config struct {
 	Statuses           []int
 	HonorClientNoCache bool
 	UpstreamWindows    bool
+	// UnkeyedForwarding leaves the forwarding headers out of the key (the
+	// adapters' Config field of the same name).
+	UnkeyedForwarding bool
 }
 
 // Adapter puts one framework's middleware in front of an origin.

@@ -28,5 +28,8 @@
 //     about to be served from the cache gets its own response instead.
 //
 // A caller never receives a response produced for another caller unless
-// that response was judged shareable first.
+// that response was judged shareable first, and two requests share a key
+// only if the frameworks hand their handlers the same inputs, as far as a
+// handler may read them (key.go, forwarding.go): the cache-poisoning
+// suite of package conformance holds every adapter to that.
 package httpcache

@@ -21,6 +21,7 @@ type Options struct {
 	Statuses           []int
 	HonorClientNoCache bool
 	UpstreamWindows    bool
+	UnkeyedForwarding  bool
 }
 
 // DefaultMaxBodyBytes is the largest body stored by default.
@@ -53,6 +54,7 @@ type Engine struct {
 	maxBody     int
 	statuses    [600]bool
 	honorClient bool
+	forwarding  bool                        // forwarding headers are keyed
 	memo        *lru.Cache[string, windows] // nil unless UpstreamWindows
 }
 
@@ -67,6 +69,7 @@ func New(g *guard.Group, o Options) *Engine {
 		keyFunc:     o.KeyFunc,
 		maxBody:     o.MaxBodyBytes,
 		honorClient: o.HonorClientNoCache,
+		forwarding:  !o.UnkeyedForwarding,
 	}
 	if e.maxBody <= 0 {
 		e.maxBody = DefaultMaxBodyBytes
@@ -116,7 +119,7 @@ func (e *Engine) Serve(w http.ResponseWriter, r *http.Request, direct func() err
 	if e.keyFunc != nil {
 		return e.ServeKey(w, r, e.keyFunc(r), direct, h)
 	}
-	return e.serve(w, r, DeriveKey(r, e.keyHeaders), direct, h, true)
+	return e.serve(w, r, deriveKey(r, e.keyHeaders, e.forwarding), direct, h, true)
 }
 
 // ServeKey is Serve with the key of a custom key func (for adapters whose

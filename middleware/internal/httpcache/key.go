@@ -11,20 +11,26 @@ import (
 )
 
 // keyVersion prefixes every derived key; bump it when the derivation
-// changes, so old entries are never read under new rules.
-const keyVersion = "h1:"
+// changes, so old entries are never read under new rules. h2: the exact
+// Host, the request target as sent, the forwarding headers.
+const keyVersion = "h2:"
 
 // userKeyPrefix prefixes keys made by a custom key func, so they never meet
 // a derived key.
 const userKeyPrefix = "hu:"
 
-// DeriveKey returns the guard key of r: the scheme, Host, method (HEAD
-// counts as GET), escaped path, canonical query and the values of headers
-// (canonical names, sorted, no duplicates), each length-prefixed, hashed
+// DeriveKey returns the guard key of r with the default rules: the scheme,
+// Host, method (HEAD counts as GET), request target, canonical query, the
+// values of headers (canonical names, sorted, no duplicates) and of the
+// forwarding headers ([ForwardingHeaders]), each length-prefixed, hashed
 // with SHA-256.
 func DeriveKey(r *http.Request, headers []string) string {
+	return deriveKey(r, headers, true)
+}
+
+func deriveKey(r *http.Request, headers []string, forwarding bool) string {
 	var stack [512]byte
-	b := appendKeyInput(stack[:0], r, headers)
+	b := appendKeyInput(stack[:0], r, headers, forwarding)
 	sum := sha256.Sum256(b)
 	var out [len(keyVersion) + 43]byte
 	copy(out[:], keyVersion)
@@ -35,29 +41,76 @@ func DeriveKey(r *http.Request, headers []string) string {
 // appendKeyInput appends the unambiguous encoding hashed by DeriveKey:
 // every string is preceded by its length and every list by its count, so
 // two different requests never encode alike.
-func appendKeyInput(b []byte, r *http.Request, headers []string) []byte {
-	b = append(b, 1) // input format version
+//
+// What it merges is what net/http, echo and gin hand a handler alike: the
+// order of distinct query parameters and the escaping of a query the
+// frameworks decode the same way. Everything else is kept as sent: the
+// Host (routers match it case-sensitively), the path in its escaped form
+// (a handler may read RawPath; echo routes on it), and the scheme, host
+// and user of an absolute-form target (echo's Context.Scheme reads
+// r.URL.Scheme).
+func appendKeyInput(b []byte, r *http.Request, headers []string, forwarding bool) []byte {
+	b = append(b, 2) // input format version
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"
 	}
 	b = appendStr(b, scheme)
-	b = appendLower(b, r.Host)
+	b = appendStr(b, r.Host)
 	method := r.Method
 	if method == http.MethodHead {
 		method = http.MethodGet
 	}
 	b = appendStr(b, method)
-	b = appendStr(b, r.URL.EscapedPath())
+	b = appendTarget(b, r.URL)
 	b = appendQuery(b, r.URL.RawQuery)
 	b = binary.AppendUvarint(b, uint64(len(headers)))
 	for _, name := range headers {
-		vals := r.Header[name]
-		b = appendStr(b, name)
-		b = binary.AppendUvarint(b, uint64(len(vals)))
-		for _, v := range vals {
-			b = appendStr(b, v)
+		b = appendValues(b, name, r.Header[name])
+	}
+	if forwarding {
+		b = appendForwarding(b, r.Header)
+	} else {
+		b = append(b, 0)
+	}
+	return b
+}
+
+// appendTarget appends the parts of the request target other than the
+// query: the absolute-form parts (empty for the usual origin-form) and the
+// path as sent.
+func appendTarget(b []byte, u *url.URL) []byte {
+	b = appendStr(b, u.Scheme)
+	b = appendStr(b, u.Opaque)
+	if u.User != nil {
+		b = append(b, 1)
+		b = appendStr(b, u.User.String())
+	} else {
+		b = append(b, 0)
+	}
+	b = appendStr(b, u.Host)
+	return appendStr(b, rawPath(u))
+}
+
+// rawPath is the path as the client escaped it: RawPath when set and
+// still the escaping of Path (even one EscapedPath would discard as
+// invalid, so "/a{b" and "/a%7Bb" stay apart), else the path's default
+// escaping, which is then what was sent. A RawPath left behind by a
+// middleware that rewrote Path alone is not used.
+func rawPath(u *url.URL) string {
+	if u.RawPath != "" {
+		if p, err := url.PathUnescape(u.RawPath); err == nil && p == u.Path {
+			return u.RawPath
 		}
+	}
+	return u.EscapedPath()
+}
+
+func appendValues(b []byte, name string, vals []string) []byte {
+	b = appendStr(b, name)
+	b = binary.AppendUvarint(b, uint64(len(vals)))
+	for _, v := range vals {
+		b = appendStr(b, v)
 	}
 	return b
 }
@@ -67,21 +120,10 @@ func appendStr(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-func appendLower(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		b = append(b, c)
-	}
-	return b
-}
-
-// queryPair is one decoded name=value of a query. raw marks a pair whose
-// escapes did not decode: it is kept verbatim, and tagged so it never
-// matches a decoded pair.
+// queryPair is one decoded name=value of a query. raw marks a pair kept
+// verbatim, tagged so it never matches a decoded pair: one whose escapes
+// do not decode, or that holds a ';' (Go's url.ParseQuery drops it, so
+// "a=1;b" and "a=1%3Bb" reach a handler differently).
 type queryPair struct {
 	name, value string
 	raw         bool
@@ -98,6 +140,10 @@ func canonicalQuery(raw string) []queryPair {
 	var pairs []queryPair
 	for seg := range strings.SplitSeq(raw, "&") {
 		if seg == "" {
+			continue
+		}
+		if strings.Contains(seg, ";") {
+			pairs = append(pairs, queryPair{name: seg, raw: true})
 			continue
 		}
 		name, value, _ := strings.Cut(seg, "=")

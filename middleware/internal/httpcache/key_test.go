@@ -3,6 +3,7 @@ package httpcache
 import (
 	"bytes"
 	"crypto/tls"
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -30,16 +31,19 @@ func request(host, target string, https bool, lang string) *http.Request {
 type fields struct {
 	https      bool
 	host, path string
+	target     url.URL // the absolute-form parts
 	query      []queryPair
 	lang       []string
 }
 
 func fieldsOf(r *http.Request) fields {
-	return fields{r.TLS != nil, asciiLower(r.Host), r.URL.EscapedPath(), canonicalQuery(r.URL.RawQuery), r.Header["Accept-Language"]}
+	target := url.URL{Scheme: r.URL.Scheme, Opaque: r.URL.Opaque, User: r.URL.User, Host: r.URL.Host}
+	return fields{r.TLS != nil, r.Host, rawPath(r.URL), target, canonicalQuery(r.URL.RawQuery), r.Header["Accept-Language"]}
 }
 
 func equalFields(a, b fields) bool {
 	return a.https == b.https && a.host == b.host && a.path == b.path &&
+		a.target.String() == b.target.String() && (a.target.User == nil) == (b.target.User == nil) &&
 		slices.Equal(a.query, b.query) && slices.Equal(a.lang, b.lang)
 }
 
@@ -53,11 +57,15 @@ func FuzzKey(f *testing.F) {
 	f.Add("ab", "/c", true, "", "a", "/bc", true, "")
 	f.Add("a", "/a?x=%zz", false, "", "a", "/a?x=%25zz", false, "")
 	f.Add("a", "/a?=&&", false, "x", "a", "/a?", false, "x")
+	f.Add("a", "/a?x=1;y", false, "", "a", "/a?x=1%3By", false, "")
+	f.Add("a", "/a{b", false, "", "a", "/a%7Bb", false, "")
+	f.Add("A", "/a", false, "", "a", "/a", false, "")
+	f.Add("a", "http://a/a", false, "", "a", "/a", false, "")
 	headers := []string{"Accept-Language"}
 	f.Fuzz(func(t *testing.T, h1, t1 string, s1 bool, l1, h2, t2 string, s2 bool, l2 string) {
 		r1, r2 := request(h1, t1, s1, l1), request(h2, t2, s2, l2)
-		in1 := appendKeyInput(nil, r1, headers)
-		in2 := appendKeyInput(nil, r2, headers)
+		in1 := appendKeyInput(nil, r1, headers, true)
+		in2 := appendKeyInput(nil, r2, headers, true)
 		same := equalFields(fieldsOf(r1), fieldsOf(r2))
 		if bytes.Equal(in1, in2) != same {
 			t.Fatalf("encodings equal %v, fields equal %v:\n%q %q\n%q %q", !same, same, h1, t1, h2, t2)
@@ -92,8 +100,8 @@ func FuzzKey(f *testing.F) {
 
 func TestKeyFormat(t *testing.T) {
 	k := DeriveKey(request("a", "/a", false, ""), nil)
-	if !strings.HasPrefix(k, "h1:") || len(k) != 3+43 {
-		t.Fatalf("key %q: want h1: and 43 base64 characters", k)
+	if !strings.HasPrefix(k, "h2:") || len(k) != 3+43 {
+		t.Fatalf("key %q: want h2: and 43 base64 characters", k)
 	}
 	head := request("a", "/a", false, "")
 	head.Method = http.MethodHead
@@ -125,14 +133,65 @@ func FuzzDecodeEntry(f *testing.F) {
 	})
 }
 
-// asciiLower lowercases ASCII letters only (hosts are ASCII; invalid UTF-8
-// must stay as it is, unlike strings.ToLower).
-func asciiLower(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if 'A' <= c && c <= 'Z' {
-			b[i] = c + 'a' - 'A'
+// forwardedModel is what appendForwarded must tell apart, computed the
+// plain way: the lines, each split into elements of trimmed pairs without
+// the client's for=; a line with an unterminated quote stays whole.
+func forwardedModel(vals []string) string {
+	var out []string
+	for _, v := range vals {
+		var elems [][]string
+		var pairs []string
+		start, quoted, ok := 0, false, true
+		for i := 0; i < len(v); i++ {
+			switch c := v[i]; {
+			case quoted && c == '\\':
+				i++
+			case c == '"':
+				quoted = !quoted
+			case !quoted && (c == ';' || c == ','):
+				pairs = append(pairs, strings.TrimSpace(v[start:i]))
+				start = i + 1
+				if c == ',' {
+					elems, pairs = append(elems, pairs), nil
+				}
+			}
 		}
+		if quoted {
+			ok = false
+		}
+		elems = append(elems, append(pairs, strings.TrimSpace(v[start:])))
+		if !ok {
+			out = append(out, fmt.Sprintf("raw %q", v))
+			continue
+		}
+		var kept [][]string
+		for _, e := range elems {
+			var k []string
+			for _, p := range e {
+				if !clientPair(p) {
+					k = append(k, p)
+				}
+			}
+			kept = append(kept, k)
+		}
+		out = append(out, fmt.Sprintf("%q", kept))
 	}
-	return string(b)
+	return fmt.Sprintf("%q", out)
+}
+
+// FuzzForwarded: two Forwarded fields share a key exactly when their
+// models agree.
+func FuzzForwarded(f *testing.F) {
+	f.Add("for=192.0.2.1;proto=https", "for=198.51.100.7;proto=https")
+	f.Add(`for="x;host=evil"`, "for=x")
+	f.Add("for=1, host=a", "host=a")
+	f.Add(`host="a\"b", for=1`, `host="a\"b"`)
+	f.Add(`for="unterminated`, `for="unterminated;x`)
+	f.Fuzz(func(t *testing.T, a, b string) {
+		enc := func(v string) []byte { return appendForwarded(nil, strings.Split(v, "\n")) }
+		model := func(v string) string { return forwardedModel(strings.Split(v, "\n")) }
+		if got, want := bytes.Equal(enc(a), enc(b)), model(a) == model(b); got != want {
+			t.Fatalf("%q and %q: same encoding %v, same model %v", a, b, got, want)
+		}
+	})
 }

@@ -2,6 +2,7 @@ package httpcache
 
 import (
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +18,8 @@ func (e *Engine) bypass(r *http.Request) string {
 		return "request body"
 	case len(h["Authorization"]) > 0 || len(h["Cookie"]) > 0:
 		return "credentials"
+	case hasMethodOverride(h):
+		return "method override"
 	case len(h["Range"]) > 0:
 		return "range"
 	case len(h["Upgrade"]) > 0 || headerHasToken(h["Connection"], "upgrade"):
@@ -63,13 +66,15 @@ func (e *Engine) shareable(status int, h http.Header) bool {
 	return !headerContains(h["Content-Type"], "text/event-stream")
 }
 
+// keyed reports whether the key holds the whole value of the request
+// header name, so that a response may vary on it. Forwarded is keyed
+// without its for= pairs: a response varying on it is not shared unless
+// KeyHeaders lists it.
 func (e *Engine) keyed(name string) bool {
-	for _, k := range e.keyHeaders {
-		if k == name {
-			return true
-		}
+	if slices.Contains(e.keyHeaders, name) {
+		return true
 	}
-	return false
+	return e.forwarding && name != "Forwarded" && slices.Contains(forwardingHeaders, name)
 }
 
 func headerContains(vals []string, sub string) bool {

@@ -20,16 +20,24 @@ func TestDeriveKeyFields(t *testing.T) {
 	}{
 		{"scheme", func(r *http.Request) { r.TLS = &tls.ConnectionState{} }, false},
 		{"host", func(r *http.Request) { r.Host = "b.example" }, false},
-		{"host case", func(r *http.Request) { r.Host = "A.Example" }, true},
+		{"host case", func(r *http.Request) { r.Host = "A.Example" }, false}, // routers match hosts case-sensitively
+		{"absolute-form target", func(r *http.Request) { r.URL.Scheme, r.URL.Host = "http", "a.example" }, false},
+		{"absolute-form scheme", func(r *http.Request) { r.URL.Scheme, r.URL.Host = "foo", "a.example" }, false},
 		{"method", func(r *http.Request) { r.Method = http.MethodOptions }, false},
 		{"HEAD is GET", func(r *http.Request) { r.Method = http.MethodHead }, true},
 		{"path", func(r *http.Request) { r.URL.Path, r.URL.RawPath = "/q", "" }, false},
+		{"path escaped differently", func(r *http.Request) { r.URL.Path, r.URL.RawPath = "/p", "/%70" }, false},
+		{"raw path EscapedPath drops", func(r *http.Request) { r.URL.Path, r.URL.RawPath = "/p{", "/p{" }, false},
+		{"stale raw path", func(r *http.Request) { r.URL.RawPath = "/old%2Fpath" }, true},
 		{"query value", func(r *http.Request) { r.URL.RawQuery = "x=1&y=3" }, false},
 		{"query order", func(r *http.Request) { r.URL.RawQuery = "y=2&x=1" }, true},
 		{"query escaping", func(r *http.Request) { r.URL.RawQuery = "%78=1&y=%32" }, true},
+		{"query semicolon", func(r *http.Request) { r.URL.RawQuery = "x=1;y=2" }, false},
 		{"listed header", func(r *http.Request) { r.Header.Set("Accept-Language", "de") }, false},
 		{"listed header absent", func(r *http.Request) { r.Header.Del("Accept-Language") }, false},
 		{"unlisted header", func(r *http.Request) { r.Header.Set("X-Other", "1") }, true},
+		{"client address", func(r *http.Request) { r.Header.Set("X-Forwarded-For", "192.0.2.1") }, true},
+		{"Forwarded client address", func(r *http.Request) { r.Header.Set("Forwarded", "for=192.0.2.1") }, false},
 	}
 	want := DeriveKey(base(), headers)
 	for _, row := range rows {
@@ -38,6 +46,18 @@ func TestDeriveKeyFields(t *testing.T) {
 			row.edit(r)
 			if got := DeriveKey(r, headers); (got == want) != row.same {
 				t.Errorf("same key %v, want %v", got == want, row.same)
+			}
+		})
+	}
+	for _, name := range forwardingHeaders {
+		t.Run("forwarding/"+name, func(t *testing.T) {
+			r := base()
+			r.Header.Set(name, "evil.example")
+			if DeriveKey(r, headers) == want {
+				t.Errorf("%s is not keyed", name)
+			}
+			if deriveKey(r, headers, false) != deriveKey(base(), headers, false) {
+				t.Errorf("%s is keyed with forwarding unkeyed", name)
 			}
 		})
 	}
@@ -89,6 +109,95 @@ func TestUpstreamWindowsParse(t *testing.T) {
 		got, ok := upstreamWindows(h)
 		if ok != row.ok || (ok && got != row.want) {
 			t.Errorf("%q (Age %q): got %+v, %v; want %+v, %v", row.cc, row.age, got, ok, row.want, row.ok)
+		}
+	}
+}
+
+// TestForwardedKey: Forwarded is keyed without the pairs that only name
+// the client, and with everything else as sent.
+func TestForwardedKey(t *testing.T) {
+	key := func(vals ...string) string {
+		r := request("a.example", "/p", false, "")
+		r.Header["Forwarded"] = vals
+		return DeriveKey(r, nil)
+	}
+	rows := []struct {
+		name string
+		a, b []string
+		same bool
+	}{
+		{"client address differs", []string{"for=192.0.2.1;proto=https"}, []string{"for=198.51.100.7;proto=https"}, true},
+		{"quoted IPv6 and port", []string{`for="[2001:db8::1]:4711";host=a`}, []string{"for=_hidden;host=a"}, true},
+		{"for name case", []string{"For=192.0.2.1;host=a"}, []string{"for=192.0.2.2;host=a"}, true},
+		{"host differs", []string{"for=192.0.2.1;host=a"}, []string{"for=192.0.2.1;host=evil"}, false},
+		{"proto differs", []string{"proto=https"}, []string{"proto=http"}, false},
+		{"elements kept apart", []string{"for=192.0.2.1, host=a"}, []string{"host=a"}, false},
+		{"lines kept apart", []string{"host=a", "proto=https"}, []string{"host=a, proto=https"}, false},
+		{"quoted separator smuggled in for", []string{`for="x;host=evil"`}, []string{"for=x"}, false},
+		{"unterminated quote kept whole", []string{`for="192.0.2.1;host=a`}, []string{`for="192.0.2.2;host=a`}, false},
+		{"empty for kept", []string{"for="}, []string{"for=x"}, false},
+		{"present and absent", []string{"for=192.0.2.1"}, nil, false},
+	}
+	for _, row := range rows {
+		if got := key(row.a...) == key(row.b...); got != row.same {
+			t.Errorf("%s: %q and %q share a key: %v, want %v", row.name, row.a, row.b, got, row.same)
+		}
+	}
+}
+
+// TestMethodOverrideBypasses: a GET asking to be another method is not
+// shared.
+func TestMethodOverrideBypasses(t *testing.T) {
+	e := &Engine{}
+	for _, name := range methodOverrideHeaders {
+		r := request("a.example", "/p", false, "")
+		r.Header.Set(name, "DELETE")
+		if got := e.bypass(r); got != "method override" {
+			t.Errorf("%s: bypass %q", name, got)
+		}
+	}
+}
+
+// TestForwardingListFits: appendForwarding marks the headers present in a
+// fixed array and skips names not starting with X or F.
+func TestForwardingListFits(t *testing.T) {
+	if len(forwardingHeaders) > 32 {
+		t.Fatalf("%d forwarding headers, appendForwarding holds 32", len(forwardingHeaders))
+	}
+	for i, name := range forwardingHeaders {
+		if name != http.CanonicalHeaderKey(name) || (name[0] != 'X' && name[0] != 'F') {
+			t.Errorf("%q: want a canonical name starting with X or F", name)
+		}
+		if i > 0 && forwardingHeaders[i-1] >= name {
+			t.Errorf("%q: the list is not sorted", name)
+		}
+	}
+}
+
+// TestVaryOnForwarding: a response may vary on a forwarding header while
+// the key holds it whole; Forwarded is held without its for= pairs, so a
+// response varying on it is not shared unless KeyHeaders lists it.
+func TestVaryOnForwarding(t *testing.T) {
+	rows := []struct {
+		vary          string
+		forwarding    bool
+		keyHeaders    []string
+		wantShareable bool
+	}{
+		{"X-Forwarded-Proto", true, nil, true},
+		{"x-forwarded-host", true, nil, true},
+		{"X-Forwarded-Proto", false, nil, false},
+		{"X-Forwarded-Proto", false, []string{"X-Forwarded-Proto"}, true},
+		{"Forwarded", true, nil, false},
+		{"Forwarded", true, []string{"Forwarded"}, true},
+		{"X-Forwarded-For", true, nil, false},
+	}
+	for _, row := range rows {
+		e := &Engine{forwarding: row.forwarding, keyHeaders: canonicalHeaders(row.keyHeaders)}
+		e.statuses[200] = true
+		if got := e.shareable(200, http.Header{"Vary": {row.vary}}); got != row.wantShareable {
+			t.Errorf("Vary: %s, forwarding keyed %v, KeyHeaders %v: shareable %v, want %v",
+				row.vary, row.forwarding, row.keyHeaders, got, row.wantShareable)
 		}
 	}
 }

@@ -1,0 +1,44 @@
+package guardgrpc_test
+
+import (
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/stampede-go/stampede/guard"
+	guardgrpc "github.com/stampede-go/stampede/middleware/grpc"
+)
+
+// TestServerAuthority: :authority, the name a client dialled, is transport
+// metadata: ignored by default, keyed when listed, for a server answering
+// by it (virtual hosting).
+func TestServerAuthority(t *testing.T) {
+	rdb := setup(t)
+	for _, tt := range []struct {
+		name       string
+		opts       []guardgrpc.Option
+		wantSecond string
+	}{
+		{"ignored by default", nil, hit},
+		{"keyed with WithMetadata", []guardgrpc.Option{guardgrpc.WithMetadata(":authority")}, miss},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			b := &backend{fn: echo}
+			g := newGroup(t, rdb, namespace(t), guard.Hooks{})
+			icpt := guardgrpc.UnaryServerInterceptor(g, append(tt.opts, guardgrpc.WithMethods(methodGet))...)
+			var got []string
+			for _, authority := range []string{"a.example", "b.example"} {
+				conn := serve(t, b, []grpc.UnaryServerInterceptor{icpt}, grpc.WithAuthority(authority))
+				st, err := invoke(t.Context(), conn, methodGet, wrapperspb.String("x"), new(wrapperspb.StringValue))
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, st)
+			}
+			if got[0] != miss || got[1] != tt.wantSecond {
+				t.Errorf("cache-status %q, want %q then %q", got, miss, tt.wantSecond)
+			}
+		})
+	}
+}
