@@ -84,10 +84,10 @@
 //
 // With Config.UpstreamWindows, the handler's Cache-Control max-age or
 // s-maxage sets how long a response is fresh, and stale-while-revalidate or
-// stale-if-error how long it may then be served stale (RFC 5861). The guard
-// takes the windows before the handler runs, so they are learnt per key: a
-// response that allows less than the windows in force is not stored, and
-// the next load stores it with the right ones.
+// stale-if-error how long it may then be served stale (RFC 5861), from the
+// first response on: the handler's call sets the windows of the response it
+// returns (guard.SetWindows), in the fill's one round trip. A response with
+// max-age=0 is not stored.
 //
 // Stored responses are a versioned binary encoding of status, headers (all
 // but hop-by-hop fields and Set-Cookie) and body; an entry that does not

@@ -426,8 +426,9 @@ func TestStale(t *testing.T) {
 }
 
 // TestUpstreamWindows: with UpstreamWindows, max-age sets the fresh window
-// (learnt on a node's first load of the key), and a response is never
-// served past its max-age although the guard's own windows are an hour.
+// of the very response that carries it (guard.SetWindows), and a response
+// is never served past its max-age although the guard's own windows are an
+// hour.
 func TestUpstreamWindows(t *testing.T) {
 	mr, rdb := redistest.Mini(t)
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -452,10 +453,10 @@ func TestUpstreamWindows(t *testing.T) {
 		wantBody  string
 		wantCalls int64
 	}{
-		{h, 0, "v1", 1},                     // learns max-age=10: not stored under the guard's hour
-		{h, 0, "v2", 2},                     // stored for 10s, no stale window
-		{h, 5 * time.Second, "v2", 2},       // fresh
-		{node(), 11 * time.Second, "v3", 3}, // past max-age: loaded again, not served
+		{h, 0, "v1", 1},                     // stored for its max-age=10, no stale window
+		{h, 0, "v1", 1},                     // a hit
+		{h, 5 * time.Second, "v1", 1},       // fresh
+		{node(), 11 * time.Second, "v2", 2}, // past max-age: loaded again, not served
 	}
 	for i, s := range steps {
 		mr.SetTime(now.Add(s.at))
@@ -465,7 +466,7 @@ func TestUpstreamWindows(t *testing.T) {
 		}
 	}
 	o.calls.Store(0)
-	for range 3 { // the first learns the windows; none stores
+	for range 3 { // max-age=0: none stores
 		serve(h, get("/zero"))
 	}
 	if got := o.calls.Load(); got != 3 {

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/stampede-go/stampede/guard"
+	"github.com/stampede-go/stampede/internal/cachestatus"
 )
 
 // call is one request served through the guard. Its load may run in
@@ -21,11 +22,10 @@ import (
 // with NoStore). Only a response that outgrows MaxBodyBytes or is flushed
 // by its handler is streamed to the client while the load runs.
 type call struct {
-	e    *Engine
-	key  string
-	r    *http.Request
-	h    Handler
-	used *windows // the windows given to the guard, when learned upstream
+	e   *Engine
+	key string
+	r   *http.Request
+	h   Handler
 
 	mu        sync.Mutex
 	w         http.ResponseWriter // the client's writer; nil once Serve stops waiting
@@ -44,14 +44,9 @@ var errClientGone = errors.New("httpcache: client gone")
 func (c *call) load(ctx context.Context) ([]byte, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// The guard calls a Do's load at most once, so the handler runs at
+	// most once for this request.
 	c.mu.Lock()
-	if c.ran {
-		// A second flight with this call's load (the first answered
-		// NoStore and the caller joined again): the handler already ran
-		// for this request.
-		c.mu.Unlock()
-		return nil, guard.NoStore(&notShared{reason: "already answered"})
-	}
 	c.ran, c.cancel, c.done = true, cancel, make(chan struct{})
 	c.mu.Unlock()
 
@@ -87,22 +82,16 @@ func (c *call) load(ctx context.Context) ([]byte, error) {
 		cw.hold()
 		return nil, guard.NoStore(&notShared{reason: cw.why})
 	}
-	if c.e.memo != nil {
+	if c.e.upstream {
 		if win, ok := upstreamWindows(cw.snap); ok {
 			if win.freshSet && win.fresh == 0 {
 				cw.hold()
 				return nil, guard.NoStore(&notShared{reason: "max-age=0"})
 			}
-			if c.used == nil || win.shorter(*c.used) {
-				// The guard would keep it longer than its origin allows:
-				// learn the windows, answer the leader, and let the
-				// others call the guard again with them.
-				c.e.memo.Add(c.key, win)
+			// This response's own windows, from its first load on.
+			if err := guard.SetWindows(ctx, win.guardWindows()); err != nil {
 				cw.hold()
-				return nil, guard.NoStore(&notShared{reason: "new upstream windows", retry: true})
-			}
-			if win != *c.used {
-				c.e.memo.Add(c.key, win) // longer: used from the next load on
+				return nil, guard.NoStore(&notShared{reason: err.Error()})
 			}
 		}
 	}
@@ -294,7 +283,7 @@ func (cw *capture) writeHeader(w http.ResponseWriter) {
 	for k, v := range cw.snap {
 		dst[k] = v
 	}
-	dst.Set("Cache-Status", csMiss)
+	dst.Set("Cache-Status", cachestatus.Miss)
 	w.WriteHeader(cw.status)
 }
 

@@ -7,9 +7,8 @@ import (
 	"strconv"
 	"time"
 
-	lru "github.com/hashicorp/golang-lru/v2"
-
 	"github.com/stampede-go/stampede/guard"
+	"github.com/stampede-go/stampede/internal/cachestatus"
 )
 
 // Options configure an Engine; the framework packages document each field
@@ -31,20 +30,6 @@ const DefaultMaxBodyBytes = 1 << 20
 // heuristically cacheable ones, without 206 and 501.
 var DefaultStatuses = []int{200, 203, 204, 300, 301, 308, 404, 405, 410, 414}
 
-// upstreamMemo bounds the per-key windows learned from upstream responses.
-const upstreamMemo = 4096
-
-// Cache-Status values (RFC 9211); never the key.
-const (
-	csHit       = "stampede; hit"
-	csStale     = "stampede; fwd=stale"
-	csStored    = "stampede; fwd=miss; stored"
-	csCollapsed = "stampede; fwd=miss; collapsed"
-	csDegraded  = "stampede; fwd=miss; detail=degraded"
-	csMiss      = "stampede; fwd=miss"
-	csBypass    = "stampede; fwd=bypass"
-)
-
 // Engine serves requests through a guard.Group. It is safe for concurrent
 // use.
 type Engine struct {
@@ -54,8 +39,8 @@ type Engine struct {
 	maxBody     int
 	statuses    [600]bool
 	honorClient bool
-	forwarding  bool                        // forwarding headers are keyed
-	memo        *lru.Cache[string, windows] // nil unless UpstreamWindows
+	forwarding  bool // forwarding headers are keyed
+	upstream    bool // the response's Cache-Control sets its windows
 }
 
 // New returns an Engine for g; it panics on a nil g (a programming error).
@@ -83,9 +68,7 @@ func New(g *guard.Group, o Options) *Engine {
 			e.statuses[s] = true
 		}
 	}
-	if o.UpstreamWindows {
-		e.memo, _ = lru.New[string, windows](upstreamMemo)
-	}
+	e.upstream = o.UpstreamWindows
 	return e
 }
 
@@ -113,7 +96,7 @@ func (e *StatusError) Unwrap() error { return e.Err }
 // a *StatusError; a handler panic with http.ErrAbortHandler is re-panicked.
 func (e *Engine) Serve(w http.ResponseWriter, r *http.Request, direct func() error, h Handler) error {
 	if e.bypass(r) != "" {
-		w.Header().Set("Cache-Status", csBypass)
+		w.Header().Set("Cache-Status", cachestatus.Bypass)
 		return direct()
 	}
 	if e.keyFunc != nil {
@@ -126,7 +109,7 @@ func (e *Engine) Serve(w http.ResponseWriter, r *http.Request, direct func() err
 // key funcs take their framework's context); "" means not shared.
 func (e *Engine) ServeKey(w http.ResponseWriter, r *http.Request, key string, direct func() error, h Handler) error {
 	if key == "" || e.bypass(r) != "" {
-		w.Header().Set("Cache-Status", csBypass)
+		w.Header().Set("Cache-Status", cachestatus.Bypass)
 		return direct()
 	}
 	return e.serve(w, r, userKeyPrefix+key, direct, h, true)
@@ -134,22 +117,8 @@ func (e *Engine) ServeKey(w http.ResponseWriter, r *http.Request, key string, di
 
 func (e *Engine) serve(w http.ResponseWriter, r *http.Request, key string, direct func() error, h Handler, again bool) error {
 	c := &call{e: e, key: key, w: w, r: r, h: h}
-	var opts []guard.CallOption
-	if e.memo != nil {
-		if win, ok := e.memo.Get(key); ok {
-			c.used = &win
-			if win.freshSet {
-				opts = append(opts, guard.WithFreshFor(win.fresh))
-			}
-			stale := win.stale
-			if stale == 0 {
-				stale = guard.Disabled // the response allows no stale window
-			}
-			opts = append(opts, guard.WithStaleFor(stale))
-		}
-	}
 	ctx := r.Context()
-	res, err := e.g.Do(ctx, key, c.load, opts...)
+	res, err := e.g.Do(ctx, key, c.load)
 	if c.detach(ctx) {
 		// This call's own load streamed its response to w.
 		return c.outcome(w)
@@ -172,26 +141,23 @@ func (e *Engine) serve(w http.ResponseWriter, r *http.Request, key string, direc
 			// the handler's error (echo).
 			return c.outcome(w)
 		}
-		if ns.retry && again {
-			return e.serve(w, r, key, direct, h, false)
-		}
 	case errors.As(err, &pe):
 		if errors.Is(pe, http.ErrAbortHandler) {
 			panic(http.ErrAbortHandler)
 		}
-		w.Header().Set("Cache-Status", csMiss)
+		w.Header().Set("Cache-Status", cachestatus.Miss)
 		return &StatusError{Code: http.StatusInternalServerError, Err: err}
 	case errors.Is(err, guard.ErrBackoff):
-		w.Header().Set("Cache-Status", csMiss)
+		w.Header().Set("Cache-Status", cachestatus.Miss)
 		w.Header().Set("Retry-After", "1")
 		return &StatusError{Code: http.StatusServiceUnavailable, Err: err}
 	case errors.Is(err, guard.ErrWaitTimeout):
-		w.Header().Set("Cache-Status", csMiss)
+		w.Header().Set("Cache-Status", cachestatus.Miss)
 		return &StatusError{Code: http.StatusGatewayTimeout, Err: err}
 	case ctx.Err() != nil:
 		return nil // the client is gone
 	}
-	w.Header().Set("Cache-Status", csMiss)
+	w.Header().Set("Cache-Status", cachestatus.Miss)
 	return direct()
 }
 
@@ -206,7 +172,7 @@ func (e *Engine) write(w http.ResponseWriter, r *http.Request, res guard.Result)
 		dst[k] = v
 	}
 	dst["Age"] = []string{strconv.FormatInt(int64(res.Age/time.Second), 10)}
-	dst["Cache-Status"] = []string{cacheStatus(res.Status)}
+	dst["Cache-Status"] = []string{cachestatus.Of(res.Status)}
 	withBody := status != http.StatusNoContent && status != http.StatusNotModified
 	if withBody {
 		dst["Content-Length"] = []string{strconv.Itoa(len(body))}
@@ -218,28 +184,10 @@ func (e *Engine) write(w http.ResponseWriter, r *http.Request, res guard.Result)
 	return true
 }
 
-func cacheStatus(s guard.Status) string {
-	switch s {
-	case guard.Hit:
-		return csHit
-	case guard.Stale:
-		return csStale
-	case guard.Miss:
-		return csStored
-	case guard.Shared:
-		return csCollapsed
-	case guard.Degraded:
-		return csDegraded
-	}
-	return csMiss
-}
-
 // notShared is the error a load wraps in guard.NoStore when its response is
-// not shareable: the other callers of the flight run their own handler
-// (retry: or call the guard once more, the windows being known now).
+// not shareable: the other callers of the flight run their own handler.
 type notShared struct {
 	reason string
-	retry  bool
 }
 
 func (n *notShared) Error() string { return "httpcache: response not shared: " + n.reason }

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/stampede-go/stampede/guard"
 )
 
 // Why a request is not served through the guard; "" when it is.
@@ -174,11 +176,15 @@ func upstreamWindows(h http.Header) (w windows, ok bool) {
 	return w, true
 }
 
-// shorter reports whether w allows less than used: storing under used
-// would serve the response past what its origin allows.
-func (w windows) shorter(used windows) bool {
-	if w.freshSet && (!used.freshSet || w.fresh < used.fresh) {
-		return true
+// guardWindows are w as the guard takes them: an unset fresh window keeps
+// the Group's; a response that names no stale window gets none.
+func (w windows) guardWindows() guard.Windows {
+	gw := guard.Windows{Fresh: w.fresh, Stale: w.stale}
+	if !w.freshSet {
+		gw.Fresh = 0
 	}
-	return w.stale < used.stale
+	if gw.Stale == 0 {
+		gw.Stale = guard.Disabled
+	}
+	return gw
 }
