@@ -33,7 +33,7 @@ func (g *Group) read(ctx context.Context, nm names, force bool) (readReply, erro
 		forceArg = "1"
 	}
 	sent := g.clk.local()
-	v, err := scripts.GuardRead.Run(rctx, g.rdb, nm.keys[:4], g.leaseArg, g.chanArg, g.waitArg, g.keepArg, forceArg).Slice()
+	v, err := scripts.GuardRead().Run(rctx, g.rdb, nm.keys[:4], g.leaseArg, g.chanArg, g.waitArg, g.keepArg, forceArg).Slice()
 	if err != nil {
 		g.redisFailed("read", err)
 		return readReply{}, err
@@ -77,7 +77,7 @@ func (g *Group) store(ctx context.Context, key string, nm names, f fillSpec) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.opts.RedisTimeout)
 	defer cancel()
 	sent := g.clk.local()
-	v, err := scripts.GuardFill.Run(rctx, g.rdb, nm.keys, f.fence, f.value, ms(fresh), ms(f.stale),
+	v, err := scripts.GuardFill().Run(rctx, g.rdb, nm.keys, f.fence, f.value, ms(fresh), ms(f.stale),
 		f.loadDur.Microseconds(), f.flags, f.mode, ms(f.keepLease), nm.entry, g.keepArg).Int64Slice()
 	if err != nil {
 		g.redisFailed("fill", err)
@@ -116,7 +116,7 @@ func (g *Group) renewLease(nm names, fence int64) (stop func()) {
 			}
 			t.Reset(max(g.opts.LockTTL/3, time.Millisecond))
 			ctx, cancel := context.WithTimeout(context.Background(), g.opts.RedisTimeout)
-			n, err := scripts.GuardLease.Run(ctx, g.rdb, nm.keys[1:2], fence, ms(g.opts.LockTTL)).Int64()
+			n, err := scripts.GuardLease().Run(ctx, g.rdb, nm.keys[1:2], fence, ms(g.opts.LockTTL)).Int64()
 			cancel()
 			if err != nil {
 				g.redisFailed("renew", err)
@@ -140,7 +140,7 @@ func (g *Group) renewLease(nm names, fence int64) (stop func()) {
 func (g *Group) releaseLease(nm names, fence int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), g.opts.RedisTimeout)
 	defer cancel()
-	if err := scripts.GuardLease.Run(ctx, g.rdb, nm.keys[1:2], fence, 0).Err(); err != nil {
+	if err := scripts.GuardLease().Run(ctx, g.rdb, nm.keys[1:2], fence, 0).Err(); err != nil {
 		g.redisFailed("release", err)
 	}
 }
@@ -148,7 +148,7 @@ func (g *Group) releaseLease(nm names, fence int64) {
 func (g *Group) invalidate(ctx context.Context, nm names) error {
 	rctx, cancel := context.WithTimeout(ctx, g.opts.RedisTimeout)
 	defer cancel()
-	if err := scripts.GuardInvalidate.Run(rctx, g.rdb, nm.keys, g.keepArg, nm.entry).Err(); err != nil {
+	if err := scripts.GuardInvalidate().Run(rctx, g.rdb, nm.keys, g.keepArg, nm.entry).Err(); err != nil {
 		g.redisFailed("invalidate", err)
 		return fmt.Errorf("guard: invalidate: %w", err)
 	}
