@@ -54,13 +54,14 @@ func ExampleWaitFor() {
 	defer locks.Close()
 
 	first, _ := locks.Obtain(ctx, "job", time.Minute)
+	firstFence := first.Fence()
 	go func() {
 		time.Sleep(10 * time.Millisecond) // the holder works for a while
 		first.Release(ctx)
 	}()
 	// Blocks until the release wakes it (or 5s pass).
 	second, err := locks.Obtain(ctx, "job", time.Minute, lock.WaitFor(5*time.Second))
-	fmt.Println(err, second.Fence() > first.Fence())
+	fmt.Println(err, second.Fence() > firstFence)
 	// Output: <nil> true
 }
 

@@ -18,9 +18,11 @@ type Lock struct {
 	nm       names
 	token    string
 	mode     string // "t" token lock, "r" reentrant
-	fence    int64
 	holds    int64
 	obtained time.Time
+
+	fenceMu sync.Mutex // held while minting, so one handle mints once
+	fence   int64      // 0 until known
 
 	mu       sync.Mutex
 	ttl      time.Duration
@@ -35,23 +37,9 @@ type Lock struct {
 	wdOnce         sync.Once
 }
 
-// Key returns the lock's name as given to Obtain.
-func (l *Lock) Key() string { return l.key }
-
 // Token returns the random token of a token lock, or the owner id of a
 // reentrant lock.
 func (l *Lock) Token() string { return l.token }
-
-// Fence returns the lock's fencing number. Every acquisition of a key gets a
-// number larger than all earlier ones (a reentrant re-acquire keeps the
-// number of the first hold). Pass it with every write to the protected
-// resource and have the resource reject numbers lower than the last it
-// accepted: that, not the lock, stops a holder that lost its lease during a
-// pause from overwriting newer data.
-//
-// Numbers come from a per-key counter floored by the Redis clock in
-// microseconds, so they keep increasing even if Redis loses the counter.
-func (l *Lock) Fence() int64 { return l.fence }
 
 // Holds returns how many holds the owner had right after this acquisition:
 // always 1 for a token lock.
@@ -73,6 +61,12 @@ func (l *Lock) closeLost(lost bool) {
 }
 
 func (l *Lock) markLost() { l.closeLost(true) }
+
+func (l *Lock) isReleased() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.released
+}
 
 func (l *Lock) isLost() bool {
 	select {
@@ -158,7 +152,7 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration) error {
 	start := time.Now()
 	keys := []string{l.nm.lock, l.nm.fence}
 	replies, errs := fanout(ctx, l.c.nodes, l.c.nodeTimeout(ttl), func(ctx context.Context, n *node) (int64, error) {
-		return scripts.LockRefresh.Run(ctx, n.rdb, keys, l.token, ms(ttl), ms(l.c.opts.FenceRetention)).Int64()
+		return scripts.LockRefresh().Run(ctx, n.rdb, keys, l.token, ms(ttl), ms(l.c.opts.FenceRetention)).Int64()
 	})
 	held, notHeld, failures := 0, 0, []error(nil)
 	for i, r := range replies {
@@ -196,7 +190,7 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 		return 0, errors.New("lock: nil context")
 	}
 	replies, errs := fanout(ctx, l.c.nodes, l.c.opts.CleanupTimeout, func(ctx context.Context, n *node) (int64, error) {
-		return scripts.LockTTL.Run(ctx, n.rdb, []string{l.nm.lock}, l.token).Int64()
+		return scripts.LockTTL().Run(ctx, n.rdb, []string{l.nm.lock}, l.token).Int64()
 	})
 	held := 0
 	var ttl time.Duration

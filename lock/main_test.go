@@ -173,6 +173,7 @@ func TestFenceIncreasesAfterCounterLoss(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		f1 := l1.Fence() // minted while held
 		if err := l1.Release(ctxT(t)); err != nil {
 			t.Fatal(err)
 		}
@@ -186,8 +187,8 @@ func TestFenceIncreasesAfterCounterLoss(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer l2.Release(context.Background())
-		if l2.Fence() <= l1.Fence() {
-			t.Fatalf("fence after counter loss = %d, want > %d", l2.Fence(), l1.Fence())
+		if f1 <= 0 || l2.Fence() <= f1 || l1.Fence() != f1 {
+			t.Fatalf("fence after counter loss = %d, want > %d (first holder now reports %d)", l2.Fence(), f1, l1.Fence())
 		}
 	})
 }
