@@ -91,6 +91,12 @@ var impls = []impl{
 	{name: "rueidislock", open: openRueidislock, parked: attemptedOnce},
 }
 
+// uncontendedImpls are the lockers of the uncontended benchmarks: every
+// library, and stampede again with a fencing number asked for in every hold
+// (the others have no fence), which shows what a fence costs.
+var uncontendedImpls = append(impls[:len(impls):len(impls)],
+	impl{name: "stampede+Fence", open: openStampedeFenced, parked: stampedeParked})
+
 // attemptedOnce: every waiter got the reply to its first acquire attempt.
 //
 // For the polling libraries (redislock, redsync) that is as parked as they
@@ -163,14 +169,20 @@ func (h attemptHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // --- stampede -------------------------------------------------------------
 
 type stampedeLocker struct {
-	rdb *redis.Client
-	c   *lock.Client
+	rdb   *redis.Client
+	c     *lock.Client
+	fence bool // ask for the fencing number in every hold
 }
 
 func openStampede(addr string, _ *atomic.Int64) (locker, error) {
 	// stampede's waiters are seen in its queue (stampedeParked): no counting.
 	rdb := newRedis(addr, nil)
 	return &stampedeLocker{rdb: rdb, c: lock.New(rdb, lock.Options{})}, nil
+}
+
+func openStampedeFenced(addr string, _ *atomic.Int64) (locker, error) {
+	rdb := newRedis(addr, nil)
+	return &stampedeLocker{rdb: rdb, c: lock.New(rdb, lock.Options{}), fence: true}, nil
 }
 
 func (s *stampedeLocker) obtain(ctx context.Context, key string, wait bool) (func() error, error) {
@@ -184,6 +196,11 @@ func (s *stampedeLocker) obtain(ctx context.Context, key string, wait bool) (fun
 	}
 	if err != nil {
 		return nil, err
+	}
+	if s.fence {
+		if _, err := l.FenceContext(ctx); err != nil {
+			return nil, errors.Join(err, l.Release(ctx))
+		}
 	}
 	return func() error { return l.Release(ctx) }, nil
 }

@@ -24,7 +24,11 @@ type Client struct {
 	quorum  int
 	opts    Options
 	channel string // this Client's wake channel, the same on every node
-	trust   string // "1": PUBLISH receiver counts are reliable (not a cluster)
+
+	// Script arguments that never change, boxed once.
+	channelArg any
+	handoffArg any // ms(opts.HandoffTimeout)
+	trustArg   any // "1": PUBLISH receiver counts are reliable (not a cluster)
 
 	wg        sync.WaitGroup // best-effort cleanups still running
 	closeOnce sync.Once
@@ -79,12 +83,13 @@ func newClient(rdbs []redis.UniversalClient, opts Options) *Client {
 	}
 	c := &Client{
 		opts: o, quorum: len(rdbs)/2 + 1, closed: make(chan struct{}),
-		channel: notify.NewChannel(o.Prefix + "wake:"), trust: "1",
+		channel: notify.NewChannel(o.Prefix + "wake:"), handoffArg: ms(o.HandoffTimeout), trustArg: "1",
 	}
+	c.channelArg = c.channel
 	for _, r := range rdbs {
 		if _, ok := r.(*redis.ClusterClient); ok {
 			// Cluster PUBLISH counts only the receivers on the script's node.
-			c.trust = "0"
+			c.trustArg = "0"
 		}
 		c.nodes = append(c.nodes, &node{rdb: r, hub: notify.New(r, c.channel)})
 	}
@@ -116,11 +121,26 @@ func (c *Client) isClosed() bool {
 }
 
 // names are the Redis keys of one lock; they share one hash tag.
-type names struct{ lock, fence, queue string }
+type names struct{ lock, queue string }
 
 func (c *Client) names(key string) names {
 	b := hashtag.Base(c.opts.Prefix, key)
-	return names{lock: b, fence: b + ":fence", queue: b + ":q"}
+	return names{lock: b, queue: b + ":q"}
+}
+
+// fence is the name of the lock's fence counter, built only when a number
+// is minted or the lock renewed.
+func (nm names) fence() string { return nm.lock + ":fence" }
+
+// modeArg boxes a mode for a script without allocating.
+func modeArg(mode string) any {
+	switch mode {
+	case "t":
+		return "t"
+	case "r":
+		return "r"
+	}
+	return "l"
 }
 
 // background runs f with a fresh context bounded by CleanupTimeout; Close
@@ -171,7 +191,9 @@ func fanout[T any](ctx context.Context, nodes []*node, timeout time.Duration, f 
 func newToken() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand panics on a broken system source)
-	return base64.RawURLEncoding.EncodeToString(b[:])
+	var s [22]byte
+	base64.RawURLEncoding.Encode(s[:], b[:])
+	return string(s[:])
 }
 
 // ms converts d to whole milliseconds for Redis, rounding a positive

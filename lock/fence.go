@@ -67,7 +67,7 @@ func (l *Lock) knownFence() int64 {
 // mint runs lock_fence.lua on every node and returns the largest number of
 // a quorum that found the lock held.
 func (l *Lock) mint(ctx context.Context) (int64, error) {
-	keys := []string{l.nm.lock, l.nm.fence}
+	keys := []string{l.nm.lock, l.nm.fence()}
 	replies, errs := fanout(ctx, l.c.nodes, l.c.opts.CleanupTimeout, func(ctx context.Context, n *node) (int64, error) {
 		return scripts.LockFence().Run(ctx, n.rdb, keys, l.token, ms(l.c.opts.FenceRetention)).Int64()
 	})

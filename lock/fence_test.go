@@ -65,7 +65,7 @@ func TestFenceIncreasesAfterCounterLoss(t *testing.T) {
 		}
 		// A restart without persistence or a failover to a lagging replica
 		// loses the counter.
-		if err := rdb.Del(ctxT(t), c.names(key).fence).Err(); err != nil {
+		if err := rdb.Del(ctxT(t), c.names(key).fence()).Err(); err != nil {
 			t.Fatal(err)
 		}
 		l2, err := c.Obtain(ctxT(t), key, time.Minute)
@@ -93,7 +93,7 @@ func TestFenceMintedOnlyWhenAsked(t *testing.T) {
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if n, err := rdb.Exists(ctx, c.names(key).fence).Result(); err != nil || n != 0 {
+		if n, err := rdb.Exists(ctx, c.names(key).fence()).Result(); err != nil || n != 0 {
 			t.Fatalf("fence counter exists (%v) though nobody asked for a fence", err)
 		}
 		if f := l.Fence(); f != 0 {
@@ -117,7 +117,7 @@ func TestFenceMintedOnlyWhenAsked(t *testing.T) {
 		if !isClosed(lost.Lost()) {
 			t.Error("Lost() not closed when Fence found the lock gone")
 		}
-		if n, err := rdb.Exists(ctx, c.names(key).fence).Result(); err != nil || n != 0 {
+		if n, err := rdb.Exists(ctx, c.names(key).fence()).Result(); err != nil || n != 0 {
 			t.Fatalf("fence counter exists (%v) after refused mints", err)
 		}
 	})
@@ -139,7 +139,7 @@ func TestFenceOncePerHold(t *testing.T) {
 			wg.Go(func() { got[i] = l.Fence() })
 		}
 		wg.Wait()
-		counter, err := rdb.Get(ctx, c.names(key).fence).Int64()
+		counter, err := rdb.Get(ctx, c.names(key).fence()).Int64()
 		if err != nil {
 			t.Fatal(err)
 		}

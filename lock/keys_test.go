@@ -49,7 +49,7 @@ func TestClusterNamesShareSlot(t *testing.T) {
 	for _, k := range []string{"plain", "}", "{", "{}", "}x{y}", "\x00"} {
 		nm := c.names(k)
 		var slots []int64
-		for _, name := range []string{nm.lock, nm.fence, nm.queue} {
+		for _, name := range []string{nm.lock, nm.fence(), nm.queue} {
 			s, err := rdb.ClusterKeySlot(ctxT(t), name).Result()
 			if err != nil {
 				t.Fatal(err)

@@ -150,7 +150,7 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 
 func (l *Lock) refresh(ctx context.Context, ttl time.Duration) error {
 	start := time.Now()
-	keys := []string{l.nm.lock, l.nm.fence}
+	keys := []string{l.nm.lock, l.nm.fence()}
 	replies, errs := fanout(ctx, l.c.nodes, l.c.nodeTimeout(ttl), func(ctx context.Context, n *node) (int64, error) {
 		return scripts.LockRefresh().Run(ctx, n.rdb, keys, l.token, ms(ttl), ms(l.c.opts.FenceRetention)).Int64()
 	})

@@ -155,7 +155,7 @@ func (c *Client) try(ctx context.Context, n *node, r *request, wait time.Duratio
 		return []int64{0, -1, 0}, nil // busy; the holder's lease is not needed without a wait
 	}
 	v, err := scripts.LockAcquire().Run(ctx, n.rdb, []string{r.nm.lock, r.nm.queue},
-		r.token, ms(r.ttl), r.mode, ms(wait), c.channel).Int64Slice()
+		r.token, ms(r.ttl), modeArg(r.mode), ms(wait), c.channelArg).Int64Slice()
 	if err == nil && len(v) != 3 {
 		err = fmt.Errorf("lock: unexpected acquire reply %v", v)
 	}
@@ -230,8 +230,11 @@ func (c *Client) release(ctx context.Context, n *node, nm names, token, mode str
 }
 
 func (c *Client) releaseRun(ctx context.Context, n *node, nm names, token, mode string) (int64, error) {
-	return scripts.LockRelease().Run(ctx, n.rdb, []string{nm.lock, nm.queue},
-		token, mode, ms(c.opts.HandoffTimeout), c.trust, c.channel).Int64()
+	keys := []string{nm.lock, nm.queue}
+	if mode != "l" {
+		return scripts.LockRelease().Run(ctx, n.rdb, keys, token, modeArg(mode), c.handoffArg, c.trustArg).Int64()
+	}
+	return scripts.LockRelease().Run(ctx, n.rdb, keys, token, "l", c.handoffArg, c.trustArg, c.channelArg).Int64()
 }
 
 func (c *Client) newLock(r *request, a attempt) *Lock {

@@ -12,7 +12,7 @@
 -- ARGV[4] "1" when a PUBLISH that reached nobody means the waiter is gone
 --         (a standalone server); "0" on Redis Cluster, where PUBLISH counts
 --         only the receivers on the node that runs the script
--- ARGV[5] the caller's wake channel (mode "l" only)
+-- ARGV[5] the caller's wake channel (mode "l" only; omitted otherwise)
 --
 -- Returns -1 when the caller does not hold the lock (nothing is changed,
 -- except that a hand-off reservation made for the caller is passed on, and
