@@ -113,10 +113,10 @@ type attempt struct {
 // queue where the lock is busy.
 func (c *Client) attempt(ctx context.Context, r *request, wait time.Duration) (attempt, error) {
 	start := time.Now()
-	replies, errs := fanout(ctx, c.nodes, c.nodeTimeout(r.ttl), func(ctx context.Context, n *node) ([]int64, error) {
+	replies, errs := fanout(ctx, c.nodes, c.nodeTimeout(r.ttl), func(ctx context.Context, n *node) (reply, error) {
 		return c.try(ctx, n, r, wait)
 	})
-	a, granted, err := c.tally(r, replies, errs)
+	a, granted, err := c.tally(replies, errs)
 	a.validity = r.ttl - time.Since(start) - c.drift(r.ttl)
 	if granted >= c.quorum && a.validity > 0 {
 		a.ok = true
@@ -135,7 +135,11 @@ func (c *Client) attempt(ctx context.Context, r *request, wait time.Duration) (a
 	return a, err
 }
 
-// try runs one acquire on one node and answers as lock_acquire.lua does.
+// reply is a node's answer to an acquire, as lock_acquire.lua gives it:
+// {1, fence, holds} when obtained, {0, pttl, 0} when busy.
+type reply [3]int64
+
+// try runs one acquire on one node.
 //
 // A token lock that will not join the wait queue is taken with a plain
 // SET NX PX, the cheapest write Redis has: its token is fresh, so no
@@ -143,29 +147,32 @@ func (c *Client) attempt(ctx context.Context, r *request, wait time.Duration) (a
 // minted later, by Lock.Fence, if the holder asks. Every other case (joining
 // the queue, a reservation made for a queued waiter, reentrant holds) runs
 // the acquire script.
-func (c *Client) try(ctx context.Context, n *node, r *request, wait time.Duration) ([]int64, error) {
+func (c *Client) try(ctx context.Context, n *node, r *request, wait time.Duration) (reply, error) {
 	if r.mode == "t" && wait == 0 {
 		ok, err := n.rdb.SetNX(ctx, r.nm.lock, r.token, r.ttl).Result()
 		switch {
 		case err != nil:
-			return nil, err
+			return reply{}, err
 		case ok:
-			return []int64{1, 0, 1}, nil
+			return reply{1, 0, 1}, nil
 		}
-		return []int64{0, -1, 0}, nil // busy; the holder's lease is not needed without a wait
+		return reply{0, -1, 0}, nil // busy; the holder's lease is not needed without a wait
 	}
 	v, err := scripts.LockAcquire().Run(ctx, n.rdb, []string{r.nm.lock, r.nm.queue},
 		r.token, ms(r.ttl), modeArg(r.mode), ms(wait), c.channelArg).Int64Slice()
 	if err == nil && len(v) != 3 {
 		err = fmt.Errorf("lock: unexpected acquire reply %v", v)
 	}
-	return v, err
+	if err != nil {
+		return reply{}, err
+	}
+	return reply(v), nil
 }
 
 // tally sums the replies of an acquire round: the nodes that granted the
 // lock, the shortest lease among the busy ones, and the error to report when
 // failures, not holders, kept the round from a quorum.
-func (c *Client) tally(r *request, replies [][]int64, errs []error) (attempt, int, error) {
+func (c *Client) tally(replies []reply, errs []error) (attempt, int, error) {
 	var a attempt
 	granted, busy := 0, 0
 	var failures []error
