@@ -113,9 +113,23 @@ type attempt struct {
 // queue where the lock is busy.
 func (c *Client) attempt(ctx context.Context, r *request, wait time.Duration) (attempt, error) {
 	start := time.Now()
+	if len(c.nodes) == 1 {
+		// Inline, without fanout's closure and result slices: the
+		// uncontended lock is this package's hot path.
+		var replies [1]reply
+		var errs [1]error
+		replies[0], errs[0] = c.try(ctx, c.nodes[0], r, wait)
+		return c.settle(r, start, replies[:], errs[:])
+	}
 	replies, errs := fanout(ctx, c.nodes, c.nodeTimeout(r.ttl), func(ctx context.Context, n *node) (reply, error) {
 		return c.try(ctx, n, r, wait)
 	})
+	return c.settle(r, start, replies, errs)
+}
+
+// settle turns the replies of an acquire round that started at start into
+// its outcome, and gives back what a failed round got.
+func (c *Client) settle(r *request, start time.Time, replies []reply, errs []error) (attempt, error) {
 	a, granted, err := c.tally(replies, errs)
 	a.validity = r.ttl - time.Since(start) - c.drift(r.ttl)
 	if granted >= c.quorum && a.validity > 0 {
@@ -124,11 +138,15 @@ func (c *Client) attempt(ctx context.Context, r *request, wait time.Duration) (a
 	}
 	if granted > 0 {
 		// Not enough of the masters, or too late: give back what we got.
+		var got []*node
+		for i, n := range c.nodes {
+			if errs[i] == nil && replies[i][0] == 1 {
+				got = append(got, n)
+			}
+		}
 		c.background(func(bg context.Context) {
-			for i, n := range c.nodes {
-				if errs[i] == nil && replies[i][0] == 1 {
-					_ = c.release(bg, n, r.nm, r.token, r.mode)
-				}
+			for _, n := range got {
+				_ = c.release(bg, n, r.nm, r.token, r.mode)
 			}
 		})
 	}
