@@ -24,10 +24,11 @@ type Lock struct {
 	fenceMu sync.Mutex // held while minting, so one handle mints once
 	fence   int64      // 0 until known
 
-	mu       sync.Mutex
-	ttl      time.Duration
-	released bool
-	expiry   *time.Timer // fires when the lease is no longer known valid
+	mu         sync.Mutex
+	ttl        time.Duration
+	released   bool
+	validUntil time.Time   // the lease is known valid until then
+	expiry     *time.Timer // closes lost at validUntil; nil until armed
 
 	lost     chan struct{}
 	lostOnce sync.Once
@@ -49,7 +50,37 @@ func (l *Lock) Holds() int64 { return l.holds }
 // lock: the watchdog found it gone, its lease ran out without renewal, a
 // Refresh or Release found it taken, or it was released. Work protected by
 // the lock should stop when it closes.
-func (l *Lock) Lost() <-chan struct{} { return l.lost }
+func (l *Lock) Lost() <-chan struct{} {
+	l.mu.Lock()
+	l.armLocked()
+	l.mu.Unlock()
+	return l.lost
+}
+
+// armLocked starts the timer that closes lost when the lease runs out,
+// unless it runs already or the handle was released. A timer costs about
+// as much as the rest of an uncontended Obtain's client-side work, so it
+// starts only once something can see it fire: Lost, Hooks.Lost or the
+// watchdog. Until then isLost reads the clock instead.
+func (l *Lock) armLocked() {
+	if l.expiry == nil && !l.released {
+		l.expiry = time.AfterFunc(time.Until(l.validUntil), l.markLost)
+	}
+}
+
+// extend records a renewal that keeps the lease valid until until, unless
+// the handle is already known lost.
+func (l *Lock) extend(until time.Time) {
+	if l.isLost() {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.validUntil = until
+	if l.expiry != nil {
+		l.expiry.Reset(time.Until(until))
+	}
+}
 
 func (l *Lock) closeLost(lost bool) {
 	l.lostOnce.Do(func() {
@@ -68,13 +99,21 @@ func (l *Lock) isReleased() bool {
 	return l.released
 }
 
+// isLost reports whether the handle is known to have lost the lock,
+// marking it lost when its lease ran out with no timer armed to see it.
 func (l *Lock) isLost() bool {
 	select {
 	case <-l.lost:
 		return true
 	default:
-		return false
 	}
+	l.mu.Lock()
+	expired := !time.Now().Before(l.validUntil)
+	l.mu.Unlock()
+	if expired {
+		l.markLost()
+	}
+	return expired
 }
 
 // Release releases the lock (one hold, for a reentrant lock) and wakes one
@@ -100,8 +139,10 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 	l.mu.Lock()
 	l.released = true
+	if l.expiry != nil {
+		l.expiry.Stop()
+	}
 	l.mu.Unlock()
-	l.expiry.Stop()
 	if released < l.c.quorum {
 		l.markLost()
 		return ErrNotHeld
@@ -183,9 +224,7 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration) error {
 	validity := ttl - time.Since(start) - l.c.drift(ttl)
 	switch {
 	case held >= l.c.quorum && validity > 0:
-		if !l.isLost() {
-			l.expiry.Reset(validity)
-		}
+		l.extend(start.Add(ttl - l.c.drift(ttl)))
 		return nil
 	case len(l.c.nodes)-notHeld < l.c.quorum:
 		l.markLost()

@@ -198,6 +198,46 @@ func TestLostWhenLeaseRunsOut(t *testing.T) {
 	waitClosed(t, l.Lost(), 5*time.Second, "Lost() after an unrenewed lease")
 }
 
+// TestLeaseRunOutSeenWithoutLost: the timer behind Lost starts only once
+// something can see it; a lease that ran out is still seen by the hook, by a
+// late Lost call, and by Refresh and Fence.
+func TestLeaseRunOutSeenWithoutLost(t *testing.T) {
+	rdb := redistest.Universal(t)
+	const ttl = 100 * time.Millisecond
+
+	t.Run("hook", func(t *testing.T) {
+		hooked := make(chan struct{})
+		c := newTestClient(t, rdb, Options{Hooks: Hooks{Lost: func(string) { close(hooked) }}})
+		if _, err := c.Obtain(ctxT(t), redistest.Key(t), ttl); err != nil {
+			t.Fatal(err)
+		}
+		waitClosed(t, hooked, 5*time.Second, "Hooks.Lost after an unrenewed lease")
+	})
+
+	t.Run("late calls", func(t *testing.T) {
+		c := newTestClient(t, rdb, Options{})
+		ctx := ctxT(t)
+		l, err := c.Obtain(ctx, redistest.Key(t), ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Wait for Redis to expire the key, without touching the handle.
+		redistest.Eventually(t, 5*time.Second, "the lease to end in Redis", func() bool {
+			n, err := rdb.Exists(context.Background(), c.names(l.key).lock).Result()
+			return err == nil && n == 0
+		})
+		if _, err := l.FenceContext(ctx); !errors.Is(err, ErrNotHeld) {
+			t.Fatalf("FenceContext after the lease ran out: %v, want ErrNotHeld", err)
+		}
+		if err := l.Refresh(ctx, time.Minute); !errors.Is(err, ErrNotHeld) {
+			t.Fatalf("Refresh after the lease ran out: %v, want ErrNotHeld", err)
+		}
+		if !isClosed(l.Lost()) {
+			t.Fatal("Lost() not closed when first called after the lease ran out")
+		}
+	})
+}
+
 // TestReleaseTwiceKeepsNextHolder: a handle released twice gets ErrNotHeld
 // the second time and never releases whoever holds the lock by then: a new
 // token holder, or another hold of the same reentrant owner.

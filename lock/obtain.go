@@ -90,7 +90,7 @@ func (c *Client) obtain(ctx context.Context, key, owner string, ttl time.Duratio
 	if r.opts.wait > 0 {
 		return c.wait(ctx, r)
 	}
-	a, err := c.attempt(ctx, r, 0)
+	a, err := c.attempt(ctx, r, 0, r.start)
 	switch {
 	case err != nil:
 		return nil, c.failed(ctx, r, false, err)
@@ -105,14 +105,15 @@ type attempt struct {
 	ok       bool
 	fence    int64 // a reentrant owner's number, if it has one yet
 	holds    int64
-	validity time.Duration // when ok: how long the lock is known held
+	at       time.Time     // when the replies were in
+	validity time.Duration // when ok: how long from at the lock is known held
 	retry    time.Duration // when busy: remaining lease of the holder
 }
 
-// attempt tries to take r's lock once on every node; wait > 0 joins the wait
-// queue where the lock is busy.
-func (c *Client) attempt(ctx context.Context, r *request, wait time.Duration) (attempt, error) {
-	start := time.Now()
+// attempt tries to take r's lock once on every node, starting now (a
+// reading of the clock the caller took anyway: reading it costs); wait > 0
+// joins the wait queue where the lock is busy.
+func (c *Client) attempt(ctx context.Context, r *request, wait time.Duration, start time.Time) (attempt, error) {
 	if len(c.nodes) == 1 {
 		// Inline, without fanout's closure and result slices: the
 		// uncontended lock is this package's hot path.
@@ -131,7 +132,8 @@ func (c *Client) attempt(ctx context.Context, r *request, wait time.Duration) (a
 // its outcome, and gives back what a failed round got.
 func (c *Client) settle(r *request, start time.Time, replies []reply, errs []error) (attempt, error) {
 	a, granted, err := c.tally(replies, errs)
-	a.validity = r.ttl - time.Since(start) - c.drift(r.ttl)
+	a.at = time.Now()
+	a.validity = r.ttl - a.at.Sub(start) - c.drift(r.ttl)
 	if granted >= c.quorum && a.validity > 0 {
 		a.ok = true
 		return a, nil
@@ -265,12 +267,14 @@ func (c *Client) releaseRun(ctx context.Context, n *node, nm names, token, mode 
 func (c *Client) newLock(r *request, a attempt) *Lock {
 	l := &Lock{
 		c: c, key: r.key, nm: r.nm, token: r.token, mode: r.mode,
-		fence: a.fence, holds: a.holds, obtained: time.Now(), ttl: r.ttl,
-		lost: make(chan struct{}),
+		fence: a.fence, holds: a.holds, obtained: a.at, ttl: r.ttl,
+		validUntil: a.at.Add(a.validity), lost: make(chan struct{}),
 	}
-	l.expiry = time.AfterFunc(a.validity, func() { l.markLost() })
+	if c.opts.Hooks.Lost != nil || r.opts.autoRenew {
+		l.armLocked() // l is not shared yet
+	}
 	if h := c.opts.Hooks.Obtained; h != nil {
-		h(r.key, a.fence, time.Since(r.start))
+		h(r.key, a.fence, a.at.Sub(r.start))
 	}
 	if r.opts.autoRenew {
 		l.wdStop, l.wdDone = make(chan struct{}), make(chan struct{})

@@ -30,7 +30,7 @@ func (c *Client) wait(ctx context.Context, r *request) (*Lock, error) {
 	if queued {
 		firstWait = r.opts.wait
 	}
-	a, err := c.attempt(ctx, r, firstWait)
+	a, err := c.attempt(ctx, r, firstWait, r.start)
 	switch {
 	case err != nil:
 		return nil, c.failed(ctx, r, queued, err)
@@ -61,7 +61,8 @@ func (c *Client) waitLoop(ctx context.Context, r *request, wake <-chan struct{},
 				return nil, err
 			}
 		}
-		remaining := time.Until(deadline)
+		now := time.Now()
+		remaining := deadline.Sub(now)
 		if remaining <= 0 {
 			if queued {
 				c.leaveQueue(r)
@@ -72,7 +73,7 @@ func (c *Client) waitLoop(ctx context.Context, r *request, wake <-chan struct{},
 			return nil, ErrNotObtained
 		}
 		queued = true
-		a, err := c.attempt(ctx, r, remaining)
+		a, err := c.attempt(ctx, r, remaining, now)
 		switch {
 		case err != nil && len(c.nodes) > 1 && errors.Is(err, ErrNotObtained) && ctx.Err() == nil:
 			// Redlock with masters down: keep trying within the wait.

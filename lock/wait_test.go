@@ -186,7 +186,7 @@ func TestReservationOfLeaverPassedOn(t *testing.T) {
 		}
 		const gone = "gone-token"
 		r := &request{key: key, nm: nm, token: gone, mode: "t", ttl: longLease}
-		if _, err := leaver.attempt(ctxT(t), r, time.Minute); err != nil {
+		if _, err := leaver.attempt(ctxT(t), r, time.Minute, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 		got := make(chan error, 1)
