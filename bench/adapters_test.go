@@ -312,6 +312,11 @@ func openRueidislock(addr string, attempts *atomic.Int64) (locker, error) {
 		// NOLOOP tracking (Redis >= 7.0.5), both as its README advises.
 		KeyMajority:    1,
 		NoLoopTracking: true,
+		// The deadline of one acquire script (default 20ms, meant for
+		// moving on to the next of several keys): with one key there is
+		// no next, and on a loaded machine 20ms failed whole runs with
+		// "context deadline exceeded".
+		TryNextAfter: time.Second,
 	}
 	if attempts != nil {
 		opt.ClientBuilder = func(o rueidis.ClientOption) (rueidis.Client, error) {

@@ -236,16 +236,18 @@ func BenchmarkUncontended(b *testing.B) {
 // libraries taking turns inside one loop: each iteration does one lock+unlock
 // with every library, so a change in machine load during the run hits all of
 // them alike. Reported per library: lock+unlock pairs per second of the time
-// spent in that library's calls.
+// spent in that library's calls, and the median time of one pair (p50-µs),
+// which a load spike on a shared machine moves less than the mean.
 func BenchmarkUncontendedInterleaved(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), maxWait)
 	defer cancel()
 	addr := server(b)
 	type run struct {
-		name  string
-		l     locker
-		key   string
-		spent time.Duration
+		name    string
+		l       locker
+		key     string
+		spent   time.Duration
+		samples []time.Duration
 	}
 	runs := make([]*run, len(uncontendedImpls))
 	for i, im := range uncontendedImpls {
@@ -263,18 +265,25 @@ func BenchmarkUncontendedInterleaved(b *testing.B) {
 	for _, r := range runs {
 		lockUnlock(r) // dial, load the scripts
 	}
+	for _, r := range runs {
+		r.samples = make([]time.Duration, 0, b.N)
+	}
 	b.ResetTimer()
 	for i := range b.N {
 		for j := range runs {
 			r := runs[(i+j)%len(runs)] // rotate who goes first
 			start := time.Now()
 			lockUnlock(r)
-			r.spent += time.Since(start)
+			d := time.Since(start)
+			r.spent += d
+			r.samples = append(r.samples, d)
 		}
 	}
 	b.StopTimer()
 	for _, r := range runs {
 		b.ReportMetric(float64(b.N)/r.spent.Seconds(), r.name+"-locks/s")
+		slices.Sort(r.samples)
+		b.ReportMetric(float64(percentile(r.samples, 0.50))/float64(time.Microsecond), r.name+"-p50-µs")
 	}
 }
 
