@@ -91,6 +91,12 @@ var impls = []impl{
 	{name: "rueidislock", open: openRueidislock, parked: attemptedOnce},
 }
 
+// uncontendedImpls are the lockers of the uncontended benchmarks: every
+// library, and stampede again with a fencing number asked for in every hold
+// (the others have no fence), which shows what a fence costs.
+var uncontendedImpls = append(impls[:len(impls):len(impls)],
+	impl{name: "stampede+Fence", open: openStampedeFenced, parked: stampedeParked})
+
 // attemptedOnce: every waiter got the reply to its first acquire attempt.
 //
 // For the polling libraries (redislock, redsync) that is as parked as they
@@ -163,14 +169,20 @@ func (h attemptHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // --- stampede -------------------------------------------------------------
 
 type stampedeLocker struct {
-	rdb *redis.Client
-	c   *lock.Client
+	rdb   *redis.Client
+	c     *lock.Client
+	fence bool // ask for the fencing number in every hold
 }
 
 func openStampede(addr string, _ *atomic.Int64) (locker, error) {
 	// stampede's waiters are seen in its queue (stampedeParked): no counting.
 	rdb := newRedis(addr, nil)
 	return &stampedeLocker{rdb: rdb, c: lock.New(rdb, lock.Options{})}, nil
+}
+
+func openStampedeFenced(addr string, _ *atomic.Int64) (locker, error) {
+	rdb := newRedis(addr, nil)
+	return &stampedeLocker{rdb: rdb, c: lock.New(rdb, lock.Options{}), fence: true}, nil
 }
 
 func (s *stampedeLocker) obtain(ctx context.Context, key string, wait bool) (func() error, error) {
@@ -184,6 +196,11 @@ func (s *stampedeLocker) obtain(ctx context.Context, key string, wait bool) (fun
 	}
 	if err != nil {
 		return nil, err
+	}
+	if s.fence {
+		if _, err := l.FenceContext(ctx); err != nil {
+			return nil, errors.Join(err, l.Release(ctx))
+		}
 	}
 	return func() error { return l.Release(ctx) }, nil
 }
@@ -295,6 +312,11 @@ func openRueidislock(addr string, attempts *atomic.Int64) (locker, error) {
 		// NOLOOP tracking (Redis >= 7.0.5), both as its README advises.
 		KeyMajority:    1,
 		NoLoopTracking: true,
+		// The deadline of one acquire script (default 20ms, meant for
+		// moving on to the next of several keys): with one key there is
+		// no next, and on a loaded machine 20ms failed whole runs with
+		// "context deadline exceeded".
+		TryNextAfter: time.Second,
 	}
 	if attempts != nil {
 		opt.ClientBuilder = func(o rueidis.ClientOption) (rueidis.Client, error) {

@@ -32,7 +32,7 @@ func (g *Group) read(ctx context.Context, nm names, force bool) (readReply, erro
 		forceArg = "1"
 	}
 	sent := g.clk.local()
-	v, err := scripts.GuardRead.Run(rctx, g.rdb, nm.keys[:4], g.leaseArg, g.chanArg, g.waitArg, g.keepArg, forceArg).Slice()
+	v, err := scripts.GuardRead().Run(rctx, g.rdb, nm.keys[:4], g.leaseArg, g.chanArg, g.waitArg, g.keepArg, forceArg).Slice()
 	if err != nil {
 		g.redisFailed("read", err)
 		return readReply{}, err
@@ -79,7 +79,7 @@ func (g *Group) store(ctx context.Context, key string, nm names, f fillSpec) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.opts.RedisTimeout)
 	defer cancel()
 	sent := g.clk.local()
-	reply, err := scripts.GuardFill.Run(rctx, g.rdb, nm.keys, f.fence, f.value, ms(fresh), ms(f.stale),
+	reply, err := scripts.GuardFill().Run(rctx, g.rdb, nm.keys, f.fence, f.value, ms(fresh), ms(f.stale),
 		f.loadDur.Microseconds(), f.flags, f.mode, ms(f.keepLease), nm.entry, g.keepArg).Slice()
 	if err != nil {
 		g.redisFailed("fill", err)

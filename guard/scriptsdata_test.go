@@ -34,7 +34,7 @@ func (n scriptNames) five() []string { return []string{n.entry, n.lease, n.fence
 // Redis clock and x (0 fresh, > 0 our fence, < 0 busy).
 func scriptRead(t *testing.T, rdb redis.UniversalClient, n scriptNames) (raw []byte, now, x int64) {
 	t.Helper()
-	res, err := scripts.GuardRead.Run(context.Background(), rdb, n.four(), 5000, "", 0, scriptRetention).Slice()
+	res, err := scripts.GuardRead().Run(context.Background(), rdb, n.four(), 5000, "", 0, scriptRetention).Slice()
 	if err != nil {
 		t.Fatalf("guard_read: %v", err)
 	}
@@ -46,7 +46,7 @@ func scriptRead(t *testing.T, rdb redis.UniversalClient, n scriptNames) (raw []b
 
 func scriptFill(t *testing.T, rdb redis.UniversalClient, n scriptNames, fence int64, payload []byte, fresh, stale, loadUS int64, flags, mode string) (written bool, now int64) {
 	t.Helper()
-	res, err := scripts.GuardFill.Run(context.Background(), rdb, n.five(),
+	res, err := scripts.GuardFill().Run(context.Background(), rdb, n.five(),
 		fence, payload, fresh, stale, loadUS, flags, mode, 0, "", 86_400_000).Slice()
 	if err != nil {
 		t.Fatalf("guard_fill: %v", err)

@@ -40,7 +40,7 @@ func (g *Group) renewLease(nm names, fence int64) (stop func()) {
 			}
 			t.Reset(max(g.opts.LockTTL/3, time.Millisecond))
 			ctx, cancel := context.WithTimeout(context.Background(), g.opts.RedisTimeout)
-			n, err := scripts.GuardLease.Run(ctx, g.rdb, nm.keys[1:2], fence, ms(g.opts.LockTTL)).Int64()
+			n, err := scripts.GuardLease().Run(ctx, g.rdb, nm.keys[1:2], fence, ms(g.opts.LockTTL)).Int64()
 			cancel()
 			if err != nil {
 				g.redisFailed("renew", err)

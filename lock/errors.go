@@ -7,9 +7,9 @@ var (
 	// is held by someone else (after waiting, with WaitFor).
 	ErrNotObtained = errors.New("lock: not obtained")
 
-	// ErrNotHeld is returned by Release, Refresh and TTL when the lock is no
-	// longer held by this handle: it expired, was taken over, or was already
-	// released. Nothing is changed in Redis in that case.
+	// ErrNotHeld is returned by Release, Refresh, TTL and FenceContext when
+	// the lock is no longer held by this handle: it expired, was taken over,
+	// or was already released. Nothing is changed in Redis in that case.
 	ErrNotHeld = errors.New("lock: not held")
 
 	// ErrClosed is returned when the Client was closed.

@@ -54,13 +54,14 @@ func ExampleWaitFor() {
 	defer locks.Close()
 
 	first, _ := locks.Obtain(ctx, "job", time.Minute)
+	firstFence := first.Fence()
 	go func() {
 		time.Sleep(10 * time.Millisecond) // the holder works for a while
 		first.Release(ctx)
 	}()
 	// Blocks until the release wakes it (or 5s pass).
 	second, err := locks.Obtain(ctx, "job", time.Minute, lock.WaitFor(5*time.Second))
-	fmt.Println(err, second.Fence() > first.Fence())
+	fmt.Println(err, second.Fence() > firstFence)
 	// Output: <nil> true
 }
 
@@ -87,10 +88,36 @@ func ExampleLock_Fence() {
 	cur, _ := locks.Obtain(ctx, "doc", time.Minute)
 
 	fmt.Println(write(cur.Fence()))
+	// old asks only now, after losing the lock: no number is minted for it,
+	// and the 0 it gets is below every fence.
 	fmt.Println(write(old.Fence()))
 	// Output:
 	// <nil>
 	// stale writer rejected
+}
+
+func ExampleLock_FenceContext() {
+	rdb, stop := embeddedRedis()
+	defer stop()
+	ctx := context.Background()
+	locks := lock.New(rdb, lock.Options{})
+	defer locks.Close()
+
+	l, _ := locks.Obtain(ctx, "doc", time.Minute)
+	f, err := l.FenceContext(ctx) // minted now, while held
+	fmt.Println(f > 0, err)
+	l.Release(ctx)
+	again, err := l.FenceContext(ctx) // the hold's number, kept
+	fmt.Println(again == f, err)
+
+	late, _ := locks.Obtain(ctx, "doc", time.Minute)
+	late.Release(ctx)
+	_, err = late.FenceContext(ctx) // never asked while held
+	fmt.Println(err)
+	// Output:
+	// true <nil>
+	// true <nil>
+	// lock: not held
 }
 
 func ExampleClient_ObtainReentrant() {

@@ -53,7 +53,7 @@ func FuzzKeyOwner(f *testing.F) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		nm := c.names(key)
-		all := []string{nm.lock, nm.fence, nm.queue}
+		all := []string{nm.lock, nm.fence(), nm.queue}
 		exists := func(rdb redis.UniversalClient) int64 {
 			t.Helper()
 			n, err := rdb.Exists(ctx, all...).Result()

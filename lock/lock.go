@@ -2,511 +2,271 @@ package lock
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/stampede-go/stampede/internal/hashtag"
-	"github.com/stampede-go/stampede/internal/notify"
 	"github.com/stampede-go/stampede/scripts"
 )
 
-// Client obtains locks on one Redis (New) or on several independent masters
-// (NewRedlock). It is safe for concurrent use. Close releases its shared
-// Pub/Sub connection.
-type Client struct {
-	nodes   []*node
-	quorum  int
-	opts    Options
-	channel string // this Client's wake channel, the same on every node
-	trust   string // "1": PUBLISH receiver counts are reliable (not a cluster)
+// Lock is one held lock (or one hold of a reentrant lock). Its methods are
+// safe for concurrent use.
+type Lock struct {
+	c        *Client
+	key      string
+	nm       names
+	token    string
+	mode     string // "t" token lock, "r" reentrant
+	holds    int64
+	obtained time.Time
 
-	wg        sync.WaitGroup // best-effort cleanups still running
-	closeOnce sync.Once
-	closed    chan struct{}
+	fenceMu sync.Mutex // held while minting, so one handle mints once
+	fence   int64      // 0 until known
+
+	mu         sync.Mutex
+	ttl        time.Duration
+	released   bool
+	validUntil time.Time   // the lease is known valid until then
+	expiry     *time.Timer // closes lost at validUntil; nil until armed
+
+	lost     chan struct{}
+	lostOnce sync.Once
+
+	wdStop, wdDone chan struct{} // nil without AutoRenew
+	wdCancel       context.CancelFunc
+	wdOnce         sync.Once
 }
 
-type node struct {
-	rdb redis.UniversalClient
-	hub *notify.Hub
+// Token returns the random token of a token lock, or the owner id of a
+// reentrant lock.
+func (l *Lock) Token() string { return l.token }
+
+// Holds returns how many holds the owner had right after this acquisition:
+// always 1 for a token lock.
+func (l *Lock) Holds() int64 { return l.holds }
+
+// Lost returns a channel that is closed when this handle no longer holds the
+// lock: the watchdog found it gone, its lease ran out without renewal, a
+// Refresh or Release found it taken, or it was released. Work protected by
+// the lock should stop when it closes.
+func (l *Lock) Lost() <-chan struct{} {
+	l.mu.Lock()
+	l.armLocked()
+	l.mu.Unlock()
+	return l.lost
 }
 
-// New returns a Client that keeps its locks on rdb, which may be a
-// *redis.Client, a *redis.ClusterClient or a failover client. It panics if
-// rdb is nil or opts is invalid: both are programming errors.
-func New(rdb redis.UniversalClient, opts Options) *Client {
-	if rdb == nil {
-		panic("lock: New with a nil Redis client")
+// armLocked starts the timer that closes lost when the lease runs out,
+// unless it runs already or the handle was released. A timer costs about
+// as much as the rest of an uncontended Obtain's client-side work, so it
+// starts only once something can see it fire: Lost, Hooks.Lost or the
+// watchdog. Until then isLost reads the clock instead.
+func (l *Lock) armLocked() {
+	if l.expiry == nil && !l.released {
+		l.expiry = time.AfterFunc(time.Until(l.validUntil), l.markLost)
 	}
-	return newClient([]redis.UniversalClient{rdb}, opts)
 }
 
-// NewRedlock returns a Client that obtains each lock on a majority of
-// independent Redis masters (the Redlock algorithm): a lock is held when
-// more than half of the masters granted it within its lease, and is valid for
-// ttl - time spent acquiring - clock drift. Release and Refresh act on all
-// masters.
-//
-// Redlock tolerates the loss of a minority of masters; it does not make a
-// lock safe against a paused holder. Use Fence, checked by the resource, for
-// that. Fencing numbers of a Redlock lock are the largest any master minted,
-// and increase only as far as the masters' clocks agree. It panics if clients
-// is empty, holds nil, or opts is invalid.
-func NewRedlock(clients []redis.UniversalClient, opts Options) *Client {
-	if len(clients) == 0 {
-		panic("lock: NewRedlock with no Redis clients")
+// extend records a renewal that keeps the lease valid until until, unless
+// the handle is already known lost.
+func (l *Lock) extend(until time.Time) {
+	if l.isLost() {
+		return
 	}
-	for i, c := range clients {
-		if c == nil {
-			panic("lock: NewRedlock with a nil Redis client at index " + strconv.Itoa(i))
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.validUntil = until
+	if l.expiry != nil {
+		l.expiry.Reset(time.Until(until))
+	}
+}
+
+func (l *Lock) closeLost(lost bool) {
+	l.lostOnce.Do(func() {
+		if h := l.c.opts.Hooks.Lost; lost && h != nil {
+			h(l.key)
 		}
-	}
-	return newClient(clients, opts)
-}
-
-func newClient(rdbs []redis.UniversalClient, opts Options) *Client {
-	o, err := opts.withDefaults()
-	if err != nil {
-		panic(err.Error())
-	}
-	if !hashtag.ValidPrefix(o.Prefix) {
-		panic(fmt.Sprintf("lock: Prefix %q must not contain '{' or '}'", o.Prefix))
-	}
-	c := &Client{
-		opts: o, quorum: len(rdbs)/2 + 1, closed: make(chan struct{}),
-		channel: notify.NewChannel(o.Prefix + "wake:"), trust: "1",
-	}
-	for _, r := range rdbs {
-		if _, ok := r.(*redis.ClusterClient); ok {
-			// Cluster PUBLISH counts only the receivers on the script's node.
-			c.trust = "0"
-		}
-		c.nodes = append(c.nodes, &node{rdb: r, hub: notify.New(r, c.channel)})
-	}
-	return c
-}
-
-// Close stops the Client's Pub/Sub connections and waits for its background
-// cleanups. It does not release held locks (their leases run out) and does
-// not close the Redis clients. Obtain fails with ErrClosed afterwards.
-func (c *Client) Close() error {
-	var errs []error
-	c.closeOnce.Do(func() {
-		close(c.closed)
-		for _, n := range c.nodes {
-			errs = append(errs, n.hub.Close())
-		}
-		c.wg.Wait()
+		close(l.lost)
 	})
-	return errors.Join(errs...)
 }
 
-func (c *Client) isClosed() bool {
+func (l *Lock) markLost() { l.closeLost(true) }
+
+func (l *Lock) isReleased() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.released
+}
+
+// isLost reports whether the handle is known to have lost the lock,
+// marking it lost when its lease ran out with no timer armed to see it.
+func (l *Lock) isLost() bool {
 	select {
-	case <-c.closed:
+	case <-l.lost:
 		return true
 	default:
-		return false
 	}
-}
-
-// names are the Redis keys of one lock; they share one hash tag.
-type names struct{ lock, fence, queue string }
-
-func (c *Client) names(key string) names {
-	b := hashtag.Base(c.opts.Prefix, key)
-	return names{lock: b, fence: b + ":fence", queue: b + ":q"}
-}
-
-// Obtain takes the lock named key for ttl. It returns ErrNotObtained when the
-// lock is busy (after waiting, with WaitFor). Each lock gets a random token
-// and a fencing number larger than that of every earlier holder.
-func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts ...ObtainOption) (*Lock, error) {
-	return c.obtain(ctx, key, "", false, ttl, opts)
-}
-
-// ObtainReentrant takes one hold of the reentrant lock named key for owner.
-// The owner may take it again while holding it (each hold is released by its
-// own Lock.Release, and the lock is free once every hold is released); other
-// owners are blocked until then. A re-acquire keeps the fencing number of the
-// first hold and resets the lease to ttl. Go has no thread identity, so the
-// owner id is explicit: use one per logical owner (a request, a job, a
-// process).
-func (c *Client) ObtainReentrant(ctx context.Context, key, owner string, ttl time.Duration, opts ...ObtainOption) (*Lock, error) {
-	if owner == "" {
-		return nil, errors.New("lock: empty owner")
+	l.mu.Lock()
+	expired := !time.Now().Before(l.validUntil)
+	l.mu.Unlock()
+	if expired {
+		l.markLost()
 	}
-	return c.obtain(ctx, key, owner, true, ttl, opts)
+	return expired
 }
 
-// testHookAfterFirstAttempt, when set by a test, runs between a waiter's
-// first failed attempt and its subscription: the window a release must not
-// be lost in.
-var testHookAfterFirstAttempt func()
+// Release releases the lock (one hold, for a reentrant lock) and wakes one
+// waiter. It stops the watchdog first and waits for it, so no renewal runs
+// after Release returns. It returns ErrNotHeld, changing nothing in Redis,
+// when the lock was no longer ours.
+func (l *Lock) Release(ctx context.Context) error {
+	if ctx == nil {
+		return errors.New("lock: nil context")
+	}
+	l.stopWatchdog()
+	l.mu.Lock()
+	if l.released {
+		l.mu.Unlock()
+		return ErrNotHeld
+	}
+	l.mu.Unlock()
 
-func validate(key string, ttl, wait time.Duration) error {
-	switch {
-	case key == "":
-		return errors.New("lock: empty key")
-	case len(key) > MaxKeyBytes:
-		return fmt.Errorf("lock: key of %d bytes exceeds MaxKeyBytes (%d)", len(key), MaxKeyBytes)
-	case ttl < time.Millisecond:
-		return fmt.Errorf("lock: ttl %v is below 1ms", ttl)
-	case wait < 0:
-		return fmt.Errorf("lock: negative WaitFor %v", wait)
+	released, failures := l.releaseEverywhere(ctx)
+	if released < l.c.quorum && released+len(failures) >= l.c.quorum {
+		// Unknown outcome: the caller may retry Release.
+		return fmt.Errorf("lock: release: %w", errors.Join(failures...))
+	}
+	l.mu.Lock()
+	l.released = true
+	if l.expiry != nil {
+		l.expiry.Stop()
+	}
+	l.mu.Unlock()
+	if released < l.c.quorum {
+		l.markLost()
+		return ErrNotHeld
+	}
+	l.closeLost(false)
+	if h := l.c.opts.Hooks.Released; h != nil {
+		h(l.key, time.Since(l.obtained))
 	}
 	return nil
 }
 
-func (c *Client) obtain(ctx context.Context, key, owner string, reentrant bool, ttl time.Duration, opts []ObtainOption) (*Lock, error) {
-	if ctx == nil {
-		return nil, errors.New("lock: nil context")
-	}
-	var o obtainOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
-	if err := validate(key, ttl, o.wait); err != nil {
-		return nil, err
-	}
-	if c.isClosed() {
-		return nil, ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, errors.Join(ErrNotObtained, err)
-	}
-	token, mode := owner, "r"
-	if !reentrant {
-		token, mode = newToken(), "t"
-	}
-	nm := c.names(key)
-	start := time.Now()
-
-	// A waiter registers its wake channel before its first attempt, so a
-	// release right after that attempt finds it. When this Client's
-	// subscription is already confirmed, the first attempt joins the wait
-	// queue at once; otherwise it only tries, and the waiter subscribes
-	// before it queues (subscribe, then retry: a release in between is seen
-	// by the retry).
-	var wake chan struct{}
-	queued := false
-	if o.wait > 0 {
-		wake = make(chan struct{}, 1)
-		defer c.register(token, wake)()
-		queued = c.subscribed()
-	}
-	firstWait := time.Duration(0)
-	if queued {
-		firstWait = o.wait
-	}
-	a, err := c.attempt(ctx, nm, token, mode, ttl, firstWait)
-	if err != nil {
-		return nil, c.failed(ctx, nm, token, mode, queued, err)
-	}
-	if a.ok {
-		return c.newLock(key, nm, token, mode, ttl, a, start, o), nil
-	}
-	if o.wait == 0 {
-		return nil, ErrNotObtained
-	}
-
-	if testHookAfterFirstAttempt != nil {
-		testHookAfterFirstAttempt()
-	}
-	deadline := start.Add(o.wait)
-	if !queued {
-		subCtx, cancel := context.WithDeadline(ctx, deadline)
-		err := c.subscribe(subCtx)
-		cancel()
-		if err != nil && (errors.Is(err, notify.ErrClosed) || ctx.Err() != nil) {
-			return nil, c.failed(ctx, nm, token, mode, false, ErrClosed)
-		}
-		if rerr := redis.Error(nil); errors.As(err, &rerr) {
-			// Redis refused the wake channel (NOPERM): no release could
-			// wake this waiter, so waiting would only turn a
-			// misconfiguration into ErrNotObtained.
-			return nil, c.failed(ctx, nm, token, mode, false, err)
-		}
-		// Unconfirmed in time: the fallback timer still serves.
-	}
-
-	timer := time.NewTimer(0)
-	<-timer.C
-	defer timer.Stop()
-	var lastErr error
-	for {
-		if queued {
-			// Fallback for a lock that expires (an expiry publishes nothing)
-			// or a lost message: retry when the holder's lease ends.
-			pause := a.retry
-			if pause <= 0 {
-				pause = max(ttl/4, time.Millisecond)
-			}
-			timer.Reset(min(pause, max(time.Until(deadline), 0)))
-			select {
-			case <-wake:
-				if !timer.Stop() {
-					<-timer.C
-				}
-			case <-timer.C:
-			case <-ctx.Done():
-				c.leaveQueue(nm, token)
-				return nil, errors.Join(ErrNotObtained, ctx.Err())
-			}
-		}
-		remaining := time.Until(deadline)
-		if remaining <= 0 {
-			if queued {
-				c.leaveQueue(nm, token)
-			}
-			if lastErr != nil {
-				return nil, lastErr
-			}
-			return nil, ErrNotObtained
-		}
-		queued = true
-		var err error
-		a, err = c.attempt(ctx, nm, token, mode, ttl, remaining)
+// releaseEverywhere runs lock_release.lua on every node and counts the
+// nodes that released the lock, and the failures.
+func (l *Lock) releaseEverywhere(ctx context.Context) (released int, failures []error) {
+	count := func(r int64, err error) {
 		switch {
-		case err != nil && len(c.nodes) > 1 && errors.Is(err, ErrNotObtained) && ctx.Err() == nil:
-			// Redlock with masters down: keep trying within the wait.
-			lastErr = err
 		case err != nil:
-			return nil, c.failed(ctx, nm, token, mode, true, err)
-		case a.ok:
-			return c.newLock(key, nm, token, mode, ttl, a, start, o), nil
+			failures = append(failures, err)
+		case r >= 0:
+			released++
 		}
 	}
+	if len(l.c.nodes) == 1 {
+		// Inline, without fanout's closure and result slices: the
+		// uncontended lock is this package's hot path.
+		count(l.c.releaseRun(ctx, l.c.nodes[0], l.nm, l.token, l.mode))
+		return released, failures
+	}
+	replies, errs := fanout(ctx, l.c.nodes, l.c.opts.CleanupTimeout, func(ctx context.Context, n *node) (int64, error) {
+		return l.c.releaseRun(ctx, n, l.nm, l.token, l.mode)
+	})
+	for i, r := range replies {
+		count(r, errs[i])
+	}
+	return released, failures
 }
 
-// failed turns an error of an acquire attempt into the caller's error. The
-// attempt may have taken the lock before failing (a timeout after the script
-// ran), so a token lock is released in the background.
-func (c *Client) failed(ctx context.Context, nm names, token, mode string, queued bool, err error) error {
-	switch {
-	case mode == "t":
-		c.background(func(bg context.Context) {
-			for _, n := range c.nodes {
-				_ = c.release(bg, n, nm, token, "t")
-			}
-		})
-		if queued {
-			c.leaveQueue(nm, token)
-		}
-	case queued:
-		c.leaveQueue(nm, token)
+// Refresh sets the lease of a held lock to ttl from now. It returns
+// ErrNotHeld, changing nothing, when the lock is no longer ours.
+func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
+	if ctx == nil {
+		return errors.New("lock: nil context")
 	}
-	if ctx.Err() != nil {
-		return errors.Join(ErrNotObtained, ctx.Err())
+	if ttl < time.Millisecond {
+		return fmt.Errorf("lock: ttl %v is below 1ms", ttl)
 	}
-	if errors.Is(err, ErrNotObtained) || errors.Is(err, ErrClosed) {
+	l.mu.Lock()
+	released := l.released
+	l.mu.Unlock()
+	if released || l.isLost() {
+		return ErrNotHeld
+	}
+	if err := l.refresh(ctx, ttl); err != nil {
 		return err
 	}
-	return fmt.Errorf("lock: obtain: %w", err)
+	l.mu.Lock()
+	l.ttl = ttl
+	l.mu.Unlock()
+	return nil
 }
 
-// leaveQueue takes a waiter that gives up out of the wait queue, and passes
-// on a hand-off reservation a release may have made for it meanwhile.
-func (c *Client) leaveQueue(nm names, token string) {
-	c.background(func(bg context.Context) {
-		for _, n := range c.nodes {
-			_ = c.release(bg, n, nm, token, "l")
-		}
-	})
-}
-
-// release runs lock_release.lua on one node: mode "t" or "r" releases, "l"
-// leaves the wait queue.
-func (c *Client) release(ctx context.Context, n *node, nm names, token, mode string) error {
-	_, err := c.releaseRun(ctx, n, nm, token, mode)
-	return err
-}
-
-func (c *Client) releaseRun(ctx context.Context, n *node, nm names, token, mode string) (int64, error) {
-	return scripts.LockRelease.Run(ctx, n.rdb, []string{nm.lock, nm.queue},
-		token, mode, ms(c.opts.HandoffTimeout), c.trust, c.channel).Int64()
-}
-
-func (c *Client) background(f func(context.Context)) {
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), c.opts.CleanupTimeout)
-		defer cancel()
-		f(ctx)
-	}()
-}
-
-// register routes wake-ups for token from every node to wake.
-func (c *Client) register(token string, wake chan struct{}) (unregister func()) {
-	unregs := make([]func(), len(c.nodes))
-	for i, n := range c.nodes {
-		unregs[i] = n.hub.Register(token, wake)
-	}
-	return func() {
-		for _, u := range unregs {
-			u()
-		}
-	}
-}
-
-// subscribed reports whether every node confirmed this Client's wake channel.
-func (c *Client) subscribed() bool {
-	for _, n := range c.nodes {
-		if !n.hub.Subscribed() {
-			return false
-		}
-	}
-	return true
-}
-
-// subscribe subscribes the wake channel on every node and waits for the
-// confirmations, up to ctx.
-func (c *Client) subscribe(ctx context.Context) error {
-	_, errs := fanout(ctx, c.nodes, time.Hour, func(ctx context.Context, n *node) (struct{}, error) {
-		return struct{}{}, n.hub.Ready(ctx)
-	})
-	return errors.Join(errs...)
-}
-
-// attempt is the outcome of one acquire round on every node.
-type attempt struct {
-	ok       bool
-	fence    int64
-	holds    int64
-	validity time.Duration // when ok: how long the lock is known held
-	retry    time.Duration // when busy: remaining lease of the holder
-}
-
-func (c *Client) attempt(ctx context.Context, nm names, token, mode string, ttl, wait time.Duration) (attempt, error) {
+func (l *Lock) refresh(ctx context.Context, ttl time.Duration) error {
 	start := time.Now()
-	keys := []string{nm.lock, nm.fence, nm.queue}
-	replies, errs := fanout(ctx, c.nodes, c.nodeTimeout(ttl), func(ctx context.Context, n *node) ([]int64, error) {
-		v, err := scripts.LockAcquire.Run(ctx, n.rdb, keys, token, ms(ttl), mode, ms(wait), ms(c.opts.FenceRetention), c.channel).Int64Slice()
-		if err == nil && len(v) != 3 {
-			err = fmt.Errorf("lock: unexpected acquire reply %v", v)
-		}
-		return v, err
+	keys := []string{l.nm.lock, l.nm.fence()}
+	replies, errs := fanout(ctx, l.c.nodes, l.c.nodeTimeout(ttl), func(ctx context.Context, n *node) (int64, error) {
+		return scripts.LockRefresh().Run(ctx, n.rdb, keys, l.token, ms(ttl), ms(l.c.opts.FenceRetention)).Int64()
 	})
-	var a attempt
-	granted, busy := 0, 0
-	var failures []error
-	for i, v := range replies {
+	held, notHeld, failures := 0, 0, []error(nil)
+	for i, r := range replies {
 		switch {
 		case errs[i] != nil:
 			failures = append(failures, errs[i])
-		case v[0] == 1:
-			granted++
-			a.fence = max(a.fence, v[1])
-			a.holds = max(a.holds, v[2])
+		case r == 1:
+			held++
 		default:
-			busy++
-			r := time.Duration(v[1]) * time.Millisecond
-			if v[1] == 0 || v[1] == -2 {
-				// Under a millisecond left (PTTL rounds down), or gone by
-				// now: retry at once rather than fall back to ttl/4.
-				r = time.Millisecond
-			}
-			if busy == 1 || r < a.retry {
-				a.retry = r
-			}
+			notHeld++
 		}
 	}
-	a.validity = ttl - time.Since(start) - c.drift(ttl)
-	if granted >= c.quorum && a.validity > 0 {
-		a.ok = true
-		return a, nil
+	validity := ttl - time.Since(start) - l.c.drift(ttl)
+	switch {
+	case held >= l.c.quorum && validity > 0:
+		l.extend(start.Add(ttl - l.c.drift(ttl)))
+		return nil
+	case len(l.c.nodes)-notHeld < l.c.quorum:
+		l.markLost()
+		return ErrNotHeld
+	case len(failures) > 0:
+		return fmt.Errorf("lock: refresh: %w", errors.Join(failures...))
+	default:
+		return errors.New("lock: refresh: lease too short for the time taken")
 	}
-	if granted > 0 {
-		// Not enough of the masters, or too late: give back what we got.
-		c.background(func(bg context.Context) {
-			for i, n := range c.nodes {
-				if errs[i] == nil && replies[i][0] == 1 {
-					_ = c.release(bg, n, nm, token, mode)
-				}
+}
+
+// TTL returns the remaining lease of a held lock as Redis sees it (the
+// smallest among the masters of a Redlock). It returns ErrNotHeld when the
+// lock is no longer ours.
+func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
+	if ctx == nil {
+		return 0, errors.New("lock: nil context")
+	}
+	replies, errs := fanout(ctx, l.c.nodes, l.c.opts.CleanupTimeout, func(ctx context.Context, n *node) (int64, error) {
+		return scripts.LockTTL().Run(ctx, n.rdb, []string{l.nm.lock}, l.token).Int64()
+	})
+	held := 0
+	var ttl time.Duration
+	var failures []error
+	for i, r := range replies {
+		switch {
+		case errs[i] != nil:
+			failures = append(failures, errs[i])
+		case r >= 0:
+			d := time.Duration(r) * time.Millisecond
+			if held == 0 || d < ttl {
+				ttl = d
 			}
-		})
-	}
-	if len(failures) > 0 && busy < c.quorum && len(c.nodes)-busy-len(failures) < c.quorum {
-		// Failures, not holders, kept us from a quorum.
-		if len(c.nodes) == 1 {
-			return a, failures[0]
+			held++
 		}
-		return a, errors.Join(ErrNotObtained, fmt.Errorf("%d of %d masters failed: %w", len(failures), len(c.nodes), errors.Join(failures...)))
 	}
-	return a, nil
-}
-
-func (c *Client) drift(ttl time.Duration) time.Duration {
-	return time.Duration(float64(ttl)*c.opts.DriftFactor) + 2*time.Millisecond
-}
-
-// nodeTimeout bounds each master's reply in Redlock mode, so one slow master
-// cannot eat the lease (the Redlock paper's "small compared to the TTL").
-func (c *Client) nodeTimeout(ttl time.Duration) time.Duration {
-	return min(max(ttl/10, 10*time.Millisecond), time.Second)
-}
-
-// fanout runs f on every node: inline for one node, concurrently for several,
-// each bounded by timeout.
-func fanout[T any](ctx context.Context, nodes []*node, timeout time.Duration, f func(context.Context, *node) (T, error)) ([]T, []error) {
-	out := make([]T, len(nodes))
-	errs := make([]error, len(nodes))
-	if len(nodes) == 1 {
-		out[0], errs[0] = f(ctx, nodes[0])
-		return out, errs
+	switch {
+	case held >= l.c.quorum:
+		return ttl, nil
+	case len(failures) > 0:
+		return 0, fmt.Errorf("lock: ttl: %w", errors.Join(failures...))
+	default:
+		return 0, ErrNotHeld
 	}
-	var wg sync.WaitGroup
-	for i, n := range nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			nctx, cancel := context.WithTimeout(ctx, timeout)
-			defer cancel()
-			out[i], errs[i] = f(nctx, n)
-		}()
-	}
-	wg.Wait()
-	return out, errs
-}
-
-func (c *Client) newLock(key string, nm names, token, mode string, ttl time.Duration, a attempt, start time.Time, o obtainOptions) *Lock {
-	l := &Lock{
-		c: c, key: key, nm: nm, token: token, mode: mode,
-		fence: a.fence, holds: a.holds, obtained: time.Now(), ttl: ttl,
-		lost: make(chan struct{}),
-	}
-	l.expiry = time.AfterFunc(a.validity, func() { l.markLost() })
-	if h := c.opts.Hooks.Obtained; h != nil {
-		h(key, a.fence, time.Since(start))
-	}
-	if o.autoRenew {
-		l.wdStop, l.wdDone = make(chan struct{}), make(chan struct{})
-		ctx, cancel := context.WithCancel(context.Background())
-		l.wdCancel = cancel
-		go l.watchdog(ctx)
-	}
-	return l
-}
-
-func newToken() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // never fails (crypto/rand panics on a broken system source)
-	return base64.RawURLEncoding.EncodeToString(b[:])
-}
-
-// ms converts d to whole milliseconds for Redis, rounding a positive
-// sub-millisecond duration up to 1.
-func ms(d time.Duration) int64 {
-	m := d.Milliseconds()
-	if m == 0 && d > 0 {
-		m = 1
-	}
-	return m
 }

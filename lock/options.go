@@ -24,15 +24,16 @@ type Options struct {
 	// Default: 250ms.
 	HandoffTimeout time.Duration
 
-	// FenceRetention is how long a lock's fence counter is kept after its
-	// last acquisition or renewal. Fencing numbers never decrease even after
-	// the counter expires (they are floored by the Redis clock), so this only
-	// bounds memory. Default: 24h.
+	// FenceRetention is how long a lock's fence counter is kept after a
+	// number was last minted or the lock last renewed. Fencing numbers never
+	// decrease even after the counter expires (they are floored by the Redis
+	// clock), so this only bounds memory. Default: 24h.
 	FenceRetention time.Duration
 
 	// CleanupTimeout bounds the Redis calls made on behalf of a caller that
 	// has gone (a best-effort release after a cancelled acquire, leaving the
-	// wait queue). Default: 1s.
+	// wait queue), and the mint of Lock.Fence, which takes no context.
+	// Default: 1s.
 	CleanupTimeout time.Duration
 
 	// Hooks observe lock events; nil funcs are skipped.
@@ -43,7 +44,9 @@ type Options struct {
 // synchronously from the goroutine that saw the event and must not block.
 type Hooks struct {
 	// Obtained is called when a lock (or a reentrant hold) is obtained,
-	// with how long the caller waited for it.
+	// with how long the caller waited for it. fence is the number the lock
+	// already has (a reentrant owner's, once minted), else 0: numbers are
+	// minted by Lock.Fence.
 	Obtained func(key string, fence int64, waited time.Duration)
 	// Renewed is called after each watchdog renewal, err nil on success.
 	Renewed func(key string, err error)

@@ -83,6 +83,38 @@ func TestRedlock(t *testing.T) {
 		}
 	})
 
+	t.Run("fence", func(t *testing.T) {
+		key := redistest.Key(t)
+		var prev int64
+		for i, c := range []*Client{a, b, a} {
+			l, err := c.Obtain(ctx, key, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := l.FenceContext(ctx)
+			if err != nil || f <= prev {
+				t.Fatalf("hold %d: fence %d, %v; want > %d", i, f, err, prev)
+			}
+			prev = f
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Lost on a majority: no number.
+		l, err := a.Obtain(ctx, key, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range servers[:2] {
+			if err := s.Client(t).Del(ctx, a.names(key).lock).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if f, err := l.FenceContext(ctx); f != 0 || !errors.Is(err, ErrNotHeld) {
+			t.Fatalf("fence of a lock lost on 2 of 3 masters: %d, %v; want 0, ErrNotHeld", f, err)
+		}
+	})
+
 	t.Run("one master down", func(t *testing.T) {
 		key := redistest.Key(t)
 		servers[2].Kill(t)

@@ -185,7 +185,8 @@ func TestReservationOfLeaverPassedOn(t *testing.T) {
 			t.Fatal(err)
 		}
 		const gone = "gone-token"
-		if _, err := leaver.attempt(ctxT(t), nm, gone, "t", longLease, time.Minute); err != nil {
+		r := &request{key: key, nm: nm, token: gone, mode: "t", ttl: longLease}
+		if _, err := leaver.attempt(ctxT(t), r, time.Minute, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 		got := make(chan error, 1)

@@ -1,28 +1,11 @@
 -- guard_lib.lua: functions shared by the guard scripts. scripts.go puts this
--- chunk in front of guard_read.lua, guard_fill.lua and guard_invalidate.lua
--- (Redis Lua has no includes); it is never run alone.
+-- chunk in front of every guard script, after fence_lib.lua (Redis Lua has
+-- no includes); it is never run alone.
 
 -- nowms returns the Redis clock in milliseconds.
 local function nowms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
--- mint returns a new fencing number for the counter key fence, kept for
--- keep milliseconds. The fence is max(counter + 1, Redis time in
--- microseconds): it keeps rising even when the counter is lost (restart
--- without persistence, failover to a replica that missed the last write), as
--- long as the Redis clock moves on.
-local function mint(fence, keep)
-  local now = redis.call('TIME')
-  local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  local f = redis.call('INCR', fence)
-  if f < floor then
-    f = floor
-    redis.call('SET', fence, string.format('%d', f))
-  end
-  redis.call('PEXPIRE', fence, keep)
-  return f
 end
 
 -- int reports whether the decimal string s is canonical (no leading zero)

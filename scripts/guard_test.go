@@ -47,7 +47,7 @@ type readReply struct {
 
 func guardRead(t *testing.T, rdb redis.UniversalClient, k guardKeys, lease int, channel string, wait int) readReply {
 	t.Helper()
-	res, err := GuardRead.Run(context.Background(), rdb, k.four(), lease, channel, wait, retention).Slice()
+	res, err := GuardRead().Run(context.Background(), rdb, k.four(), lease, channel, wait, retention).Slice()
 	if err != nil {
 		t.Fatalf("guard_read: %v", err)
 	}
@@ -80,7 +80,7 @@ func runFill(rdb redis.UniversalClient, k guardKeys, a fillArgs) ([]any, error) 
 	if a.mode == "" {
 		a.mode = "w"
 	}
-	return GuardFill.Run(context.Background(), rdb, k.five(),
+	return GuardFill().Run(context.Background(), rdb, k.five(),
 		a.fence, a.payload, a.fresh, a.stale, a.loadUS, a.flags, a.mode, a.keep, a.msg, retention).Slice()
 }
 
@@ -104,7 +104,7 @@ func guardFill(t *testing.T, rdb redis.UniversalClient, k guardKeys, a fillArgs)
 
 func guardLease(t *testing.T, rdb redis.UniversalClient, k guardKeys, fence int64, ms int) bool {
 	t.Helper()
-	n, err := GuardLease.Run(context.Background(), rdb, []string{k.lease}, fence, ms).Int64()
+	n, err := GuardLease().Run(context.Background(), rdb, []string{k.lease}, fence, ms).Int64()
 	if err != nil {
 		t.Fatalf("guard_lease: %v", err)
 	}
@@ -116,7 +116,7 @@ func guardLease(t *testing.T, rdb redis.UniversalClient, k guardKeys, fence int6
 
 func guardInvalidate(t *testing.T, rdb redis.UniversalClient, k guardKeys, msg string) int64 {
 	t.Helper()
-	f, err := GuardInvalidate.Run(context.Background(), rdb, k.five(), retention, msg).Int64()
+	f, err := GuardInvalidate().Run(context.Background(), rdb, k.five(), retention, msg).Int64()
 	if err != nil {
 		t.Fatalf("guard_invalidate: %v", err)
 	}
@@ -776,14 +776,14 @@ func TestGuardBadArguments(t *testing.T) {
 			"channel, no wait": {leaseMs, "ch", 0, retention},
 			"no retention":     {leaseMs, "", 0, 0},
 		} {
-			if err := GuardRead.Run(ctx, rdb, k.four(), args...).Err(); err == nil || !strings.Contains(err.Error(), "guard_read") {
+			if err := GuardRead().Run(ctx, rdb, k.four(), args...).Err(); err == nil || !strings.Contains(err.Error(), "guard_read") {
 				t.Errorf("%s: read error %v", name, err)
 			}
 		}
-		if err := GuardLease.Run(ctx, rdb, []string{k.lease}, 1, -1).Err(); err == nil {
+		if err := GuardLease().Run(ctx, rdb, []string{k.lease}, 1, -1).Err(); err == nil {
 			t.Error("lease with negative ms: no error")
 		}
-		if err := GuardInvalidate.Run(ctx, rdb, k.five(), 0, "").Err(); err == nil {
+		if err := GuardInvalidate().Run(ctx, rdb, k.five(), 0, "").Err(); err == nil {
 			t.Error("invalidate without retention: no error")
 		}
 		if !exists(t, rdb, k.entry) {
@@ -906,7 +906,7 @@ func TestGuardForeignValues(t *testing.T) {
 		t.Run("lease/hash", func(t *testing.T) {
 			k := newGuardKeys(t)
 			rdb.HSet(ctx, k.lease, "f", "v")
-			res, err := GuardRead.Run(ctx, rdb, k.four(), leaseMs, "", 0, retention).Slice()
+			res, err := GuardRead().Run(ctx, rdb, k.four(), leaseMs, "", 0, retention).Slice()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -918,7 +918,7 @@ func TestGuardForeignValues(t *testing.T) {
 		t.Run("lease/string without TTL", func(t *testing.T) {
 			k := newGuardKeys(t)
 			rdb.Set(ctx, k.lease, "12", 0)
-			res, err := GuardRead.Run(ctx, rdb, k.four(), leaseMs, "", 0, retention).Slice()
+			res, err := GuardRead().Run(ctx, rdb, k.four(), leaseMs, "", 0, retention).Slice()
 			if err != nil {
 				t.Fatal(err)
 			}

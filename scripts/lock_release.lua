@@ -12,7 +12,7 @@
 -- ARGV[4] "1" when a PUBLISH that reached nobody means the waiter is gone
 --         (a standalone server); "0" on Redis Cluster, where PUBLISH counts
 --         only the receivers on the node that runs the script
--- ARGV[5] the caller's wake channel (mode "l" only)
+-- ARGV[5] the caller's wake channel (mode "l" only; omitted otherwise)
 --
 -- Returns -1 when the caller does not hold the lock (nothing is changed,
 -- except that a hand-off reservation made for the caller is passed on, and
@@ -23,11 +23,26 @@
 -- acquisition flat in the number of waiters. The lock key is set to a short
 -- reservation for that waiter so a barging caller cannot starve it.
 local lock, queue = KEYS[1], KEYS[2]
-local token, mode, handoff, trust = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == '1'
-local reserved = 'stampede-handoff:' .. token
+local token, mode = ARGV[1], ARGV[2]
 
-local function wake()
+-- The common case first, before anything else is set up: a token lock
+-- released by its holder, with nobody waiting.
+local v = redis.pcall('GET', lock) -- fails on a reentrant lock's hash
+local released = false
+if mode == 't' and v == token then
+  redis.call('DEL', lock)
   if redis.call('EXISTS', queue) == 0 then
+    return 0
+  end
+  released = true
+end
+
+local handoff, trust = ARGV[3], ARGV[4] == '1'
+
+-- wake reserves the lock for the first live waiter and wakes it; queued
+-- says the queue is known to exist.
+local function wake(queued)
+  if not queued and redis.call('EXISTS', queue) == 0 then
     return
   end
   local now = redis.call('TIME')
@@ -51,13 +66,16 @@ local function wake()
   end
 end
 
+if released then
+  wake(true)
+  return 0
+end
 if mode == 'l' then
   local channel = ARGV[5]
   redis.call('ZREM', queue, #channel .. ':' .. channel .. token)
 end
 
-local v = redis.pcall('GET', lock) -- fails on a reentrant lock's hash
-if v == reserved then
+if v == 'stampede-handoff:' .. token then
   -- A reservation for a caller that stopped waiting, or that got its lock
   -- elsewhere (Redlock): pass it on rather than let it block everyone until
   -- it expires.
@@ -66,9 +84,7 @@ if v == reserved then
   return -1
 end
 if mode == 't' then
-  if v ~= token then
-    return -1
-  end
+  return -1 -- not ours (ours was released above)
 elseif mode == 'r' then
   if redis.call('TYPE', lock).ok ~= 'hash' or redis.call('HEXISTS', lock, token) == 0 then
     return -1

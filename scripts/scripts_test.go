@@ -55,18 +55,47 @@ func TestLoadEverywhere(t *testing.T) {
 	})
 }
 
-func TestNames(t *testing.T) {
-	names := Names()
-	for _, want := range []string{
-		"lock_acquire", "lock_release", "lock_refresh", "lock_ttl",
-		"guard_read", "guard_fill", "guard_lease", "guard_invalidate",
+// TestAccessors: every script file is reachable, by All and by its
+// accessor, with its preludes in front.
+func TestAccessors(t *testing.T) {
+	all := All()
+	for name, s := range map[string]*redis.Script{
+		"lock_acquire": LockAcquire(), "lock_fence": LockFence(), "lock_release": LockRelease(),
+		"lock_refresh": LockRefresh(), "lock_ttl": LockTTL(),
+		"guard_read": GuardRead(), "guard_fill": GuardFill(), "guard_lease": GuardLease(),
+		"guard_invalidate": GuardInvalidate(),
 	} {
-		found := false
-		for _, n := range names {
-			found = found || n == want
+		if all[name] == nil || all[name].Hash() != s.Hash() {
+			t.Errorf("%s: accessor and All() disagree", name)
 		}
-		if !found {
-			t.Errorf("Names() = %v lacks %q", names, want)
+		delete(all, name)
+	}
+	for name := range all {
+		t.Errorf("%s: embedded but has no accessor", name)
+	}
+}
+
+// TestOneMintRule: fence_lib.lua is the only file that defines mint, and
+// every script that calls mint gets it.
+func TestOneMintRule(t *testing.T) {
+	entries, err := files.ReadDir(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		src, err := files.ReadFile(e.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if defines := strings.Contains(string(src), "function mint("); defines != (e.Name() == fenceLib) {
+			t.Errorf("%s: defines mint: %v", e.Name(), defines)
+		}
+		if isPrelude(e.Name()) {
+			continue
+		}
+		calls := strings.Contains(string(src), "mint(")
+		if has := strings.Contains(source(e.Name()), "local function mint("); calls != has {
+			t.Errorf("%s: calls mint: %v, has the prelude: %v", e.Name(), calls, has)
 		}
 	}
 }

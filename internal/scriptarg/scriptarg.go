@@ -26,3 +26,14 @@ func RandomID(n int) string {
 	_, _ = rand.Read(b) // crypto/rand does not fail (it panics on a broken system source)
 	return base64.RawURLEncoding.EncodeToString(b)
 }
+
+// Token returns 16 random bytes as unpadded base64url (22 characters): a
+// lock token. It allocates only the string it returns, since it runs once
+// per lock acquisition.
+func Token() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	var s [22]byte
+	base64.RawURLEncoding.Encode(s[:], b[:])
+	return string(s[:])
+}

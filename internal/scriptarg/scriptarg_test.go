@@ -34,3 +34,16 @@ func TestRandomID(t *testing.T) {
 		seen[id] = true
 	}
 }
+
+func TestToken(t *testing.T) {
+	a, b := Token(), Token()
+	if len(a) != 22 || a == b {
+		t.Fatalf("Token() = %q, %q", a, b)
+	}
+	if raw, err := base64.RawURLEncoding.DecodeString(a); err != nil || len(raw) != 16 {
+		t.Fatalf("Token() = %q (%v)", a, err)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = Token() }); n > 1 {
+		t.Fatalf("Token allocates %v times, want 1", n)
+	}
+}

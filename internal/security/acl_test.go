@@ -254,8 +254,8 @@ func TestACLMissingPermissions(t *testing.T) {
 		// (else a command called inside a script is refused: Redis 7.0
 		// words that "The user executing the script can't ...").
 		noperm bool
-		// handles: Release, Refresh and TTL are refused too (the lock
-		// scripts other than acquire do not call TIME).
+		// handles: Release, Refresh and TTL are refused too (of the lock
+		// scripts, only minting a fence and queueing call TIME).
 		handles bool
 	}{
 		{"no key access", append(without(rules, isKeyPattern), "~other:*"), true, true},
@@ -299,8 +299,11 @@ func TestACLMissingPermissions(t *testing.T) {
 
 			t.Run("lock", func(t *testing.T) {
 				// One key each: a script refused half-way keeps the writes it
-				// made before (Redis does not roll scripts back), such as
-				// a reentrant hold taken just before TIME is refused.
+				// made before (Redis does not roll scripts back). Each lock
+				// is taken and its fence asked for, as a fenced holder does:
+				// a free lock may be taken without the permission (a plain
+				// SET, or a script that does not need it), but then its
+				// fence is refused.
 				for _, o := range []struct {
 					what   string
 					obtain func(key string) (*lock.Lock, error)
@@ -313,8 +316,11 @@ func TestACLMissingPermissions(t *testing.T) {
 				} {
 					l, err := o.obtain(key + "/" + o.what)
 					if err == nil {
+						_, err = l.FenceContext(ctx)
 						_ = l.Release(ctx)
-						t.Errorf("%s succeeded without the permission", o.what)
+					}
+					if err == nil {
+						t.Errorf("%s and its fence succeeded without the permission", o.what)
 						continue
 					}
 					checkErr(t, o.what, err)

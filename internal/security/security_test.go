@@ -31,13 +31,14 @@ func TestMain(m *testing.M) { redistest.Main(m) }
 //
 // Commands: EVALSHA, with EVAL when the script is not cached yet (go-redis
 // Script.Run; SCRIPT LOAD is never sent), GET (the guard's fast hit path),
+// SET (a free token lock not waited for),
 // SUBSCRIBE (one connection per Group and per lock Client), and every
 // command the Lua scripts call: Redis checks those against the user too.
 const aclLine = "ACL SETUSER stampede reset on >CHANGE-ME" +
 	" ~stampede:{* ~stampede:lock:{* &stampede:fill:* &stampede:lock:wake:*" +
 	" +evalsha +eval +get +subscribe" +
 	" +time +set +del +exists +pexpire +pttl +incr +getrange +strlen +sadd +smembers +publish" +
-	" +type +hset +hexists +hincrby +zadd +zrem +zpopmin +zremrangebyscore"
+	" +type +hset +hget +hexists +hincrby +zadd +zrem +zpopmin +zremrangebyscore"
 
 // clientCommands are the commands the Go code sends itself (the rest of
 // aclLine's commands are called by the Lua scripts).
@@ -45,6 +46,7 @@ var clientCommands = []string{
 	"evalsha",   // scripts.*.Run (guard, lock)
 	"eval",      // scripts.*.Run when EVALSHA answers NOSCRIPT
 	"get",       // guard/fasthit.go
+	"set",       // lock/obtain.go: a free token lock, not waited for, is a plain SET NX PX
 	"subscribe", // internal/notify: a Group's fill channel, a lock Client's wake channel
 }
 

@@ -1,0 +1,194 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stampede-go/stampede/internal/hashtag"
+	"github.com/stampede-go/stampede/internal/notify"
+	"github.com/stampede-go/stampede/internal/scriptarg"
+)
+
+// Client obtains locks on one Redis (New) or on several independent masters
+// (NewRedlock). It is safe for concurrent use. Close releases its shared
+// Pub/Sub connection.
+type Client struct {
+	nodes   []*node
+	quorum  int
+	opts    Options
+	channel string // this Client's wake channel, the same on every node
+
+	// Script arguments that never change, boxed once.
+	channelArg any
+	handoffArg any // ms(opts.HandoffTimeout)
+	trustArg   any // "1": PUBLISH receiver counts are reliable (not a cluster)
+
+	wg        sync.WaitGroup // best-effort cleanups still running
+	closeOnce sync.Once
+	closed    chan struct{}
+}
+
+type node struct {
+	rdb redis.UniversalClient
+	hub *notify.Hub
+}
+
+// New returns a Client that keeps its locks on rdb, which may be a
+// *redis.Client, a *redis.ClusterClient or a failover client. It panics if
+// rdb is nil or opts is invalid: both are programming errors.
+func New(rdb redis.UniversalClient, opts Options) *Client {
+	if rdb == nil {
+		panic("lock: New with a nil Redis client")
+	}
+	return newClient([]redis.UniversalClient{rdb}, opts)
+}
+
+// NewRedlock returns a Client that obtains each lock on a majority of
+// independent Redis masters (the Redlock algorithm): a lock is held when
+// more than half of the masters granted it within its lease, and is valid for
+// ttl - time spent acquiring - clock drift. Release, Refresh and Fence act on
+// all masters.
+//
+// Redlock tolerates the loss of a minority of masters; it does not make a
+// lock safe against a paused holder. Use Fence, checked by the resource, for
+// that. The fencing number of a Redlock lock is the largest any master
+// minted, and numbers increase only as far as the masters' clocks agree. It
+// panics if clients is empty, holds nil, or opts is invalid.
+func NewRedlock(clients []redis.UniversalClient, opts Options) *Client {
+	if len(clients) == 0 {
+		panic("lock: NewRedlock with no Redis clients")
+	}
+	for i, c := range clients {
+		if c == nil {
+			panic("lock: NewRedlock with a nil Redis client at index " + strconv.Itoa(i))
+		}
+	}
+	return newClient(clients, opts)
+}
+
+func newClient(rdbs []redis.UniversalClient, opts Options) *Client {
+	o, err := opts.withDefaults()
+	if err != nil {
+		panic(err.Error())
+	}
+	if !hashtag.ValidPrefix(o.Prefix) {
+		panic(fmt.Sprintf("lock: Prefix %q must not contain '{' or '}'", o.Prefix))
+	}
+	c := &Client{
+		opts: o, quorum: len(rdbs)/2 + 1, closed: make(chan struct{}),
+		channel: notify.NewChannel(o.Prefix + "wake:"), handoffArg: ms(o.HandoffTimeout), trustArg: "1",
+	}
+	c.channelArg = c.channel
+	for _, r := range rdbs {
+		if _, ok := r.(*redis.ClusterClient); ok {
+			// Cluster PUBLISH counts only the receivers on the script's node.
+			c.trustArg = "0"
+		}
+		c.nodes = append(c.nodes, &node{rdb: r, hub: notify.New(r, c.channel)})
+	}
+	return c
+}
+
+// Close stops the Client's Pub/Sub connections and waits for its background
+// cleanups. It does not release held locks (their leases run out) and does
+// not close the Redis clients. Obtain fails with ErrClosed afterwards.
+func (c *Client) Close() error {
+	var errs []error
+	c.closeOnce.Do(func() {
+		close(c.closed)
+		for _, n := range c.nodes {
+			errs = append(errs, n.hub.Close())
+		}
+		c.wg.Wait()
+	})
+	return errors.Join(errs...)
+}
+
+func (c *Client) isClosed() bool {
+	select {
+	case <-c.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// names are the Redis keys of one lock; they share one hash tag.
+type names struct{ lock, queue string }
+
+func (c *Client) names(key string) names {
+	b := hashtag.Base(c.opts.Prefix, key)
+	return names{lock: b, queue: b + ":q"}
+}
+
+// fence is the name of the lock's fence counter, built only when a number
+// is minted or the lock renewed.
+func (nm names) fence() string { return nm.lock + ":fence" }
+
+// modeArg boxes a mode for a script without allocating.
+func modeArg(mode string) any {
+	switch mode {
+	case "t":
+		return "t"
+	case "r":
+		return "r"
+	}
+	return "l"
+}
+
+// background runs f with a fresh context bounded by CleanupTimeout; Close
+// waits for it.
+func (c *Client) background(f func(context.Context)) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), c.opts.CleanupTimeout)
+		defer cancel()
+		f(ctx)
+	}()
+}
+
+func (c *Client) drift(ttl time.Duration) time.Duration {
+	return time.Duration(float64(ttl)*c.opts.DriftFactor) + 2*time.Millisecond
+}
+
+// nodeTimeout bounds each master's reply in Redlock mode, so one slow master
+// cannot eat the lease (the Redlock paper's "small compared to the TTL").
+func (c *Client) nodeTimeout(ttl time.Duration) time.Duration {
+	return min(max(ttl/10, 10*time.Millisecond), time.Second)
+}
+
+// fanout runs f on every node: inline for one node, concurrently for several,
+// each bounded by timeout.
+func fanout[T any](ctx context.Context, nodes []*node, timeout time.Duration, f func(context.Context, *node) (T, error)) ([]T, []error) {
+	out := make([]T, len(nodes))
+	errs := make([]error, len(nodes))
+	if len(nodes) == 1 {
+		out[0], errs[0] = f(ctx, nodes[0])
+		return out, errs
+	}
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			out[i], errs[i] = f(nctx, n)
+		}()
+	}
+	wg.Wait()
+	return out, errs
+}
+
+// newToken returns a random lock token.
+func newToken() string { return scriptarg.Token() }
+
+// ms is scriptarg.Millis.
+func ms(d time.Duration) int64 { return scriptarg.Millis(d) }

@@ -1,0 +1,96 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/stampede-go/stampede/scripts"
+)
+
+// Fence returns the lock's fencing number. Pass it with every write to the
+// protected resource and have the resource reject numbers lower than the
+// last it accepted: that, not the lock, stops a holder that lost its lease
+// during a pause from overwriting newer data.
+//
+// The number is minted on the first call, in one round trip that succeeds
+// only while the lock is held, so numbers rise in the order of the holds
+// that asked for one; a holder that never asks pays nothing. Later calls
+// return the same number without a round trip, also after Release. All holds
+// of one reentrant owner share one number. Numbers come from a per-key
+// counter floored by the Redis clock in microseconds, so they keep
+// increasing even if Redis loses the counter.
+//
+// Fence returns 0 when it cannot mint a number: the lock was lost or
+// released before the first call, or Redis did not answer within
+// Options.CleanupTimeout. 0 is below every fencing number, so a resource
+// that checks fences refuses it. FenceContext says why.
+func (l *Lock) Fence() int64 {
+	if f := l.knownFence(); f > 0 {
+		return f
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.c.opts.CleanupTimeout)
+	defer cancel()
+	f, _ := l.FenceContext(ctx)
+	return f
+}
+
+// FenceContext is Fence with a context for the first call's round trip and
+// an error when no number could be minted: ErrNotHeld when the lock is no
+// longer held, a wrapped Redis error otherwise.
+func (l *Lock) FenceContext(ctx context.Context) (int64, error) {
+	if ctx == nil {
+		return 0, errors.New("lock: nil context")
+	}
+	l.fenceMu.Lock()
+	defer l.fenceMu.Unlock()
+	if l.fence > 0 {
+		return l.fence, nil
+	}
+	if l.isReleased() || l.isLost() {
+		return 0, ErrNotHeld
+	}
+	f, err := l.mint(ctx)
+	if err != nil {
+		return 0, err
+	}
+	l.fence = f
+	return f, nil
+}
+
+func (l *Lock) knownFence() int64 {
+	l.fenceMu.Lock()
+	defer l.fenceMu.Unlock()
+	return l.fence
+}
+
+// mint runs lock_fence.lua on every node and returns the largest number of
+// a quorum that found the lock held.
+func (l *Lock) mint(ctx context.Context) (int64, error) {
+	keys := []string{l.nm.lock, l.nm.fence()}
+	replies, errs := fanout(ctx, l.c.nodes, l.c.opts.CleanupTimeout, func(ctx context.Context, n *node) (int64, error) {
+		return scripts.LockFence().Run(ctx, n.rdb, keys, l.token, ms(l.c.opts.FenceRetention)).Int64()
+	})
+	var fence int64
+	held, notHeld, failures := 0, 0, []error(nil)
+	for i, f := range replies {
+		switch {
+		case errs[i] != nil:
+			failures = append(failures, errs[i])
+		case f > 0:
+			held++
+			fence = max(fence, f)
+		default:
+			notHeld++
+		}
+	}
+	switch {
+	case held >= l.c.quorum:
+		return fence, nil
+	case len(l.c.nodes)-notHeld < l.c.quorum:
+		l.markLost()
+		return 0, ErrNotHeld
+	default:
+		return 0, fmt.Errorf("lock: fence: %w", errors.Join(failures...))
+	}
+}

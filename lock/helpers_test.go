@@ -1,0 +1,62 @@
+package lock
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// newTestClient returns a lock Client on rdb, closed at the end of the test.
+func newTestClient(t testing.TB, rdb redis.UniversalClient, opts Options) *Client {
+	t.Helper()
+	c := New(rdb, opts)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// waitClosed fails the test if ch is not closed within d.
+func waitClosed(t testing.TB, ch <-chan struct{}, d time.Duration, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(d):
+		t.Fatalf("%s did not happen within %v", what, d)
+	}
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// overlapDetector fails when two holders are inside the critical section at
+// once. Its counter is incremented non-atomically (load, yield, store): any
+// overlap loses an update, which the final count reveals.
+type overlapDetector struct {
+	inside  atomic.Int32
+	overlap atomic.Int32
+	count   atomic.Int64
+}
+
+func (d *overlapDetector) enter() {
+	if d.inside.Add(1) != 1 {
+		d.overlap.Add(1)
+	}
+	v := d.count.Load()
+	time.Sleep(50 * time.Microsecond) // widen the window an overlap would need
+	d.count.Store(v + 1)
+	d.inside.Add(-1)
+}

@@ -1,0 +1,320 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/stampede-go/stampede/internal/redistest"
+)
+
+func TestMutualExclusion(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
+		const clients, goroutines, rounds = 4, 6, 15
+		key := redistest.Key(t)
+		var d overlapDetector
+		var wg sync.WaitGroup
+		errs := make(chan error, clients*goroutines)
+		for range clients {
+			c := newTestClient(t, rdb, Options{})
+			for range goroutines {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range rounds {
+						l, err := c.Obtain(ctxT(t), key, 5*time.Second, WaitFor(20*time.Second))
+						if err != nil {
+							errs <- err
+							return
+						}
+						d.enter()
+						if err := l.Release(context.Background()); err != nil {
+							errs <- err
+							return
+						}
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		if got := d.overlap.Load(); got != 0 {
+			t.Errorf("%d overlapping holders", got)
+		}
+		if got, want := d.count.Load(), int64(clients*goroutines*rounds); got != want {
+			t.Errorf("counter = %d, want %d (lost updates mean overlapping holders)", got, want)
+		}
+	})
+}
+
+func TestBusyLockNotObtained(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
+		c := newTestClient(t, rdb, Options{})
+		key := redistest.Key(t)
+		l, err := c.Obtain(ctxT(t), key, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Release(context.Background())
+		if _, err := c.Obtain(ctxT(t), key, time.Minute); !errors.Is(err, ErrNotObtained) {
+			t.Fatalf("second Obtain: got %v, want ErrNotObtained", err)
+		}
+		if _, err := c.ObtainReentrant(ctxT(t), key, "someone", time.Minute); !errors.Is(err, ErrNotObtained) {
+			t.Fatalf("ObtainReentrant on a token lock: got %v, want ErrNotObtained", err)
+		}
+	})
+}
+
+func TestReentrant(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
+		c := newTestClient(t, rdb, Options{})
+		ctx, key := ctxT(t), redistest.Key(t)
+		var holds []*Lock
+		for i := 1; i <= 3; i++ {
+			l, err := c.ObtainReentrant(ctx, key, "job-1", time.Minute)
+			if err != nil {
+				t.Fatalf("hold %d: %v", i, err)
+			}
+			if got := l.Holds(); got != int64(i) {
+				t.Fatalf("hold %d: Holds() = %d", i, got)
+			}
+			if i > 1 && l.Fence() != holds[0].Fence() {
+				t.Fatalf("re-acquire fence = %d, want the first hold's %d", l.Fence(), holds[0].Fence())
+			}
+			holds = append(holds, l)
+		}
+		if n, _ := rdb.HGet(ctx, c.names(key).lock, "job-1").Int(); n != 3 {
+			t.Fatalf("hash hold count = %d, want 3", n)
+		}
+		for i := 2; i >= 0; i-- {
+			if _, err := c.ObtainReentrant(ctx, key, "job-2", time.Minute); !errors.Is(err, ErrNotObtained) {
+				t.Fatalf("other owner with %d holds left: got %v, want ErrNotObtained", i+1, err)
+			}
+			if _, err := c.Obtain(ctx, key, time.Minute); !errors.Is(err, ErrNotObtained) {
+				t.Fatalf("token lock with %d holds left: got %v, want ErrNotObtained", i+1, err)
+			}
+			if err := holds[i].Release(ctx); err != nil {
+				t.Fatalf("release hold %d: %v", i+1, err)
+			}
+		}
+		if n, _ := rdb.Exists(ctx, c.names(key).lock).Result(); n != 0 {
+			t.Fatal("lock key still exists after the last hold was released")
+		}
+		other, err := c.ObtainReentrant(ctx, key, "job-2", time.Minute)
+		if err != nil {
+			t.Fatalf("other owner after release: %v", err)
+		}
+		if other.Fence() <= holds[0].Fence() {
+			t.Fatalf("next owner's fence %d not above %d", other.Fence(), holds[0].Fence())
+		}
+		if err := holds[0].Release(ctx); !errors.Is(err, ErrNotHeld) {
+			t.Fatalf("double release: got %v, want ErrNotHeld", err)
+		}
+		if err := other.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestStaleHandleCannotTouchNewHolder(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
+		c := newTestClient(t, rdb, Options{})
+		ctx, key := ctxT(t), redistest.Key(t)
+		old, err := c.Obtain(ctx, key, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The old holder's lease ends (as after a long GC pause).
+		if err := rdb.Del(ctx, c.names(key).lock).Err(); err != nil {
+			t.Fatal(err)
+		}
+		cur, err := c.Obtain(ctx, key, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := old.Refresh(ctx, time.Hour); !errors.Is(err, ErrNotHeld) {
+			t.Errorf("stale Refresh: got %v, want ErrNotHeld", err)
+		}
+		if _, err := old.TTL(ctx); !errors.Is(err, ErrNotHeld) {
+			t.Errorf("stale TTL: got %v, want ErrNotHeld", err)
+		}
+		if err := old.Release(ctx); !errors.Is(err, ErrNotHeld) {
+			t.Errorf("stale Release: got %v, want ErrNotHeld", err)
+		}
+		if !isClosed(old.Lost()) {
+			t.Error("stale handle's Lost() not closed")
+		}
+		ttl, err := cur.TTL(ctx)
+		if err != nil || ttl <= 0 || ttl > time.Minute {
+			t.Fatalf("current holder TTL = %v, %v; want its own lease intact", ttl, err)
+		}
+		if err := cur.Release(ctx); err != nil {
+			t.Fatalf("current holder Release: %v", err)
+		}
+	})
+}
+
+func TestRefreshAndTTL(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
+		c := newTestClient(t, rdb, Options{})
+		ctx, key := ctxT(t), redistest.Key(t)
+		l, err := c.Obtain(ctx, key, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Release(context.Background())
+		if err := l.Refresh(ctx, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		ttl, err := l.TTL(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ttl <= time.Hour-time.Minute || ttl > time.Hour {
+			t.Fatalf("TTL after Refresh(1h) = %v", ttl)
+		}
+		if err := l.Refresh(ctx, 0); err == nil {
+			t.Fatal("Refresh(0) succeeded, want an error")
+		}
+	})
+}
+
+func TestLostWhenLeaseRunsOut(t *testing.T) {
+	rdb := redistest.Universal(t)
+	c := newTestClient(t, rdb, Options{})
+	l, err := c.Obtain(ctxT(t), redistest.Key(t), 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitClosed(t, l.Lost(), 5*time.Second, "Lost() after an unrenewed lease")
+}
+
+// TestLeaseRunOutSeenWithoutLost: the timer behind Lost starts only once
+// something can see it; a lease that ran out is still seen by the hook, by a
+// late Lost call, and by Refresh and Fence.
+func TestLeaseRunOutSeenWithoutLost(t *testing.T) {
+	rdb := redistest.Universal(t)
+	const ttl = 100 * time.Millisecond
+
+	t.Run("hook", func(t *testing.T) {
+		hooked := make(chan struct{})
+		c := newTestClient(t, rdb, Options{Hooks: Hooks{Lost: func(string) { close(hooked) }}})
+		if _, err := c.Obtain(ctxT(t), redistest.Key(t), ttl); err != nil {
+			t.Fatal(err)
+		}
+		waitClosed(t, hooked, 5*time.Second, "Hooks.Lost after an unrenewed lease")
+	})
+
+	t.Run("late calls", func(t *testing.T) {
+		c := newTestClient(t, rdb, Options{})
+		ctx := ctxT(t)
+		l, err := c.Obtain(ctx, redistest.Key(t), ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Wait for Redis to expire the key, without touching the handle.
+		redistest.Eventually(t, 5*time.Second, "the lease to end in Redis", func() bool {
+			n, err := rdb.Exists(context.Background(), c.names(l.key).lock).Result()
+			return err == nil && n == 0
+		})
+		if _, err := l.FenceContext(ctx); !errors.Is(err, ErrNotHeld) {
+			t.Fatalf("FenceContext after the lease ran out: %v, want ErrNotHeld", err)
+		}
+		if err := l.Refresh(ctx, time.Minute); !errors.Is(err, ErrNotHeld) {
+			t.Fatalf("Refresh after the lease ran out: %v, want ErrNotHeld", err)
+		}
+		if !isClosed(l.Lost()) {
+			t.Fatal("Lost() not closed when first called after the lease ran out")
+		}
+	})
+}
+
+// TestReleaseTwiceKeepsNextHolder: a handle released twice gets ErrNotHeld
+// the second time and never releases whoever holds the lock by then: a new
+// token holder, or another hold of the same reentrant owner.
+func TestReleaseTwiceKeepsNextHolder(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	if err := rdb.Ping(ctxT(t)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	c := New(rdb, Options{})
+	defer c.Close()
+	ctx := ctxT(t)
+
+	t.Run("token lock", func(t *testing.T) {
+		key := redistest.Key(t)
+		first, err := c.Obtain(ctx, key, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := first.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		next, err := c.Obtain(ctx, key, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := first.Release(ctx); !errors.Is(err, ErrNotHeld) {
+			t.Fatalf("second Release: got %v, want ErrNotHeld", err)
+		}
+		if ttl, err := next.TTL(ctx); err != nil || ttl <= 0 {
+			t.Fatalf("next holder after the double release: TTL %v, %v; want it still held", ttl, err)
+		}
+		if err := next.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("reentrant owner", func(t *testing.T) {
+		key := redistest.Key(t)
+		outer, err := c.ObtainReentrant(ctx, key, "job", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inner, err := c.ObtainReentrant(ctx, key, "job", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := inner.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// The owner still holds outer's hold; releasing inner again must not
+		// take it away.
+		if err := inner.Release(ctx); !errors.Is(err, ErrNotHeld) {
+			t.Fatalf("second Release of one hold: got %v, want ErrNotHeld", err)
+		}
+		if n, err := rdb.HGet(ctx, c.names(key).lock, "job").Result(); err != nil || n != "1" {
+			t.Fatalf("holds left %q (%v), want outer's 1", n, err)
+		}
+		if err := outer.Release(ctx); err != nil {
+			t.Fatalf("outer Release: %v", err)
+		}
+		if n, err := rdb.Exists(ctx, c.names(key).lock).Result(); err != nil || n != 0 {
+			t.Fatalf("lock still there after every hold was released (%v)", err)
+		}
+	})
+}
+
+func TestRedisDown(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t, func(o *redis.Options) { o.MaxRetries = -1; o.DialTimeout = 200 * time.Millisecond })
+	c := newTestClient(t, rdb, Options{})
+	srv.Kill(t)
+	_, err := c.Obtain(ctxT(t), "k", time.Second)
+	if err == nil || errors.Is(err, ErrNotObtained) {
+		t.Fatalf("got %v, want a connection error (not ErrNotObtained: the lock is not busy)", err)
+	}
+	if !strings.Contains(err.Error(), "lock: obtain: ") {
+		t.Errorf("error %q does not say what failed", err)
+	}
+}

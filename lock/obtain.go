@@ -1,0 +1,286 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/stampede-go/stampede/scripts"
+)
+
+// Obtain takes the lock named key for ttl. It returns ErrNotObtained when the
+// lock is busy (after waiting, with WaitFor). Each lock gets a random token;
+// its fencing number is minted when first asked for (Lock.Fence).
+func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts ...ObtainOption) (*Lock, error) {
+	return c.obtain(ctx, key, "", ttl, opts)
+}
+
+// ObtainReentrant takes one hold of the reentrant lock named key for owner.
+// The owner may take it again while holding it (each hold is released by its
+// own Lock.Release, and the lock is free once every hold is released); other
+// owners are blocked until then. All holds of one owner share one fencing
+// number, and a re-acquire resets the lease to ttl. Go has no thread
+// identity, so the owner id is explicit: use one per logical owner (a
+// request, a job, a process).
+func (c *Client) ObtainReentrant(ctx context.Context, key, owner string, ttl time.Duration, opts ...ObtainOption) (*Lock, error) {
+	if owner == "" {
+		return nil, errors.New("lock: empty owner")
+	}
+	return c.obtain(ctx, key, owner, ttl, opts)
+}
+
+// request is one Obtain call: what every step of it needs.
+type request struct {
+	key   string
+	nm    names
+	token string // random token, or the owner of a reentrant lock
+	mode  string // "t" token lock, "r" reentrant
+	ttl   time.Duration
+	opts  obtainOptions
+	start time.Time
+}
+
+func validate(key string, ttl, wait time.Duration) error {
+	switch {
+	case key == "":
+		return errors.New("lock: empty key")
+	case len(key) > MaxKeyBytes:
+		return fmt.Errorf("lock: key of %d bytes exceeds MaxKeyBytes (%d)", len(key), MaxKeyBytes)
+	case ttl < time.Millisecond:
+		return fmt.Errorf("lock: ttl %v is below 1ms", ttl)
+	case wait < 0:
+		return fmt.Errorf("lock: negative WaitFor %v", wait)
+	}
+	return nil
+}
+
+// newRequest checks an Obtain call and describes it; owner "" asks for a
+// token lock.
+func (c *Client) newRequest(ctx context.Context, key, owner string, ttl time.Duration, opts []ObtainOption) (*request, error) {
+	if ctx == nil {
+		return nil, errors.New("lock: nil context")
+	}
+	r := &request{key: key, token: owner, mode: "r", ttl: ttl}
+	for _, opt := range opts {
+		opt(&r.opts)
+	}
+	if err := validate(key, ttl, r.opts.wait); err != nil {
+		return nil, err
+	}
+	if c.isClosed() {
+		return nil, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, errors.Join(ErrNotObtained, err)
+	}
+	if owner == "" {
+		r.token, r.mode = newToken(), "t"
+	}
+	r.nm = c.names(key)
+	r.start = time.Now()
+	return r, nil
+}
+
+func (c *Client) obtain(ctx context.Context, key, owner string, ttl time.Duration, opts []ObtainOption) (*Lock, error) {
+	r, err := c.newRequest(ctx, key, owner, ttl, opts)
+	if err != nil {
+		return nil, err
+	}
+	if r.opts.wait > 0 {
+		return c.wait(ctx, r)
+	}
+	a, err := c.attempt(ctx, r, 0, r.start)
+	switch {
+	case err != nil:
+		return nil, c.failed(ctx, r, false, err)
+	case !a.ok:
+		return nil, ErrNotObtained
+	}
+	return c.newLock(r, a), nil
+}
+
+// attempt is the outcome of one acquire round on every node.
+type attempt struct {
+	ok       bool
+	fence    int64 // a reentrant owner's number, if it has one yet
+	holds    int64
+	at       time.Time     // when the replies were in
+	validity time.Duration // when ok: how long from at the lock is known held
+	retry    time.Duration // when busy: remaining lease of the holder
+}
+
+// attempt tries to take r's lock once on every node, starting now (a
+// reading of the clock the caller took anyway: reading it costs); wait > 0
+// joins the wait queue where the lock is busy.
+func (c *Client) attempt(ctx context.Context, r *request, wait time.Duration, start time.Time) (attempt, error) {
+	if len(c.nodes) == 1 {
+		// Inline, without fanout's closure and result slices: the
+		// uncontended lock is this package's hot path.
+		var replies [1]reply
+		var errs [1]error
+		replies[0], errs[0] = c.try(ctx, c.nodes[0], r, wait)
+		return c.settle(r, start, replies[:], errs[:])
+	}
+	replies, errs := fanout(ctx, c.nodes, c.nodeTimeout(r.ttl), func(ctx context.Context, n *node) (reply, error) {
+		return c.try(ctx, n, r, wait)
+	})
+	return c.settle(r, start, replies, errs)
+}
+
+// settle turns the replies of an acquire round that started at start into
+// its outcome, and gives back what a failed round got.
+func (c *Client) settle(r *request, start time.Time, replies []reply, errs []error) (attempt, error) {
+	a, granted, err := c.tally(replies, errs)
+	a.at = time.Now()
+	a.validity = r.ttl - a.at.Sub(start) - c.drift(r.ttl)
+	if granted >= c.quorum && a.validity > 0 {
+		a.ok = true
+		return a, nil
+	}
+	if granted > 0 {
+		// Not enough of the masters, or too late: give back what we got.
+		var got []*node
+		for i, n := range c.nodes {
+			if errs[i] == nil && replies[i][0] == 1 {
+				got = append(got, n)
+			}
+		}
+		c.background(func(bg context.Context) {
+			for _, n := range got {
+				_ = c.release(bg, n, r.nm, r.token, r.mode)
+			}
+		})
+	}
+	return a, err
+}
+
+// reply is a node's answer to an acquire, as lock_acquire.lua gives it:
+// {1, fence, holds} when obtained, {0, pttl, 0} when busy.
+type reply [3]int64
+
+// try runs one acquire on one node.
+//
+// A token lock that will not join the wait queue is taken with a plain
+// SET NX PX, the cheapest write Redis has: its token is fresh, so no
+// hand-off reservation can be waiting for it, and the fencing number is
+// minted later, by Lock.Fence, if the holder asks. Every other case (joining
+// the queue, a reservation made for a queued waiter, reentrant holds) runs
+// the acquire script.
+func (c *Client) try(ctx context.Context, n *node, r *request, wait time.Duration) (reply, error) {
+	if r.mode == "t" && wait == 0 {
+		ok, err := n.rdb.SetNX(ctx, r.nm.lock, r.token, r.ttl).Result()
+		switch {
+		case err != nil:
+			return reply{}, err
+		case ok:
+			return reply{1, 0, 1}, nil
+		}
+		return reply{0, -1, 0}, nil // busy; the holder's lease is not needed without a wait
+	}
+	v, err := scripts.LockAcquire().Run(ctx, n.rdb, []string{r.nm.lock, r.nm.queue},
+		r.token, ms(r.ttl), modeArg(r.mode), ms(wait), c.channelArg).Int64Slice()
+	if err == nil && len(v) != 3 {
+		err = fmt.Errorf("lock: unexpected acquire reply %v", v)
+	}
+	if err != nil {
+		return reply{}, err
+	}
+	return reply(v), nil
+}
+
+// tally sums the replies of an acquire round: the nodes that granted the
+// lock, the shortest lease among the busy ones, and the error to report when
+// failures, not holders, kept the round from a quorum.
+func (c *Client) tally(replies []reply, errs []error) (attempt, int, error) {
+	var a attempt
+	granted, busy := 0, 0
+	var failures []error
+	for i, v := range replies {
+		switch {
+		case errs[i] != nil:
+			failures = append(failures, errs[i])
+		case v[0] == 1:
+			granted++
+			a.fence = max(a.fence, v[1])
+			a.holds = max(a.holds, v[2])
+		default:
+			busy++
+			retry := time.Duration(v[1]) * time.Millisecond
+			if v[1] == 0 || v[1] == -2 {
+				// Under a millisecond left (PTTL rounds down), or gone by
+				// now: retry at once rather than fall back to ttl/4.
+				retry = time.Millisecond
+			}
+			if busy == 1 || retry < a.retry {
+				a.retry = retry
+			}
+		}
+	}
+	if len(failures) == 0 || busy >= c.quorum || len(c.nodes)-busy-len(failures) >= c.quorum {
+		return a, granted, nil
+	}
+	if len(c.nodes) == 1 {
+		return a, granted, failures[0]
+	}
+	return a, granted, errors.Join(ErrNotObtained, fmt.Errorf("%d of %d masters failed: %w", len(failures), len(c.nodes), errors.Join(failures...)))
+}
+
+// failed turns an error of an acquire attempt into the caller's error. The
+// attempt may have taken the lock before failing (a timeout after the write
+// ran), so a token lock is released in the background.
+func (c *Client) failed(ctx context.Context, r *request, queued bool, err error) error {
+	if r.mode == "t" {
+		c.background(func(bg context.Context) {
+			for _, n := range c.nodes {
+				_ = c.release(bg, n, r.nm, r.token, "t")
+			}
+		})
+	}
+	if queued {
+		c.leaveQueue(r)
+	}
+	if ctx.Err() != nil {
+		return errors.Join(ErrNotObtained, ctx.Err())
+	}
+	if errors.Is(err, ErrNotObtained) || errors.Is(err, ErrClosed) {
+		return err
+	}
+	return fmt.Errorf("lock: obtain: %w", err)
+}
+
+// release runs lock_release.lua on one node: mode "t" or "r" releases, "l"
+// leaves the wait queue.
+func (c *Client) release(ctx context.Context, n *node, nm names, token, mode string) error {
+	_, err := c.releaseRun(ctx, n, nm, token, mode)
+	return err
+}
+
+func (c *Client) releaseRun(ctx context.Context, n *node, nm names, token, mode string) (int64, error) {
+	keys := []string{nm.lock, nm.queue}
+	if mode != "l" {
+		return scripts.LockRelease().Run(ctx, n.rdb, keys, token, modeArg(mode), c.handoffArg, c.trustArg).Int64()
+	}
+	return scripts.LockRelease().Run(ctx, n.rdb, keys, token, "l", c.handoffArg, c.trustArg, c.channelArg).Int64()
+}
+
+func (c *Client) newLock(r *request, a attempt) *Lock {
+	l := &Lock{
+		c: c, key: r.key, nm: r.nm, token: r.token, mode: r.mode,
+		fence: a.fence, holds: a.holds, obtained: a.at, ttl: r.ttl,
+		validUntil: a.at.Add(a.validity), lost: make(chan struct{}),
+	}
+	if c.opts.Hooks.Lost != nil || r.opts.autoRenew {
+		l.armLocked() // l is not shared yet
+	}
+	if h := c.opts.Hooks.Obtained; h != nil {
+		h(r.key, a.fence, a.at.Sub(r.start))
+	}
+	if r.opts.autoRenew {
+		l.wdStop, l.wdDone = make(chan struct{}), make(chan struct{})
+		ctx, cancel := context.WithCancel(context.Background())
+		l.wdCancel = cancel
+		go l.watchdog(ctx)
+	}
+	return l
+}

@@ -1,0 +1,167 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stampede-go/stampede/internal/notify"
+)
+
+// testHookAfterFirstAttempt, when set by a test, runs between a waiter's
+// first failed attempt and its subscription: the window a release must not
+// be lost in.
+var testHookAfterFirstAttempt func()
+
+// wait obtains r's lock, waiting up to r.opts.wait for a busy lock.
+//
+// A waiter registers its wake channel before its first attempt, so a
+// release right after that attempt finds it. When this Client's
+// subscription is already confirmed, the first attempt joins the wait queue
+// at once; otherwise it only tries, and the waiter subscribes before it
+// queues (subscribe, then retry: a release in between is seen by the retry).
+func (c *Client) wait(ctx context.Context, r *request) (*Lock, error) {
+	wake := make(chan struct{}, 1)
+	defer c.register(r.token, wake)()
+	queued := c.subscribed()
+	firstWait := time.Duration(0)
+	if queued {
+		firstWait = r.opts.wait
+	}
+	a, err := c.attempt(ctx, r, firstWait, r.start)
+	switch {
+	case err != nil:
+		return nil, c.failed(ctx, r, queued, err)
+	case a.ok:
+		return c.newLock(r, a), nil
+	}
+	if testHookAfterFirstAttempt != nil {
+		testHookAfterFirstAttempt()
+	}
+	deadline := r.start.Add(r.opts.wait)
+	if !queued {
+		if err := c.subscribeUntil(ctx, deadline); err != nil {
+			return nil, c.failed(ctx, r, false, err)
+		}
+	}
+	return c.waitLoop(ctx, r, wake, queued, a.retry, deadline)
+}
+
+// waitLoop retries r's acquire, queued, each time the waiter is woken or its
+// fallback timer fires, until it obtains the lock or the wait ends.
+func (c *Client) waitLoop(ctx context.Context, r *request, wake <-chan struct{}, queued bool, retry time.Duration, deadline time.Time) (*Lock, error) {
+	timer := time.NewTimer(time.Hour) // Reset below; Go 1.23 timers need no draining
+	defer timer.Stop()
+	var lastErr error
+	for {
+		if queued {
+			if err := c.pause(ctx, r, timer, wake, retry, deadline); err != nil {
+				return nil, err
+			}
+		}
+		now := time.Now()
+		remaining := deadline.Sub(now)
+		if remaining <= 0 {
+			if queued {
+				c.leaveQueue(r)
+			}
+			if lastErr != nil {
+				return nil, lastErr
+			}
+			return nil, ErrNotObtained
+		}
+		queued = true
+		a, err := c.attempt(ctx, r, remaining, now)
+		switch {
+		case err != nil && len(c.nodes) > 1 && errors.Is(err, ErrNotObtained) && ctx.Err() == nil:
+			// Redlock with masters down: keep trying within the wait.
+			lastErr = err
+		case err != nil:
+			return nil, c.failed(ctx, r, true, err)
+		case a.ok:
+			return c.newLock(r, a), nil
+		}
+		retry = a.retry
+	}
+}
+
+// pause waits for a wake-up, or for the fallback timer: a lock that expires
+// publishes nothing, and a message can be lost, so a queued waiter also
+// retries when the holder's lease (retry) ends. It returns the caller's
+// error when ctx ends first, having left the queue.
+func (c *Client) pause(ctx context.Context, r *request, timer *time.Timer, wake <-chan struct{}, retry time.Duration, deadline time.Time) error {
+	if retry <= 0 {
+		retry = max(r.ttl/4, time.Millisecond)
+	}
+	timer.Reset(min(retry, max(time.Until(deadline), 0)))
+	select {
+	case <-wake:
+	case <-timer.C:
+	case <-ctx.Done():
+		c.leaveQueue(r)
+		return errors.Join(ErrNotObtained, ctx.Err())
+	}
+	return nil
+}
+
+// subscribeUntil confirms this Client's wake channel before a waiter first
+// queues. Unconfirmed by deadline is no error: the fallback timer still
+// serves. A closed Client, the caller's ctx ending, or Redis refusing the
+// channel (NOPERM: no release could wake the waiter, so waiting would only
+// turn a misconfiguration into ErrNotObtained) are.
+func (c *Client) subscribeUntil(ctx context.Context, deadline time.Time) error {
+	subCtx, cancel := context.WithDeadline(ctx, deadline)
+	err := c.subscribe(subCtx)
+	cancel()
+	if err != nil && (errors.Is(err, notify.ErrClosed) || ctx.Err() != nil) {
+		return ErrClosed
+	}
+	if rerr := redis.Error(nil); errors.As(err, &rerr) {
+		return err
+	}
+	return nil
+}
+
+// leaveQueue takes a waiter that gives up out of the wait queue, and passes
+// on a hand-off reservation a release may have made for it meanwhile.
+func (c *Client) leaveQueue(r *request) {
+	c.background(func(bg context.Context) {
+		for _, n := range c.nodes {
+			_ = c.release(bg, n, r.nm, r.token, "l")
+		}
+	})
+}
+
+// register routes wake-ups for token from every node to wake.
+func (c *Client) register(token string, wake chan struct{}) (unregister func()) {
+	unregs := make([]func(), len(c.nodes))
+	for i, n := range c.nodes {
+		unregs[i] = n.hub.Register(token, wake)
+	}
+	return func() {
+		for _, u := range unregs {
+			u()
+		}
+	}
+}
+
+// subscribed reports whether every node confirmed this Client's wake channel.
+func (c *Client) subscribed() bool {
+	for _, n := range c.nodes {
+		if !n.hub.Subscribed() {
+			return false
+		}
+	}
+	return true
+}
+
+// subscribe subscribes the wake channel on every node and waits for the
+// confirmations, up to ctx.
+func (c *Client) subscribe(ctx context.Context) error {
+	_, errs := fanout(ctx, c.nodes, time.Hour, func(ctx context.Context, n *node) (struct{}, error) {
+		return struct{}{}, n.hub.Ready(ctx)
+	})
+	return errors.Join(errs...)
+}
