@@ -347,68 +347,221 @@ func (b *batch) run(idx []int) {
 		b.degrade(idx)
 		return
 	}
-	reads := g.readMany(b.ctx, b.pick(idx), b.pickNames(idx), nil)
-	var won, refresh, early, failed []int
-	var wonF, refreshF []int64
-	var waits []*waiter
-	for j, i := range idx {
-		r, key := reads[j], b.keys[i]
-		if r.err != nil {
-			failed = append(failed, i)
-			continue
+	keys := b.pick(idx)
+	srs, own := g.batchReads.take(keys)
+	published := false
+	defer func() {
+		if !published { // only if something above panicked: free the batches waiting on these reads
+			g.batchReads.publish(keys, srs, own, make([]batchRead, len(keys)), errors.New("guard: batch read abandoned"))
 		}
-		if r.hit {
-			if g.opts.EarlyRefreshBeta > 0 && !r.e.negative && !r.e.errMark && g.earlyRefresh(r.e, r.rr.now) {
-				early = append(early, i)
-			}
-			b.serve(i, r.e, r.rr.now, Hit)
-			continue
-		}
-		e, st := g.classify(key, r.rr)
-		switch {
-		case st == fresh:
-			g.hint(key, b.nms[i].entry, e.freshUntil)
-			if g.opts.EarlyRefreshBeta > 0 && !e.negative && !e.errMark && g.earlyRefresh(e, r.rr.now) {
-				early = append(early, i)
-			}
-			b.serve(i, e, r.rr.now, Hit)
-		case st == stale:
-			if r.rr.x > 0 {
-				g.leaseHook(key, true)
-				refresh, refreshF = append(refresh, i), append(refreshF, r.rr.x)
-			}
-			b.serve(i, e, r.rr.now, Stale)
-		default:
-			if h := g.opts.Hooks.Miss; h != nil {
-				h(key)
-			}
-			switch {
-			case r.rr.x > 0:
-				g.leaseHook(key, true)
-				won, wonF = append(won, i), append(wonF, r.rr.x)
-			case r.rr.x < 0:
-				g.leaseHook(key, false)
-				waits = append(waits, &waiter{i: i, holder: time.Duration(-r.rr.x) * time.Millisecond})
-			default:
-				// "Fresh" to the script yet undecodable: read again at once,
-				// trying the lease (see resolveMiss).
-				waits = append(waits, &waiter{i: i, force: true})
-			}
+	}()
+	var ownJ []int
+	for j := range idx {
+		if own[j] {
+			ownJ = append(ownJ, j)
 		}
 	}
-	if len(failed) > 0 {
-		b.degrade(failed)
+	reads := make([]batchRead, len(idx))
+	if len(ownJ) > 0 {
+		rs := g.readMany(b.ctx, pickAt(keys, ownJ), b.pickNames(pickAt(idx, ownJ)), nil)
+		for k, j := range ownJ {
+			reads[j] = rs[k]
+		}
 	}
-	if len(refresh) > 0 {
-		b.background(func(bg *batch) { bg.loadChunks(refresh, refreshF) })
+	var p plan
+	for _, j := range ownJ {
+		b.sort(idx[j], reads[j], true, &p)
 	}
-	if len(early) > 0 {
+	// Claim the loads of the keys won before the read is shared, so that
+	// the batches sharing it join the loads rather than wait through Redis.
+	slots := g.tryClaim(pickAt(b.keys, p.won))
+	g.batchReads.publish(keys, srs, own, reads, nil)
+	published = true
+	if refresh, fences := p.refresh, p.refreshF; len(refresh) > 0 {
+		b.background(func(bg *batch) { bg.loadChunks(refresh, fences, nil) })
+	}
+	if early := p.early; len(early) > 0 {
 		b.background(func(bg *batch) { bg.refreshEarly(early) })
 	}
-	b.loadChunks(won, wonF)
-	if len(waits) > 0 {
-		b.wait(waits)
+	var busy []int
+	var busyF []int64
+	var claimed []int
+	var claimedF []int64
+	var claimedS []*runningLoad
+	for k, i := range p.won {
+		if slots[k] == nil {
+			busy, busyF = append(busy, i), append(busyF, p.wonF[k])
+		} else {
+			claimed, claimedF, claimedS = append(claimed, i), append(claimedF, p.wonF[k]), append(claimedS, slots[k])
+		}
 	}
+	// Load first: the leases run from the read.
+	b.loadChunks(claimed, claimedF, claimedS)
+	b.loadChunks(busy, busyF, nil)
+	for j := range idx {
+		if !own[j] {
+			<-srs[j].done // bounded by the reader's RedisTimeout
+			b.sort(idx[j], srs[j].r, false, &p)
+		}
+	}
+	if len(p.failed) > 0 {
+		b.degrade(p.failed)
+	}
+	if len(p.waits) > 0 {
+		b.wait(p.waits)
+	}
+}
+
+// plan is what run does with the keys of a batch after its read.
+type plan struct {
+	won, refresh, early, failed []int
+	wonF, refreshF              []int64 // the fences of the leases won
+	waits                       []*waiter
+}
+
+// sort files key i under what its read r calls for. own is false when r is
+// another batch's read, shared: that batch acts on the lease r won.
+func (b *batch) sort(i int, r batchRead, own bool, p *plan) {
+	g, key := b.g, b.keys[i]
+	if r.err != nil {
+		p.failed = append(p.failed, i)
+		return
+	}
+	early := func(e entry, now int64) bool {
+		return own && g.opts.EarlyRefreshBeta > 0 && !e.negative && !e.errMark && g.earlyRefresh(e, now)
+	}
+	if r.hit {
+		if early(r.e, r.rr.now) {
+			p.early = append(p.early, i)
+		}
+		b.serve(i, r.e, r.rr.now, Hit)
+		return
+	}
+	e, st := g.classify(key, r.rr)
+	switch {
+	case st == fresh:
+		if own {
+			g.hint(key, b.nms[i].entry, e.freshUntil)
+		}
+		if early(e, r.rr.now) {
+			p.early = append(p.early, i)
+		}
+		b.serve(i, e, r.rr.now, Hit)
+		return
+	case st == stale:
+		if own && r.rr.x > 0 {
+			g.leaseHook(key, true)
+			p.refresh, p.refreshF = append(p.refresh, i), append(p.refreshF, r.rr.x)
+		}
+		b.serve(i, e, r.rr.now, Stale)
+		return
+	}
+	if h := g.opts.Hooks.Miss; h != nil {
+		h(key)
+	}
+	switch {
+	case r.rr.x > 0 && own:
+		g.leaseHook(key, true)
+		p.won, p.wonF = append(p.won, i), append(p.wonF, r.rr.x)
+	case r.rr.x > 0:
+		// Won by the batch whose read this is, which claimed the key's
+		// load: wait will join it. Should that load be over already, its
+		// fill does not notify this Group (its read did not register as a
+		// waiter), so read again soon.
+		p.waits = append(p.waits, &waiter{i: i, holder: time.Millisecond})
+	case r.rr.x < 0:
+		if own {
+			g.leaseHook(key, false)
+		}
+		p.waits = append(p.waits, &waiter{i: i, holder: time.Duration(-r.rr.x) * time.Millisecond})
+	default:
+		// "Fresh" to the script yet undecodable: read again at once,
+		// trying the lease (see resolveMiss).
+		p.waits = append(p.waits, &waiter{i: i, force: true})
+	}
+}
+
+// batchReads lets the concurrent batches of a process share the read of a
+// key, as lookup does for single keys: a herd of batches asking for
+// overlapping keys costs Redis one read script per key and process, not
+// one per caller. The Group's fill channel is what the read registers as
+// a waiter, so one read registers every batch of the process.
+type batchReads struct {
+	mu sync.Mutex
+	m  map[string]*sharedRead
+}
+
+type sharedRead struct {
+	done chan struct{} // closed when r is set
+	r    batchRead
+}
+
+// take returns the read of each key: own[j] is true when the caller must
+// read keys[j] itself and publish the outcome; else srs[j] is another
+// batch's read in flight.
+func (br *batchReads) take(keys []string) (srs []*sharedRead, own []bool) {
+	srs, own = make([]*sharedRead, len(keys)), make([]bool, len(keys))
+	br.mu.Lock()
+	defer br.mu.Unlock()
+	if br.m == nil {
+		br.m = map[string]*sharedRead{}
+	}
+	for j, k := range keys {
+		if sr := br.m[k]; sr != nil {
+			srs[j] = sr
+			continue
+		}
+		srs[j], own[j] = &sharedRead{done: make(chan struct{})}, true
+		br.m[k] = srs[j]
+	}
+	return srs, own
+}
+
+// publish hands the reads the caller owns to the batches waiting for them
+// (err, when set, in place of each).
+func (br *batchReads) publish(keys []string, srs []*sharedRead, own []bool, reads []batchRead, err error) {
+	br.mu.Lock()
+	for j, k := range keys {
+		if own[j] && br.m[k] == srs[j] {
+			delete(br.m, k)
+		}
+	}
+	br.mu.Unlock()
+	for j, sr := range srs {
+		if own[j] {
+			sr.r = reads[j]
+			if err != nil {
+				sr.r.err = err
+			}
+			close(sr.done)
+		}
+	}
+}
+
+// tryClaim marks as loading in this process each key of keys no load of
+// which runs here, and returns their slots (nil for the others).
+func (g *Group) tryClaim(keys []string) []*runningLoad {
+	out := make([]*runningLoad, len(keys))
+	g.lmu.Lock()
+	defer g.lmu.Unlock()
+	if g.loads == nil {
+		g.loads = map[string]*runningLoad{}
+	}
+	for j, k := range keys {
+		if g.loads[k] == nil {
+			out[j] = &runningLoad{done: make(chan struct{})}
+			g.loads[k] = out[j]
+		}
+	}
+	return out
+}
+
+func pickAt[T any](s []T, idx []int) []T {
+	out := make([]T, len(idx))
+	for j, i := range idx {
+		out[j] = s[i]
+	}
+	return out
 }
 
 func (b *batch) pick(idx []int) []string {
@@ -454,21 +607,29 @@ func (b *batch) refreshEarly(idx []int) {
 			won, fences = append(won, idx[j]), append(fences, r.rr.x)
 		}
 	}
-	b.loadChunks(won, fences)
+	b.loadChunks(won, fences, nil)
 }
 
 // loadChunks loads the keys idx, whose leases hold fences (0: no lease),
-// in loader calls of at most MaxBatch keys that run concurrently.
-func (b *batch) loadChunks(idx []int, fences []int64) {
+// in loader calls of at most MaxBatch keys that run concurrently. slots
+// are the keys' load slots, claimed by the caller; nil: claim them here.
+func (b *batch) loadChunks(idx []int, fences []int64, slots []*runningLoad) {
 	for len(idx) > 0 {
 		n := min(len(idx), b.g.opts.MaxBatch)
 		ci, cf := idx[:n], fences[:n]
+		var cs []*runningLoad
+		if slots != nil {
+			cs, slots = slots[:n], slots[n:]
+		}
 		idx, fences = idx[n:], fences[n:]
 		b.wg.Go(func() {
-			// A load stored under a lease must begin after the lease was
-			// taken: wait for loads of these keys already running here (see
-			// callLoader), then claim them all.
-			b.flight(ci, cf, b.g.claimLoads(b.pick(ci)), true)
+			if cs == nil {
+				// A load stored under a lease must begin after the lease
+				// was taken: wait for loads of these keys already running
+				// here (see callLoader), then claim them all.
+				cs = b.g.claimLoads(b.pick(ci))
+			}
+			b.flight(ci, cf, cs, true)
 		})
 	}
 }
@@ -582,7 +743,6 @@ func (b *batch) flight(idx []int, fences []int64, slots []*runningLoad, useRedis
 		stop = g.renewLeases(b.pickNames(idx), fences)
 	}
 	vals, unasked, err, d := b.callBatch(keys)
-	stop()
 	if !b.refresh {
 		b.loads.Add(1)
 	}
@@ -631,6 +791,9 @@ func (b *batch) flight(idx []int, fences []int64, slots []*runningLoad, useRedis
 			items[j] = fillItem{key: keys[j], nm: b.nms[i], f: g.fillFor(vals[keys[j]], errs[j], d, fences[j], b.co, b.refresh)}
 		}
 		g.storeMany(b.ctx, items)
+		// The watchdog ran on until the fill: a batch's fill carries many
+		// values and can take a while.
+		stop()
 		if h := g.opts.Hooks.RefreshError; h != nil {
 			for j, it := range items {
 				if it.f.keepLease > 0 {
@@ -802,7 +965,7 @@ func (b *batch) wait(ws []*waiter) {
 		} else {
 			// Fence 0: stored only if nothing newer landed and nothing was
 			// invalidated meanwhile.
-			b.loadChunks(late, make([]int64, len(late)))
+			b.loadChunks(late, make([]int64, len(late)), nil)
 		}
 	}
 	for ; joins > 0; joins-- {
@@ -869,5 +1032,5 @@ func (b *batch) reread(ws []*waiter, resolve func(*waiter)) {
 	if len(failed) > 0 {
 		b.degrade(failed)
 	}
-	b.loadChunks(won, fences)
+	b.loadChunks(won, fences, nil)
 }
