@@ -152,6 +152,24 @@ func TestFetchManyOnceFleetWide(t *testing.T) {
 	})
 }
 
+// recorder collects what a hook is called with.
+type recorder[T any] struct {
+	mu  sync.Mutex
+	got []T
+}
+
+func (r *recorder[T]) add(v T) {
+	r.mu.Lock()
+	r.got = append(r.got, v)
+	r.mu.Unlock()
+}
+
+func (r *recorder[T]) all() []T {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.got)
+}
+
 // rtCounter counts round trips: one per pipeline and one per command sent
 // alone, at the level of each Redis node's client.
 type rtCounter struct {
@@ -271,13 +289,8 @@ func TestGetManyRoundTrips(t *testing.T) {
 // cached so: the next call loads nothing.
 func TestFetchManyPartial(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
-		var stats []BatchStats
-		var mu sync.Mutex
-		g := newGroup(t, rdb, Options{Hooks: Hooks{Batch: func(s BatchStats) {
-			mu.Lock()
-			stats = append(stats, s)
-			mu.Unlock()
-		}}})
+		var rec recorder[BatchStats]
+		g := newGroup(t, rdb, Options{Hooks: Hooks{Batch: rec.add}})
 		org := newIDOrigin(false)
 		org.found = func(id int) bool { return id%2 == 0 }
 		key := idKey(redistest.Key(t))
@@ -298,8 +311,7 @@ func TestFetchManyPartial(t *testing.T) {
 		if n := org.calls.Load(); n != 1 {
 			t.Fatalf("%d loader calls, want 1 (the second call's misses are cached)", n)
 		}
-		mu.Lock()
-		defer mu.Unlock()
+		stats := rec.all()
 		if len(stats) != 2 {
 			t.Fatalf("%d Batch hook calls, want 2", len(stats))
 		}
@@ -603,13 +615,8 @@ func TestGetManyWaitsForOtherNode(t *testing.T) {
 // refreshed together in one background loader call.
 func TestGetManyStaleRefreshedInOneBatch(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
-		var refreshes []BatchLoadStats
-		var mu sync.Mutex
-		g := newGroup(t, rdb, Options{Hooks: Hooks{BatchLoad: func(s BatchLoadStats) {
-			mu.Lock()
-			refreshes = append(refreshes, s)
-			mu.Unlock()
-		}}})
+		var rec recorder[BatchLoadStats]
+		g := newGroup(t, rdb, Options{Hooks: Hooks{BatchLoad: rec.add}})
 		key := idKey(redistest.Key(t))
 		want := ids(0, 10, 10)
 		for _, id := range want {
@@ -626,11 +633,9 @@ func TestGetManyStaleRefreshedInOneBatch(t *testing.T) {
 			}
 		}
 		g.bg.Wait()
-		mu.Lock()
-		if len(refreshes) != 1 || !refreshes[0].Refresh || refreshes[0].Keys != 10 {
+		if refreshes := rec.all(); len(refreshes) != 1 || !refreshes[0].Refresh || refreshes[0].Keys != 10 {
 			t.Fatalf("refresh loads %+v, want one of 10 keys", refreshes)
 		}
-		mu.Unlock()
 		got, err = FetchMany(ctxT(t), g, want, key, org.load)
 		if err != nil {
 			t.Fatal(err)
