@@ -72,7 +72,8 @@ type BatchLoadStats struct {
 // wins the lease of go to load together (MaxBatch keys per call), and their
 // fills go back in one round trip per node. Keys another node is loading
 // are waited for; keys already loading in this process join that load.
-// Repeated keys are asked for once.
+// Repeated keys are asked for once. The values are shared with the other
+// callers that got them: read them, never modify them.
 //
 // err is nil when every key was answered (with a value or as not found);
 // otherwise it joins the distinct errors of the keys that failed, and the
@@ -343,10 +344,6 @@ func (b *batch) serve(i int, e entry, now int64, st Status) {
 func (b *batch) run(idx []int) {
 	g := b.g
 	defer b.wg.Wait()
-	if !g.br.allow() {
-		b.degrade(idx)
-		return
-	}
 	keys := b.pick(idx)
 	srs, own := g.batchReads.take(keys)
 	published := false
@@ -362,7 +359,15 @@ func (b *batch) run(idx []int) {
 		}
 	}
 	reads := make([]batchRead, len(idx))
-	if len(ownJ) > 0 {
+	switch {
+	case len(ownJ) == 0:
+		// Every key is read by other batches: no call to Redis, so no
+		// breaker probe to take.
+	case !g.br.allow():
+		for _, j := range ownJ {
+			reads[j].err = errBreakerOpen
+		}
+	default:
 		rs := g.readMany(b.ctx, pickAt(keys, ownJ), b.pickNames(pickAt(idx, ownJ)), nil)
 		for k, j := range ownJ {
 			reads[j] = rs[k]
@@ -694,6 +699,10 @@ func (b *batch) degrade(idx []int) {
 		b.wg.Go(func() { b.flight(ci, make([]int64, n), cs, false) })
 	}
 }
+
+// errBreakerOpen is the read of a key while the breaker is open: the key
+// is served without Redis.
+var errBreakerOpen = errors.New("guard: Redis breaker open")
 
 // errGoexitLoad is what the callers of a batch loader that called
 // runtime.Goexit get.
