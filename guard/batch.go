@@ -359,6 +359,7 @@ func (b *batch) run(idx []int) {
 		}
 	}
 	reads := make([]batchRead, len(idx))
+	var readAt time.Time // when the leases won were asked for
 	switch {
 	case len(ownJ) == 0:
 		// Every key is read by other batches: no call to Redis, so no
@@ -368,6 +369,7 @@ func (b *batch) run(idx []int) {
 			reads[j].err = errBreakerOpen
 		}
 	default:
+		readAt = time.Now()
 		rs := g.readMany(b.ctx, pickAt(keys, ownJ), b.pickNames(pickAt(idx, ownJ)), nil)
 		for k, j := range ownJ {
 			reads[j] = rs[k]
@@ -383,7 +385,7 @@ func (b *batch) run(idx []int) {
 	g.batchReads.publish(keys, srs, own, reads, nil)
 	published = true
 	if refresh, fences := p.refresh, p.refreshF; len(refresh) > 0 {
-		b.background(func(bg *batch) { bg.loadChunks(refresh, fences, nil) })
+		b.background(func(bg *batch) { bg.loadChunks(refresh, fences, nil, readAt) })
 	}
 	if early := p.early; len(early) > 0 {
 		b.background(func(bg *batch) { bg.refreshEarly(early) })
@@ -401,8 +403,8 @@ func (b *batch) run(idx []int) {
 		}
 	}
 	// Load first: the leases run from the read.
-	b.loadChunks(claimed, claimedF, claimedS)
-	b.loadChunks(busy, busyF, nil)
+	b.loadChunks(claimed, claimedF, claimedS, readAt)
+	b.loadChunks(busy, busyF, nil, readAt)
 	for j := range idx {
 		if !own[j] {
 			<-srs[j].done // bounded by the reader's RedisTimeout
@@ -603,6 +605,7 @@ func (b *batch) refreshEarly(idx []int) {
 	for j := range force {
 		force[j] = true
 	}
+	readAt := time.Now()
 	reads := b.g.readMany(b.ctx, b.pick(idx), b.pickNames(idx), force)
 	var won []int
 	var fences []int64
@@ -612,13 +615,14 @@ func (b *batch) refreshEarly(idx []int) {
 			won, fences = append(won, idx[j]), append(fences, r.rr.x)
 		}
 	}
-	b.loadChunks(won, fences, nil)
+	b.loadChunks(won, fences, nil, readAt)
 }
 
 // loadChunks loads the keys idx, whose leases hold fences (0: no lease),
 // in loader calls of at most MaxBatch keys that run concurrently. slots
 // are the keys' load slots, claimed by the caller; nil: claim them here.
-func (b *batch) loadChunks(idx []int, fences []int64, slots []*runningLoad) {
+// leased is when the read that won the leases was sent.
+func (b *batch) loadChunks(idx []int, fences []int64, slots []*runningLoad, leased time.Time) {
 	for len(idx) > 0 {
 		n := min(len(idx), b.g.opts.MaxBatch)
 		ci, cf := idx[:n], fences[:n]
@@ -634,7 +638,7 @@ func (b *batch) loadChunks(idx []int, fences []int64, slots []*runningLoad) {
 				// here (see callLoader), then claim them all.
 				cs = b.g.claimLoads(b.pick(ci))
 			}
-			b.flight(ci, cf, cs, true)
+			b.flight(ci, cf, cs, true, leased)
 		})
 	}
 }
@@ -696,7 +700,7 @@ func (b *batch) degrade(idx []int) {
 		n := min(len(mine), g.opts.MaxBatch)
 		ci, cs := mine[:n], slots[:n]
 		mine, slots = mine[n:], slots[n:]
-		b.wg.Go(func() { b.flight(ci, make([]int64, n), cs, false) })
+		b.wg.Go(func() { b.flight(ci, make([]int64, n), cs, false, time.Time{}) })
 	}
 }
 
@@ -744,12 +748,12 @@ func (b *batch) callBatch(keys []string) (vals map[string][]byte, unasked int, e
 // flight loads the keys idx, claimed in slots, in one loader call. With
 // useRedis, their fills (under fences, 0 for none) go back in one
 // pipeline; without it nothing is stored and the keys count as Degraded.
-func (b *batch) flight(idx []int, fences []int64, slots []*runningLoad, useRedis bool) {
+func (b *batch) flight(idx []int, fences []int64, slots []*runningLoad, useRedis bool, leased time.Time) {
 	g := b.g
 	keys := b.pick(idx)
 	stop := func() {}
 	if useRedis {
-		stop = g.renewLeases(b.pickNames(idx), fences)
+		stop = g.renewLeases(b.pickNames(idx), fences, leased)
 	}
 	vals, unasked, err, d := b.callBatch(keys)
 	if !b.refresh {
@@ -974,7 +978,7 @@ func (b *batch) wait(ws []*waiter) {
 		} else {
 			// Fence 0: stored only if nothing newer landed and nothing was
 			// invalidated meanwhile.
-			b.loadChunks(late, make([]int64, len(late)), nil)
+			b.loadChunks(late, make([]int64, len(late)), nil, time.Now())
 		}
 	}
 	for ; joins > 0; joins-- {
@@ -1004,6 +1008,7 @@ func (b *batch) reread(ws []*waiter, resolve func(*waiter)) {
 		idx[j], force[j] = w.i, w.force
 		w.force = false
 	}
+	readAt := time.Now()
 	reads := g.readMany(b.ctx, b.pick(idx), b.pickNames(idx), force)
 	var won, failed []int
 	var fences []int64
@@ -1041,5 +1046,5 @@ func (b *batch) reread(ws []*waiter, resolve func(*waiter)) {
 	if len(failed) > 0 {
 		b.degrade(failed)
 	}
-	b.loadChunks(won, fences, nil)
+	b.loadChunks(won, fences, nil, readAt)
 }

@@ -231,12 +231,15 @@ func (g *Group) storeMany(ctx context.Context, items []fillItem) {
 
 // renewLeases is renewLease for the leases of a batch load: one pipeline
 // per renewal for all of them, not a goroutine and a round trip per key.
-// A lease found lost is not renewed again.
-func (g *Group) renewLeases(nms []names, fences []int64) (stop func()) {
+// A lease found lost is not renewed again. The first renewal comes a third
+// into the first lease counted from leased, when the read that won the
+// leases was sent: a batch's read and the start of its load may be far
+// apart on a busy process.
+func (g *Group) renewLeases(nms []names, fences []int64, leased time.Time) (stop func()) {
 	quit, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTimer(max(g.firstLease/3, time.Millisecond))
+		t := time.NewTimer(max(g.firstLease/3-time.Since(leased), time.Millisecond))
 		defer t.Stop()
 		held := make([]int, 0, len(nms))
 		for i, f := range fences {
