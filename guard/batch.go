@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -344,71 +345,30 @@ func (b *batch) serve(i int, e entry, now int64, st Status) {
 func (b *batch) run(idx []int) {
 	g := b.g
 	defer b.wg.Wait()
-	keys := b.pick(idx)
-	srs, own := g.batchReads.take(keys)
-	published := false
-	defer func() {
-		if !published { // only if something above panicked: free the batches waiting on these reads
-			g.batchReads.publish(keys, srs, own, make([]batchRead, len(keys)), errors.New("guard: batch read abandoned"))
-		}
-	}()
-	var ownJ []int
-	for j := range idx {
-		if own[j] {
-			ownJ = append(ownJ, j)
-		}
-	}
-	reads := make([]batchRead, len(idx))
-	var readAt time.Time // when the leases won were asked for
-	switch {
-	case len(ownJ) == 0:
-		// Every key is read by other batches: no call to Redis, so no
-		// breaker probe to take.
-	case !g.br.allow():
-		for _, j := range ownJ {
-			reads[j].err = errBreakerOpen
-		}
-	default:
-		readAt = time.Now()
-		rs := g.readMany(b.ctx, pickAt(keys, ownJ), b.pickNames(pickAt(idx, ownJ)), nil)
-		for k, j := range ownJ {
-			reads[j] = rs[k]
-		}
-	}
+	sr := b.readShared(idx, nil, true)
+	defer sr.abandon(g)
 	var p plan
-	for _, j := range ownJ {
-		b.sort(idx[j], reads[j], true, &p)
+	for j, i := range idx {
+		if sr.own[j] {
+			b.sort(i, sr.reads[j], true, &p)
+		}
 	}
-	// Claim the loads of the keys won before the read is shared, so that
-	// the batches sharing it join the loads rather than wait through Redis.
+	// Claim the loads of the keys won before the reads are shared, so that
+	// the batches sharing them join the loads rather than wait through
+	// Redis.
 	slots := g.tryClaim(pickAt(b.keys, p.won))
-	g.batchReads.publish(keys, srs, own, reads, nil)
-	published = true
+	sr.publish(g)
 	if refresh, fences := p.refresh, p.refreshF; len(refresh) > 0 {
-		b.background(func(bg *batch) { bg.loadChunks(refresh, fences, nil, readAt) })
+		b.background(func(bg *batch) { bg.loadChunks(refresh, fences, nil, sr.at) })
 	}
 	if early := p.early; len(early) > 0 {
 		b.background(func(bg *batch) { bg.refreshEarly(early) })
 	}
-	var busy []int
-	var busyF []int64
-	var claimed []int
-	var claimedF []int64
-	var claimedS []*runningLoad
-	for k, i := range p.won {
-		if slots[k] == nil {
-			busy, busyF = append(busy, i), append(busyF, p.wonF[k])
-		} else {
-			claimed, claimedF, claimedS = append(claimed, i), append(claimedF, p.wonF[k]), append(claimedS, slots[k])
-		}
-	}
 	// Load first: the leases run from the read.
-	b.loadChunks(claimed, claimedF, claimedS, readAt)
-	b.loadChunks(busy, busyF, nil, readAt)
-	for j := range idx {
-		if !own[j] {
-			<-srs[j].done // bounded by the reader's RedisTimeout
-			b.sort(idx[j], srs[j].r, false, &p)
+	b.loadWon(p.won, p.wonF, slots, sr.at)
+	for j, i := range idx {
+		if !sr.own[j] {
+			b.sort(i, sr.theirs(j), false, &p)
 		}
 	}
 	if len(p.failed) > 0 {
@@ -417,6 +377,24 @@ func (b *batch) run(idx []int) {
 	if len(p.waits) > 0 {
 		b.wait(p.waits)
 	}
+}
+
+// loadWon loads the keys idx whose leases the read sent at leased won:
+// those claimed in slots at once, the others (a load of theirs already
+// runs here) once that load is over.
+func (b *batch) loadWon(idx []int, fences []int64, slots []*runningLoad, leased time.Time) {
+	var busy, claimed []int
+	var busyF, claimedF []int64
+	var claimedS []*runningLoad
+	for k, i := range idx {
+		if slots[k] == nil {
+			busy, busyF = append(busy, i), append(busyF, fences[k])
+		} else {
+			claimed, claimedF, claimedS = append(claimed, i), append(claimedF, fences[k]), append(claimedS, slots[k])
+		}
+	}
+	b.loadChunks(claimed, claimedF, claimedS, leased)
+	b.loadChunks(busy, busyF, nil, leased)
 }
 
 // plan is what run does with the keys of a batch after its read.
@@ -472,10 +450,8 @@ func (b *batch) sort(i int, r batchRead, own bool, p *plan) {
 		p.won, p.wonF = append(p.won, i), append(p.wonF, r.rr.x)
 	case r.rr.x > 0:
 		// Won by the batch whose read this is, which claimed the key's
-		// load: wait will join it. Should that load be over already, its
-		// fill does not notify this Group (its read did not register as a
-		// waiter), so read again soon.
-		p.waits = append(p.waits, &waiter{i: i, holder: time.Millisecond})
+		// load: wait joins it.
+		p.waits = append(p.waits, &waiter{i: i, joinable: true})
 	case r.rr.x < 0:
 		if own {
 			g.leaseHook(key, false)
@@ -485,63 +461,6 @@ func (b *batch) sort(i int, r batchRead, own bool, p *plan) {
 		// "Fresh" to the script yet undecodable: read again at once,
 		// trying the lease (see resolveMiss).
 		p.waits = append(p.waits, &waiter{i: i, force: true})
-	}
-}
-
-// batchReads lets the concurrent batches of a process share the read of a
-// key, as lookup does for single keys: a herd of batches asking for
-// overlapping keys costs Redis one read script per key and process, not
-// one per caller. The Group's fill channel is what the read registers as
-// a waiter, so one read registers every batch of the process.
-type batchReads struct {
-	mu sync.Mutex
-	m  map[string]*sharedRead
-}
-
-type sharedRead struct {
-	done chan struct{} // closed when r is set
-	r    batchRead
-}
-
-// take returns the read of each key: own[j] is true when the caller must
-// read keys[j] itself and publish the outcome; else srs[j] is another
-// batch's read in flight.
-func (br *batchReads) take(keys []string) (srs []*sharedRead, own []bool) {
-	srs, own = make([]*sharedRead, len(keys)), make([]bool, len(keys))
-	br.mu.Lock()
-	defer br.mu.Unlock()
-	if br.m == nil {
-		br.m = map[string]*sharedRead{}
-	}
-	for j, k := range keys {
-		if sr := br.m[k]; sr != nil {
-			srs[j] = sr
-			continue
-		}
-		srs[j], own[j] = &sharedRead{done: make(chan struct{})}, true
-		br.m[k] = srs[j]
-	}
-	return srs, own
-}
-
-// publish hands the reads the caller owns to the batches waiting for them
-// (err, when set, in place of each).
-func (br *batchReads) publish(keys []string, srs []*sharedRead, own []bool, reads []batchRead, err error) {
-	br.mu.Lock()
-	for j, k := range keys {
-		if own[j] && br.m[k] == srs[j] {
-			delete(br.m, k)
-		}
-	}
-	br.mu.Unlock()
-	for j, sr := range srs {
-		if own[j] {
-			sr.r = reads[j]
-			if err != nil {
-				sr.r.err = err
-			}
-			close(sr.done)
-		}
 	}
 }
 
@@ -842,52 +761,73 @@ func (g *Group) fillFor(v []byte, err error, d time.Duration, fence int64, co ca
 	return f
 }
 
-// waiter is a key of a batch held by another node's lease.
+// waiter is a key of a batch held by a lease: another node's, or another
+// batch's of this process.
 type waiter struct {
-	i       int
-	holder  time.Duration // remaining lease of the holder, 0 if unknown
-	force   bool          // read at once, trying the lease
-	wake    chan struct{} // the key's fill notification
-	joined  bool          // a load of the key in this process is joined
-	done    bool
-	unwatch func()
+	i        int
+	holder   time.Duration // remaining lease of the holder, 0 if unknown
+	force    bool          // read at once, trying the lease
+	joinable bool          // another batch of this process won the lease: join its load
+	joined   bool          // a load of the key in this process is joined
+	wake     chan struct{} // the key's fill notification
+	done     bool
+	unwatch  func()
 }
 
-// wait resolves keys held by other nodes' leases: it joins the loads of
-// those keys running in this process and otherwise waits for the fill
-// notifications of the others, with resolveMiss's fallback polling, re-
-// reading only the keys notified (all of them on a poll). Keys whose
-// lease it wins on a re-read are loaded; after WaitTimeout,
-// WaitTimeoutPolicy applies to the keys still waiting.
+// joinedLoad is a load of this process that a waiter joined, once over.
+type joinedLoad struct {
+	w *waiter
+	r *runningLoad
+}
+
+// wait resolves keys held by leases. A key loading in this process is
+// joined. The others wait for fill notifications, with resolveMiss's
+// fallback polling; a notification means a fill pipeline has landed, and
+// one pipeline carries many keys, so every key still waiting is read
+// again, in one shared pipeline. Keys whose lease a re-read wins are
+// loaded; after WaitTimeout, WaitTimeoutPolicy applies to the keys still
+// waiting (joined loads end within their own LoadTimeout).
 func (b *batch) wait(ws []*waiter) {
 	g := b.g
 	start := time.Now()
 	deadline := start.Add(g.opts.WaitTimeout)
 	anyWake := make(chan struct{}, 1)
-	type joinedLoad struct {
-		w *waiter
-		r *runningLoad
-	}
-	joined := make(chan joinedLoad, len(ws))
+	joined := make(chan joinedLoad, len(ws)) // a waiter joins at most once
 	left, joins := len(ws), 0
-	g.lmu.Lock()
-	for _, w := range ws {
-		nm := b.nms[w.i]
-		w.wake = make(chan struct{}, 1)
-		u1, u2 := g.hub.Register(nm.entry, w.wake), g.hub.Register(nm.entry, anyWake)
-		w.unwatch = func() { u1(); u2() }
-		if r := g.loads[b.keys[w.i]]; r != nil && !w.force {
-			w.joined, joins = true, joins+1
-			go func() {
-				<-r.done // bounded by that load's LoadTimeout
-				joined <- joinedLoad{w, r}
-			}()
+	// joinLocked joins the loads of this process of the waiters that may
+	// have one (called with g.lmu held); a waiter whose load is over
+	// already reads again soon (the fill of another batch's lease does not
+	// notify this Group: its read did not register as a waiter).
+	joinLocked := func() {
+		for _, w := range ws {
+			if w.done || w.joined || w.force || !(w.joinable || w.holder > 0) {
+				continue
+			}
+			if r := g.loads[b.keys[w.i]]; r != nil {
+				w.joined, joins = true, joins+1
+				go func() {
+					<-r.done // bounded by that load's LoadTimeout
+					joined <- joinedLoad{w, r}
+				}()
+			} else if w.joinable {
+				w.holder = time.Millisecond
+			}
+			w.joinable = false
 		}
 	}
-	g.lmu.Unlock()
 	resolve := func(w *waiter) {
 		w.done, left = true, left-1
 		w.unwatch()
+	}
+	takeJoined := func(j joinedLoad) {
+		joins--
+		if !j.w.done {
+			if h := g.opts.Hooks.Coalesced; h != nil {
+				h(b.keys[j.w.i])
+			}
+			b.set(j.w.i, keyResult{v: j.r.v, st: Shared, err: j.r.err})
+			resolve(j.w)
+		}
 	}
 	defer func() {
 		for _, w := range ws {
@@ -896,6 +836,17 @@ func (b *batch) wait(ws []*waiter) {
 			}
 		}
 	}()
+	// Registered for the fills and joined under one hold of g.lmu: a load
+	// running here cannot end between the two unseen.
+	g.lmu.Lock()
+	for _, w := range ws {
+		nm := b.nms[w.i]
+		w.wake = make(chan struct{}, 1)
+		u1, u2 := g.hub.Register(nm.entry, w.wake), g.hub.Register(nm.entry, anyWake)
+		w.unwatch = func() { u1(); u2() }
+	}
+	joinLocked()
+	g.lmu.Unlock()
 	poll := 50 * time.Millisecond
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -904,13 +855,8 @@ func (b *batch) wait(ws []*waiter) {
 		if remaining <= 0 {
 			break
 		}
-		var reread []*waiter
-		for _, w := range ws {
-			if !w.done && w.force {
-				reread = append(reread, w)
-			}
-		}
-		if len(reread) == 0 {
+		forced := slices.ContainsFunc(ws, func(w *waiter) bool { return !w.done && w.force })
+		if !forced {
 			wait := min(poll, remaining)
 			for _, w := range ws {
 				if !w.done && !w.joined && w.holder > 0 {
@@ -918,51 +864,41 @@ func (b *batch) wait(ws []*waiter) {
 				}
 			}
 			timer.Reset(wait)
-			notified := false
 			select {
 			case <-anyWake:
-				notified = true
 			case <-timer.C:
+				poll = min(poll*2, g.opts.LockTTL)
 			case j := <-joined:
-				joins--
-				if !j.w.done {
-					b.takeJoined(j.w.i, j.r)
-					resolve(j.w)
-				}
 				timer.Stop() // go ≥ 1.23: no stale tick after Stop
+				takeJoined(j)
 				continue
 			}
 			timer.Stop()
-			for _, w := range ws {
-				if w.done || w.joined {
-					continue
-				}
-				select {
-				case <-w.wake:
-					reread = append(reread, w)
-					continue
-				default:
-				}
-				if !notified {
-					reread = append(reread, w)
-				}
-			}
-			for _, w := range reread {
-				if h := g.opts.Hooks.Woken; h != nil {
-					h(b.keys[w.i], notified, time.Since(start))
-				}
-			}
-			if !notified {
-				poll = min(poll*2, g.opts.LockTTL)
-			}
-			if len(reread) == 0 {
+		}
+		var again []*waiter
+		for _, w := range ws {
+			if w.done || w.joined {
 				continue
 			}
+			again = append(again, w)
+			if forced {
+				continue
+			}
+			own := false
+			select {
+			case <-w.wake:
+				own = true
+			default:
+			}
+			if h := g.opts.Hooks.Woken; h != nil {
+				h(b.keys[w.i], own, time.Since(start))
+			}
 		}
-		b.reread(reread, resolve)
+		b.reread(again, resolve)
+		g.lmu.Lock()
+		joinLocked() // x < 0 may be a lease of this process's too
+		g.lmu.Unlock()
 	}
-	// Joined loads end within their LoadTimeout; the others have waited
-	// long enough.
 	var late []int
 	for _, w := range ws {
 		if !w.done && !w.joined {
@@ -981,25 +917,14 @@ func (b *batch) wait(ws []*waiter) {
 			b.loadChunks(late, make([]int64, len(late)), nil, time.Now())
 		}
 	}
-	for ; joins > 0; joins-- {
-		j := <-joined
-		if !j.w.done {
-			b.takeJoined(j.w.i, j.r)
-			resolve(j.w)
-		}
+	for joins > 0 {
+		takeJoined(<-joined)
 	}
 }
 
-// takeJoined answers key i with the outcome of a load of this process.
-func (b *batch) takeJoined(i int, r *runningLoad) {
-	if h := b.g.opts.Hooks.Coalesced; h != nil {
-		h(b.keys[i])
-	}
-	b.set(i, keyResult{v: r.v, st: Shared, err: r.err})
-}
-
-// reread reads the waiting keys ws again, in one pipeline, and acts on what
-// it finds; resolve marks a waiter answered.
+// reread reads the waiting keys ws again, sharing the reads with the other
+// batches of this process, and acts on what it finds; resolve marks a
+// waiter answered.
 func (b *batch) reread(ws []*waiter, resolve func(*waiter)) {
 	g := b.g
 	idx := make([]int, len(ws))
@@ -1008,22 +933,22 @@ func (b *batch) reread(ws []*waiter, resolve func(*waiter)) {
 		idx[j], force[j] = w.i, w.force
 		w.force = false
 	}
-	readAt := time.Now()
-	reads := g.readMany(b.ctx, b.pick(idx), b.pickNames(idx), force)
+	sr := b.readShared(idx, force, false)
+	defer sr.abandon(g)
 	var won, failed []int
 	var fences []int64
-	for j, r := range reads {
-		w, key := ws[j], b.keys[ws[j].i]
+	settle := func(w *waiter, r batchRead, own bool) {
+		key := b.keys[w.i]
 		if r.err != nil {
 			// Redis trouble while waiting: load on this node alone.
 			failed = append(failed, w.i)
 			resolve(w)
-			continue
+			return
 		}
 		if r.hit {
 			b.serve(w.i, r.e, r.rr.now, Shared)
 			resolve(w)
-			continue
+			return
 		}
 		e, st := g.classify(key, r.rr)
 		switch {
@@ -1033,18 +958,32 @@ func (b *batch) reread(ws []*waiter, resolve func(*waiter)) {
 		case st == stale:
 			b.serve(w.i, e, r.rr.now, Stale)
 			resolve(w)
-		case r.rr.x > 0:
+		case r.rr.x > 0 && own:
 			g.leaseHook(key, true)
 			won, fences = append(won, w.i), append(fences, r.rr.x)
 			resolve(w)
+		case r.rr.x > 0:
+			w.joinable = true
 		case r.rr.x < 0:
 			w.holder = time.Duration(-r.rr.x) * time.Millisecond
 		default:
 			w.force = true
 		}
 	}
+	for j, w := range ws {
+		if sr.own[j] {
+			settle(w, sr.reads[j], true)
+		}
+	}
+	slots := g.tryClaim(pickAt(b.keys, won))
+	sr.publish(g)
+	b.loadWon(won, fences, slots, sr.at)
+	for j, w := range ws {
+		if !sr.own[j] {
+			settle(w, sr.theirs(j), false)
+		}
+	}
 	if len(failed) > 0 {
 		b.degrade(failed)
 	}
-	b.loadChunks(won, fences, nil, readAt)
 }
