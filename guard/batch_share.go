@@ -33,6 +33,10 @@ type sharedReads struct {
 	published bool
 }
 
+// errBreakerOpen is the read of a key while the breaker is open: the key
+// is served without Redis.
+var errBreakerOpen = errors.New("guard: Redis breaker open")
+
 // errReadAbandoned is what the batches sharing a read get when its owner
 // failed to publish it (a bug: something panicked in between).
 var errReadAbandoned = errors.New("guard: batch read abandoned")
