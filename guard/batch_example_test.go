@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/stampede-go/stampede/guard"
 )
@@ -16,7 +17,9 @@ import (
 func ExampleFetchMany() {
 	rdb, stop := newRedis()
 	defer stop()
-	g, err := guard.New(rdb, guard.Options{})
+	// The embedded Redis of the examples runs its Lua in Go, slowly: a
+	// generous RedisTimeout. Against a real Redis keep the default.
+	g, err := guard.New(rdb, guard.Options{RedisTimeout: 5 * time.Second})
 	if err != nil {
 		panic(err)
 	}
@@ -66,7 +69,7 @@ func ExampleFetchMany() {
 func ExampleGroup_GetMany() {
 	rdb, stop := newRedis()
 	defer stop()
-	g, _ := guard.New(rdb, guard.Options{})
+	g, _ := guard.New(rdb, guard.Options{RedisTimeout: 5 * time.Second}) // see ExampleFetchMany
 	defer g.Close()
 
 	load := func(ctx context.Context, keys []string) (map[string][]byte, error) {
