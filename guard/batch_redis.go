@@ -187,10 +187,14 @@ type fillItem struct {
 }
 
 // storeMany runs guard_fill.lua for every item in one pipeline; see store.
+// A lease whose fill failed is given back in one more pipeline, so that the
+// other nodes do not wait it out (the watchdog may have extended it to
+// LockTTL); should the fill have run after all, that finds the lease gone.
 func (g *Group) storeMany(ctx context.Context, items []fillItem) {
 	if len(items) == 0 {
 		return
 	}
+	var unsettled []scriptCall
 	calls := make([]scriptCall, len(items))
 	for i, it := range items {
 		f := it.f
@@ -210,6 +214,9 @@ func (g *Group) storeMany(ctx context.Context, items []fillItem) {
 		v, err := c.Int64Slice()
 		if err != nil {
 			failed = err
+			if f := items[i].f.fence; f > 0 {
+				unsettled = append(unsettled, scriptCall{items[i].nm.keys[1:2], []any{f, 0}})
+			}
 			continue
 		}
 		if len(v) != 3 {
@@ -227,6 +234,17 @@ func (g *Group) storeMany(ctx context.Context, items []fillItem) {
 		}
 	}
 	g.settle("fill", failed)
+	if len(unsettled) > 0 {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.opts.RedisTimeout)
+		defer cancel()
+		_, cmds := g.pipeline(rctx, nil, scripts.GuardLease, unsettled)
+		for _, c := range cmds {
+			if err := c.Err(); err != nil {
+				g.redisFailed("release", err)
+				break
+			}
+		}
+	}
 }
 
 // renewLeases is renewLease for the leases of a batch load: one pipeline
