@@ -3,8 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -238,18 +236,11 @@ type sturdycPageNode struct {
 	store *redisStorage
 }
 
-// openSturdycBatch configures sturdyc as openSturdyc does (see sturdycNode),
-// with a minute of freshness and as much stale time.
+// openSturdycBatch configures sturdyc as sturdycNode describes, with a
+// minute of freshness and as much stale time.
 func openSturdycBatch(addr string, org *batchOrigin, rts *atomic.Int64) (pageNode, error) {
 	rdb := newRTTRedis(addr, rts)
-	fresh, window := time.Minute, 2*time.Minute
-	store := &redisStorage{rdb: rdb, ttl: window}
-	c := sturdyc.New[[]byte](1<<16, 8, window, 10,
-		sturdyc.WithNoContinuousEvictions(),
-		sturdyc.WithEarlyRefreshes(fresh/2, fresh, window, 10*time.Millisecond),
-		sturdyc.WithDistributedStorageEarlyRefreshes(store, fresh),
-		sturdyc.WithLog(slog.New(slog.NewTextHandler(io.Discard, nil))),
-	)
+	c, store := newSturdyc(rdb, time.Minute, 2*time.Minute)
 	return &sturdycPageNode{rdb: rdb, c: c, org: org, store: store}, nil
 }
 
