@@ -767,3 +767,98 @@ func TestGetManyLoaderError(t *testing.T) {
 		leasesFree(t, rdb, g, keys)
 	})
 }
+
+// TestGetManyWaitTimeout: keys whose holder never fills are answered by
+// WaitTimeoutPolicy: ErrWaitTimeout, or a load of this node's own.
+func TestGetManyWaitTimeout(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
+		holder := newGroup(t, rdb, Options{LockTTL: time.Minute})
+		key := idKey(redistest.Key(t))
+		stuck := newIDOrigin(true)
+		defer close(stuck.gate)
+		go func() { _, _ = FetchMany(ctxT(t), holder, []int{1, 2}, key, stuck.load) }()
+		redistest.Eventually(t, 10*time.Second, "the holder loading", func() bool { return stuck.calls.Load() == 1 })
+
+		strict := newGroup(t, rdb, Options{WaitTimeout: 50 * time.Millisecond, WaitTimeoutPolicy: ReturnError})
+		org := newIDOrigin(false)
+		got, err := FetchMany(ctxT(t), strict, []int{1, 2, 3}, key, org.load)
+		if !errors.Is(err, ErrWaitTimeout) {
+			t.Fatalf("ReturnError: %v, want ErrWaitTimeout", err)
+		}
+		checkValues(t, got, []int{3}) // the key nobody held was loaded
+
+		patient := newGroup(t, rdb, Options{WaitTimeout: 50 * time.Millisecond})
+		got, err = FetchMany(ctxT(t), patient, []int{1, 2}, key, org.load)
+		if err != nil {
+			t.Fatalf("LoadLocally: %v", err)
+		}
+		checkValues(t, got, []int{1, 2})
+		if org.loadsOf(1) != 1 || org.loadsOf(2) != 1 {
+			t.Fatalf("ids 1 and 2 loaded %d and %d times after the wait, want once each", org.loadsOf(1), org.loadsOf(2))
+		}
+	})
+}
+
+// TestGetManyLocalTier: with the in-process tier, a batch of fresh keys
+// costs no round trip.
+func TestGetManyLocalTier(t *testing.T) {
+	h := &rtCounter{}
+	rdb := redistest.Shared(t).Client(t)
+	rdb.AddHook(h)
+	var rec recorder[BatchStats]
+	g := newGroup(t, rdb, Options{LocalEntries: 1000, LocalTTL: time.Minute, Hooks: Hooks{Batch: rec.add}})
+	org := newIDOrigin(false)
+	key := idKey(redistest.Key(t))
+	want := ids(0, 50, 50)
+	if _, err := FetchMany(ctxT(t), g, want, key, org.load); err != nil {
+		t.Fatal(err)
+	}
+	// A script read fills the local tier; the fill of a load does not.
+	if _, err := FetchMany(ctxT(t), g, want, key, org.load); err != nil {
+		t.Fatal(err)
+	}
+	before := h.n.Load()
+	got, err := FetchMany(ctxT(t), g, want, key, org.load)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkValues(t, got, want)
+	if n := h.n.Load() - before; n != 0 {
+		t.Errorf("%d round trips for a batch held in memory, want 0", n)
+	}
+	if s := rec.all(); s[len(s)-1].Hits != 50 {
+		t.Errorf("last batch: %+v, want 50 hits", s[len(s)-1])
+	}
+}
+
+// TestGetManyCloseWaitsForRefresh: Close waits for a batch's background
+// refresh; no goroutine outlives the Group.
+func TestGetManyCloseWaitsForRefresh(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	if err := rdb.Ping(ctxT(t)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	g, err := New(rdb, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := idKey(redistest.Key(t))
+	for _, id := range []int{1, 2} {
+		putEntry(t, rdb, g, key(id), "old", -1, 60_000, 1)
+	}
+	var refreshed atomic.Int64
+	got, err := FetchMany(ctxT(t), g, []int{1, 2}, key, func(_ context.Context, ids []int) (map[int]string, error) {
+		refreshed.Add(int64(len(ids)))
+		return map[int]string{1: "new", 2: "new"}, nil
+	})
+	if err != nil || got[1] != "old" || got[2] != "old" {
+		t.Fatalf("got %v %v, want the stale values", got, err)
+	}
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if refreshed.Load() != 2 {
+		t.Fatalf("Close returned before the refresh of 2 keys ran (%d)", refreshed.Load())
+	}
+}
