@@ -21,6 +21,8 @@ import (
 //	guard-batch    stampede guard.Group.GetMany: one pipeline for the page's
 //	               reads, one origin call for the ids this node won, one
 //	               pipeline for their fills; ids other nodes load are waited for
+//	guard-batch-local  the same with the in-process tier on
+//	               (LocalEntries 65536, LocalTTL 1s), as sturdyc has its own
 //	guard-loop     a loop over guard.Group.Get, one id after the other
 //	naive-mget     MGET of the page; the ids missing go to one origin call,
 //	               then a pipeline of SET EX (no coordination at all)
@@ -110,6 +112,7 @@ type pageImpl struct {
 
 var pageImpls = []pageImpl{
 	{name: "guard-batch", open: openGuardBatch},
+	{name: "guard-batch-local", open: openGuardBatchLocal},
 	{name: "guard-loop", open: openGuardLoop},
 	{name: "naive-mget", open: openNaiveMGet},
 	{name: "sturdyc-batch", open: openSturdycBatch},
@@ -149,9 +152,10 @@ type guardPageNode struct {
 	loop bool
 }
 
-func openGuardPage(addr string, org *batchOrigin, rts *atomic.Int64, loop bool) (pageNode, error) {
+func openGuardPage(addr string, org *batchOrigin, rts *atomic.Int64, opts guard.Options, loop bool) (pageNode, error) {
 	rdb := newRTTRedis(addr, rts)
-	g, err := guard.New(rdb, guard.Options{FreshFor: time.Minute})
+	opts.FreshFor = time.Minute
+	g, err := guard.New(rdb, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -159,11 +163,15 @@ func openGuardPage(addr string, org *batchOrigin, rts *atomic.Int64, loop bool) 
 }
 
 func openGuardBatch(addr string, org *batchOrigin, rts *atomic.Int64) (pageNode, error) {
-	return openGuardPage(addr, org, rts, false)
+	return openGuardPage(addr, org, rts, guard.Options{}, false)
+}
+
+func openGuardBatchLocal(addr string, org *batchOrigin, rts *atomic.Int64) (pageNode, error) {
+	return openGuardPage(addr, org, rts, guard.Options{LocalEntries: 1 << 16, LocalTTL: time.Second}, false)
 }
 
 func openGuardLoop(addr string, org *batchOrigin, rts *atomic.Int64) (pageNode, error) {
-	return openGuardPage(addr, org, rts, true)
+	return openGuardPage(addr, org, rts, guard.Options{}, true)
 }
 
 func (n *guardPageNode) page(ctx context.Context, ids []string) (map[string][]byte, error) {
