@@ -73,11 +73,12 @@ func (g *Group) settle(op string, err error) {
 }
 
 // readMany reads keys (named nms) in one pipeline: a GET for each key the
-// fast path may serve (see fastHit), the read script (trying the lease,
-// registering as a waiter) for the others, with force set for those whose
-// force is true. A GET that does not find its key clearly fresh is
+// fast path may serve (see fastHit) and, when filled is set (a fill was
+// just announced), for every key not forced; the read script (trying the
+// lease, registering as a waiter) for the others, with force set for those
+// whose force is true. A GET that does not find its key clearly fresh is
 // followed by the read script, in a second pipeline for all such keys.
-func (g *Group) readMany(ctx context.Context, keys []string, nms []names, force []bool) []batchRead {
+func (g *Group) readMany(ctx context.Context, keys []string, nms []names, force []bool, filled bool) []batchRead {
 	out := make([]batchRead, len(keys))
 	rctx, cancel := context.WithTimeout(ctx, g.opts.RedisTimeout)
 	defer cancel()
@@ -88,6 +89,12 @@ func (g *Group) readMany(ctx context.Context, keys []string, nms []names, force 
 		if force == nil || !force[i] {
 			if h, ok := g.hints.c.Peek(k); ok && known && h.freshUntil-now > fastMargin.Milliseconds() {
 				gets, getIdx = append(gets, h.entry), append(getIdx, i)
+				continue
+			}
+			if filled && known {
+				// A GET costs Redis a small share of a script call, and
+				// the keys of a fill pipeline are all fresh.
+				gets, getIdx = append(gets, nms[i].entry), append(getIdx, i)
 				continue
 			}
 		}

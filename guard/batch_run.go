@@ -8,7 +8,7 @@ import (
 func (b *batch) run(idx []int) {
 	g := b.g
 	defer b.wg.Wait()
-	sr := b.readShared(idx, nil, true)
+	sr := b.readShared(idx, nil, true, false)
 	defer sr.abandon(g)
 	var p plan
 	for j, i := range idx {
@@ -146,7 +146,7 @@ func (b *batch) refreshEarly(idx []int) {
 		force[j] = true
 	}
 	readAt := time.Now()
-	reads := b.g.readMany(b.ctx, b.pick(idx), b.pickNames(idx), force)
+	reads := b.g.readMany(b.ctx, b.pick(idx), b.pickNames(idx), force, false)
 	var won []int
 	var fences []int64
 	for j, r := range reads {

@@ -46,8 +46,9 @@ var errReadAbandoned = errors.New("guard: batch read abandoned")
 // (forced reads are not shared), and takes the reads of the others. With
 // probe, it first asks the breaker (and fails the reads it owns with
 // errBreakerOpen when refused); a batch that owns no read does not ask,
-// for it would take a probe and never settle it. The caller publishes.
-func (b *batch) readShared(idx []int, force []bool, probe bool) *sharedReads {
+// for it would take a probe and never settle it. filled: see readMany. The
+// caller publishes.
+func (b *batch) readShared(idx []int, force []bool, probe, filled bool) *sharedReads {
 	g := b.g
 	s := &sharedReads{keys: b.pick(idx), reads: make([]batchRead, len(idx))}
 	s.srs, s.own = g.batchReads.take(s.keys, force)
@@ -69,7 +70,7 @@ func (b *batch) readShared(idx []int, force []bool, probe bool) *sharedReads {
 			f = pickAt(force, ownJ)
 		}
 		s.at = time.Now()
-		rs := g.readMany(b.ctx, pickAt(s.keys, ownJ), b.pickNames(pickAt(idx, ownJ)), f)
+		rs := g.readMany(b.ctx, pickAt(s.keys, ownJ), b.pickNames(pickAt(idx, ownJ)), f, filled)
 		for k, j := range ownJ {
 			s.reads[j] = rs[k]
 		}

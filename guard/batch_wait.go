@@ -100,6 +100,7 @@ func (b *batch) wait(ws []*waiter) {
 			break
 		}
 		forced := slices.ContainsFunc(ws, func(w *waiter) bool { return !w.done && w.force })
+		notified := false
 		if !forced {
 			wait := min(poll, remaining)
 			for _, w := range ws {
@@ -110,6 +111,7 @@ func (b *batch) wait(ws []*waiter) {
 			timer.Reset(wait)
 			select {
 			case <-anyWake:
+				notified = true
 			case <-timer.C:
 				poll = min(poll*2, g.opts.LockTTL)
 			case j := <-joined:
@@ -138,7 +140,7 @@ func (b *batch) wait(ws []*waiter) {
 				h(b.keys[w.i], own, time.Since(start))
 			}
 		}
-		b.reread(again, resolve)
+		b.reread(again, resolve, notified)
 		g.lmu.Lock()
 		joinLocked() // x < 0 may be a lease of this process's too
 		g.lmu.Unlock()
@@ -168,8 +170,8 @@ func (b *batch) wait(ws []*waiter) {
 
 // reread reads the waiting keys ws again, sharing the reads with the other
 // batches of this process, and acts on what it finds; resolve marks a
-// waiter answered.
-func (b *batch) reread(ws []*waiter, resolve func(*waiter)) {
+// waiter answered. filled: a fill was announced (see readMany).
+func (b *batch) reread(ws []*waiter, resolve func(*waiter), filled bool) {
 	g := b.g
 	idx := make([]int, len(ws))
 	force := make([]bool, len(ws))
@@ -177,7 +179,7 @@ func (b *batch) reread(ws []*waiter, resolve func(*waiter)) {
 		idx[j], force[j] = w.i, w.force
 		w.force = false
 	}
-	sr := b.readShared(idx, force, false)
+	sr := b.readShared(idx, force, false, filled)
 	defer sr.abandon(g)
 	var won, failed []int
 	var fences []int64
