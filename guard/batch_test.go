@@ -862,3 +862,51 @@ func TestGetManyCloseWaitsForRefresh(t *testing.T) {
 		t.Fatalf("Close returned before the refresh of 2 keys ran (%d)", refreshed.Load())
 	}
 }
+
+// TestGetManyLateWriterRejected: a batch whose loads began before the data
+// changed (an Invalidate, another node's newer load) does not overwrite the
+// newer values: its fills are rejected by their fences, key by key.
+func TestGetManyLateWriterRejected(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
+		var rejected atomic.Int64
+		late := newGroup(t, rdb, Options{Hooks: Hooks{FillRejected: func(string) { rejected.Add(1) }}})
+		fresh := newGroup(t, rdb, Options{})
+		prefix := redistest.Key(t)
+		keys := []string{prefix + ":a", prefix + ":b"}
+		gate, started := make(chan struct{}), make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			_, err := late.GetMany(ctxT(t), keys, func(context.Context, []string) (map[string][]byte, error) {
+				close(started)
+				<-gate
+				return map[string][]byte{keys[0]: []byte("old"), keys[1]: []byte("old")}, nil
+			})
+			done <- err
+		}()
+		<-started
+		newer := map[string][]byte{keys[0]: []byte("new"), keys[1]: []byte("new")}
+		for _, k := range keys {
+			if err := fresh.Invalidate(ctxT(t), k); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := fresh.GetMany(ctxT(t), keys, func(context.Context, []string) (map[string][]byte, error) { return newer, nil }); err != nil {
+			t.Fatal(err)
+		}
+		close(gate)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if rejected.Load() != 2 {
+			t.Fatalf("%d fills rejected, want the late batch's 2", rejected.Load())
+		}
+		other := newGroup(t, rdb, Options{})
+		got, err := other.GetMany(ctxT(t), keys, func(context.Context, []string) (map[string][]byte, error) {
+			t.Error("loader called for keys with values")
+			return nil, nil
+		})
+		if err != nil || string(got[keys[0]]) != "new" || string(got[keys[1]]) != "new" {
+			t.Fatalf("after the late fills: %q %v, want the newer values", got, err)
+		}
+	})
+}
