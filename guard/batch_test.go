@@ -910,3 +910,17 @@ func TestGetManyLateWriterRejected(t *testing.T) {
 		}
 	})
 }
+
+// TestMergeBatchHooks: MergeHooks chains the batch hooks too.
+func TestMergeBatchHooks(t *testing.T) {
+	var batches, loads int
+	m := MergeHooks(
+		Hooks{Batch: func(BatchStats) { batches++ }, BatchLoad: func(BatchLoadStats) { loads++ }},
+		Hooks{Batch: func(BatchStats) { batches++ }, BatchLoad: func(BatchLoadStats) { loads++ }},
+	)
+	m.Batch(BatchStats{})
+	m.BatchLoad(BatchLoadStats{})
+	if batches != 2 || loads != 2 {
+		t.Fatalf("Batch called %d times, BatchLoad %d, want 2 and 2", batches, loads)
+	}
+}
