@@ -254,6 +254,7 @@ type Hooks struct {
 	// caller left, if it left early), with what became of its keys. The
 	// per-key hooks above run for each key of a batch as well.
 	Batch func(BatchStats)
-	// BatchLoad: a batch loader call finished.
+	// BatchLoad: a batch loader call finished. Load runs for each of its
+	// keys as well, with the call's duration and the key's outcome.
 	BatchLoad func(BatchLoadStats)
 }
