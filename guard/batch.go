@@ -72,7 +72,9 @@ type BatchLoadStats struct {
 // fills go back in one round trip per node. Keys another node is loading
 // are waited for; keys already loading in this process join that load.
 // Repeated keys are asked for once. The values are shared with the other
-// callers that got them: read them, never modify them.
+// callers that got them: read them, never modify them. One pipeline
+// carries the whole batch, bounded by RedisTimeout: for batches of
+// thousands of keys, raise it or split the batch.
 //
 // err is nil when every key was answered (with a value or as not found);
 // otherwise it joins the distinct errors of the keys that failed, and the
