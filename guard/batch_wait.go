@@ -13,7 +13,6 @@ type waiter struct {
 	force    bool          // read at once, trying the lease
 	joinable bool          // another batch of this process won the lease: join its load
 	joined   bool          // a load of the key in this process is joined
-	wake     chan struct{} // the key's fill notification
 	done     bool
 	unwatch  func()
 }
@@ -35,7 +34,7 @@ func (b *batch) wait(ws []*waiter) {
 	g := b.g
 	start := time.Now()
 	deadline := start.Add(g.opts.WaitTimeout)
-	anyWake := make(chan struct{}, 1)
+	wake := make(chan struct{}, 1) // the fill notifications of all its keys
 	joined := make(chan joinedLoad, len(ws)) // a waiter joins at most once
 	left, joins := len(ws), 0
 	// joinLocked joins the loads of this process of the waiters that may
@@ -84,10 +83,7 @@ func (b *batch) wait(ws []*waiter) {
 	// running here cannot end between the two unseen.
 	g.lmu.Lock()
 	for _, w := range ws {
-		nm := b.nms[w.i]
-		w.wake = make(chan struct{}, 1)
-		u1, u2 := g.hub.Register(nm.entry, w.wake), g.hub.Register(nm.entry, anyWake)
-		w.unwatch = func() { u1(); u2() }
+		w.unwatch = g.hub.Register(b.nms[w.i].entry, wake)
 	}
 	joinLocked()
 	g.lmu.Unlock()
@@ -110,7 +106,7 @@ func (b *batch) wait(ws []*waiter) {
 			}
 			timer.Reset(wait)
 			select {
-			case <-anyWake:
+			case <-wake:
 				notified = true
 			case <-timer.C:
 				poll = min(poll*2, g.opts.LockTTL)
@@ -127,17 +123,8 @@ func (b *batch) wait(ws []*waiter) {
 				continue
 			}
 			again = append(again, w)
-			if forced {
-				continue
-			}
-			own := false
-			select {
-			case <-w.wake:
-				own = true
-			default:
-			}
-			if h := g.opts.Hooks.Woken; h != nil {
-				h(b.keys[w.i], own, time.Since(start))
+			if h := g.opts.Hooks.Woken; h != nil && !forced {
+				h(b.keys[w.i], notified, time.Since(start))
 			}
 		}
 		b.reread(again, resolve, notified)
