@@ -34,7 +34,7 @@ func (b *batch) wait(ws []*waiter) {
 	g := b.g
 	start := time.Now()
 	deadline := start.Add(g.opts.WaitTimeout)
-	wake := make(chan struct{}, 1) // the fill notifications of all its keys
+	wake := make(chan struct{}, 1)           // the fill notifications of all its keys
 	joined := make(chan joinedLoad, len(ws)) // a waiter joins at most once
 	left, joins := len(ws), 0
 	// joinLocked joins the loads of this process of the waiters that may
