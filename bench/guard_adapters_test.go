@@ -280,14 +280,20 @@ type sturdycNode struct {
 func openSturdyc(addr string, cfg cacheConfig, org *origin, cmds *atomic.Int64) (cacheNode, error) {
 	rdb := newCountingRedis(addr, cmds)
 	window := cfg.freshFor + cfg.staleFor
+	c, store := newSturdyc(rdb, cfg.freshFor, window)
+	return &sturdycNode{rdb: rdb, c: c, org: org, store: store}, nil
+}
+
+// newSturdyc returns sturdyc configured as sturdycNode describes, over rdb.
+func newSturdyc(rdb *redis.Client, fresh, window time.Duration) (*sturdyc.Client[[]byte], *redisStorage) {
 	store := &redisStorage{rdb: rdb, ttl: window}
 	c := sturdyc.New[[]byte](1<<16, 8, window, 10,
 		sturdyc.WithNoContinuousEvictions(), // its eviction goroutine never exits otherwise
-		sturdyc.WithEarlyRefreshes(cfg.freshFor/2, cfg.freshFor, window, 10*time.Millisecond),
-		sturdyc.WithDistributedStorageEarlyRefreshes(store, cfg.freshFor),
+		sturdyc.WithEarlyRefreshes(fresh/2, fresh, window, 10*time.Millisecond),
+		sturdyc.WithDistributedStorageEarlyRefreshes(store, fresh),
 		sturdyc.WithLog(slog.New(slog.NewTextHandler(io.Discard, nil))),
 	)
-	return &sturdycNode{rdb: rdb, c: c, org: org, store: store}, nil
+	return c, store
 }
 
 func (n *sturdycNode) get(ctx context.Context, key string) ([]byte, error) {

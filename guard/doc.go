@@ -54,6 +54,20 @@
 // An entry found missing, undecodable or no longer clearly fresh goes to
 // the script, which decides stale, lease and waiting as above.
 //
+// # Batches
+//
+// GetMany and FetchMany serve many keys per call, with the rules above
+// applied to each key. The reads of a batch go out in one pipeline: one
+// round trip per Redis node for all its hits, the lease of each missing or
+// stale key tried in that same read. The keys this node won are loaded in
+// one loader call (MaxBatch keys per call) and filled in one more round
+// trip per node; keys another node is loading are waited for as above;
+// keys already loading in this process join that load, and batches of one
+// process asking for the same key at once share its read. Stale keys are
+// served at once and refreshed together in one background loader call.
+// Without Redis, a batch's keys load through this process alone, a key
+// already loading in it being joined.
+//
 // # Guarantees
 //
 //   - One loader call per key per refresh across all nodes while Redis is

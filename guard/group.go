@@ -41,6 +41,8 @@ type Group struct {
 	lmu   sync.Mutex
 	loads map[string]*runningLoad // the load of each key running in this process
 
+	batchReads batchReads // reads of batches in flight (batch_share.go)
+
 	// testJoined, set by tests, runs when a caller has joined the read
 	// flight of key (as its leader or a follower): the seam tests use to
 	// know a herd is inside one flight.

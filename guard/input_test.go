@@ -71,6 +71,45 @@ var entryPoints = []entryPoint{
 	{"Invalidate", func(ctx context.Context, g *Group, key string, _ LoadFunc, _ ...CallOption) error {
 		return g.Invalidate(ctx, key)
 	}},
+	// The batches get a good key before the row's: validation comes before
+	// any work.
+	{"GetMany", func(ctx context.Context, g *Group, key string, load LoadFunc, opts ...CallOption) error {
+		_, err := g.GetMany(ctx, []string{"good", key}, batched(load), opts...)
+		return err
+	}},
+	{"FetchMany", func(ctx context.Context, g *Group, key string, load LoadFunc, opts ...CallOption) error {
+		var typedLoad func(context.Context, []string) (map[string]string, error)
+		if bl := batched(load); bl != nil {
+			typedLoad = func(ctx context.Context, ids []string) (map[string]string, error) {
+				m, err := bl(ctx, ids)
+				out := make(map[string]string, len(m))
+				for k, v := range m {
+					out[k] = string(v)
+				}
+				return out, err
+			}
+		}
+		_, err := FetchMany(ctx, g, []string{"good", key}, func(id string) string { return id }, typedLoad, opts...)
+		return err
+	}},
+}
+
+// batched adapts a LoadFunc to a BatchLoadFunc; nil stays nil.
+func batched(load LoadFunc) BatchLoadFunc {
+	if load == nil {
+		return nil
+	}
+	return func(ctx context.Context, keys []string) (map[string][]byte, error) {
+		out := make(map[string][]byte, len(keys))
+		for _, k := range keys {
+			v, err := load(ctx)
+			if err != nil {
+				return nil, err
+			}
+			out[k] = v
+		}
+		return out, nil
+	}
 }
 
 // typed adapts a LoadFunc to Fetch's loader type; nil stays nil.
@@ -136,6 +175,8 @@ func TestBadCallsEveryEntryPoint(t *testing.T) {
 	add(row{name: "nil loader", ep: entryPoints[0], nilLoad: true, want: "nil LoadFunc"})
 	add(row{name: "nil loader", ep: entryPoints[1], nilLoad: true, want: "nil LoadFunc"})
 	add(row{name: "nil loader", ep: entryPoints[2], nilLoad: true, want: "nil load func"})
+	add(row{name: "nil loader", ep: entryPoints[5], nilLoad: true, want: "nil BatchLoadFunc"})
+	add(row{name: "nil loader", ep: entryPoints[6], nilLoad: true, want: "nil load func"})
 
 	for _, r := range rows {
 		t.Run(r.ep.name+"/"+r.name, func(t *testing.T) {

@@ -16,7 +16,7 @@ import (
 func (g *Group) loadAndFill(ctx context.Context, c *call, fence int64, refresh bool) (Result, error) {
 	o := g.loadLeased(ctx, c.key, c.nm, c.load, fence)
 	v, err := o.v, o.err
-	f := g.fillFor(c, fence, o, refresh)
+	f := g.fillFor(c.co, fence, o, refresh)
 	g.step(ctx, "fill")
 	g.store(ctx, c.key, c.nm, f)
 	if f.keepLease > 0 {
@@ -33,7 +33,7 @@ func (g *Group) loadAndFill(ctx context.Context, c *call, fence int64, refresh b
 }
 
 // fillFor decides what a load's outcome stores.
-func (g *Group) fillFor(c *call, fence int64, o outcome, refresh bool) fillSpec {
+func (g *Group) fillFor(co callOptions, fence int64, o outcome, refresh bool) fillSpec {
 	v, err := o.v, o.err
 	f := fillSpec{fence: fence, loadDur: o.d, mode: "w"}
 	switch {
@@ -43,11 +43,11 @@ func (g *Group) fillFor(c *call, fence int64, o outcome, refresh bool) fillSpec 
 		// The loader said how long this value lives: exactly that long.
 		f.value, f.fresh, f.stale = v, o.win.Fresh, o.win.Stale
 		if f.fresh == 0 {
-			f.fresh = g.jittered(c.co.freshFor)
+			f.fresh = g.jittered(co.freshFor)
 		}
 		switch f.stale {
 		case 0:
-			f.stale = c.co.staleFor
+			f.stale = co.staleFor
 		case Disabled:
 			f.stale = 0
 		}
@@ -55,7 +55,7 @@ func (g *Group) fillFor(c *call, fence int64, o outcome, refresh bool) fillSpec 
 			f.mode = "-" // served to the callers of this flight, not stored
 		}
 	case err == nil:
-		f.value, f.fresh, f.stale = v, g.jittered(c.co.freshFor), c.co.staleFor
+		f.value, f.fresh, f.stale = v, g.jittered(co.freshFor), co.staleFor
 	case isNoStore(err):
 		f.mode = "-" // the lease is released; nothing is stored or backed off
 	case errors.Is(err, ErrNotFound) && g.opts.NegativeFor > 0:

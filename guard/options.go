@@ -89,6 +89,11 @@ type Options struct {
 	// fresh-until). Default: 1s.
 	LocalTTL time.Duration
 
+	// MaxBatch is the most keys one call of a batch loader is given (see
+	// GetMany and FetchMany); the keys a batch must load beyond it go to
+	// further calls, which run concurrently. Default: 100.
+	MaxBatch int
+
 	// Hooks observe the guard's events; nil funcs are skipped.
 	Hooks Hooks
 }
@@ -168,8 +173,11 @@ func (o Options) withDefaults() (Options, error) {
 	if o.LockTTL < 3*time.Millisecond {
 		return o, fmt.Errorf("guard: LockTTL %v is below 3ms", o.LockTTL)
 	}
-	if o.BreakerFailures < 0 || o.MaxValueBytes < 0 || o.LocalEntries < 0 {
-		return o, errors.New("guard: negative BreakerFailures, MaxValueBytes or LocalEntries")
+	if o.BreakerFailures < 0 || o.MaxValueBytes < 0 || o.LocalEntries < 0 || o.MaxBatch < 0 {
+		return o, errors.New("guard: negative BreakerFailures, MaxValueBytes, LocalEntries or MaxBatch")
+	}
+	if o.MaxBatch == 0 {
+		o.MaxBatch = 100
 	}
 	if o.BreakerFailures == 0 {
 		o.BreakerFailures = 3
@@ -264,4 +272,12 @@ type Hooks struct {
 	// Corrupt: an entry in Redis could not be decoded; it is treated as a
 	// miss and overwritten by the next fill.
 	Corrupt func(key string, err error)
+
+	// Batch: a GetMany or FetchMany call finished its work (after its
+	// caller left, if it left early), with what became of its keys. The
+	// per-key hooks above run for each key of a batch as well.
+	Batch func(BatchStats)
+	// BatchLoad: a batch loader call finished. Load runs for each of its
+	// keys as well, with the call's duration and the key's outcome.
+	BatchLoad func(BatchLoadStats)
 }

@@ -38,11 +38,19 @@ func (g *Group) read(ctx context.Context, nm names, force bool) (readReply, erro
 		return readReply{}, err
 	}
 	g.br.success()
+	rr, err := g.readReplyOf(nm, v, sent)
+	if err != nil {
+		g.redisFailed("read", err)
+	}
+	return rr, err
+}
+
+// readReplyOf decodes a reply v of guard_read.lua for the key named nm,
+// sent at local time sent.
+func (g *Group) readReplyOf(nm names, v []any, sent int64) (readReply, error) {
 	var rr readReply
 	if len(v) != 3 && len(v) != 4 {
-		err := fmt.Errorf("guard: unexpected read reply of %d elements", len(v))
-		g.redisFailed("read", err)
-		return rr, err
+		return rr, fmt.Errorf("guard: unexpected read reply of %d elements", len(v))
 	}
 	if len(v) == 4 {
 		g.foreign(nm, v[3])
@@ -86,6 +94,13 @@ func (g *Group) store(ctx context.Context, key string, nm names, f fillSpec) {
 		return
 	}
 	g.br.success()
+	g.filled(key, nm, f, reply, sent)
+}
+
+// filled acts on a reply of guard_fill.lua for fill f of key, sent at
+// local time sent: the clock sample, the hint of a value stored, the
+// rejection or foreign values reported.
+func (g *Group) filled(key string, nm names, f fillSpec, reply []any, sent int64) {
 	if len(reply) != 4 {
 		return
 	}

@@ -1,0 +1,219 @@
+package guard
+
+import (
+	"context"
+	"runtime/debug"
+	"time"
+)
+
+// tryClaim marks as loading in this process each key of keys no load of
+// which runs here, and returns their slots (nil for the others).
+func (g *Group) tryClaim(keys []string) []*runningLoad {
+	out := make([]*runningLoad, len(keys))
+	g.lmu.Lock()
+	defer g.lmu.Unlock()
+	if g.loads == nil {
+		g.loads = map[string]*runningLoad{}
+	}
+	for j, k := range keys {
+		if g.loads[k] == nil {
+			out[j] = &runningLoad{done: make(chan struct{})}
+			g.loads[k] = out[j]
+		}
+	}
+	return out
+}
+
+// loadChunks loads the keys idx, whose leases hold fences (0: no lease),
+// in loader calls of at most MaxBatch keys that run concurrently. slots
+// are the keys' load slots, claimed by the caller; nil: claim them here.
+// leased is when the read that won the leases was sent.
+func (b *batch) loadChunks(idx []int, fences []int64, slots []*runningLoad, leased time.Time) {
+	for len(idx) > 0 {
+		n := min(len(idx), b.g.opts.MaxBatch)
+		ci, cf := idx[:n], fences[:n]
+		var cs []*runningLoad
+		if slots != nil {
+			cs, slots = slots[:n], slots[n:]
+		}
+		idx, fences = idx[n:], fences[n:]
+		b.wg.Go(func() {
+			if cs == nil {
+				// A load stored under a lease must begin after the lease
+				// was taken: wait for loads of these keys already running
+				// here (see callLoader), then claim them all.
+				cs = b.g.claimLoads(b.pick(ci))
+			}
+			b.flight(ci, cf, cs, true, leased)
+		})
+	}
+}
+
+// claimLoads waits until no load of keys runs in this process, then marks
+// them all as loading.
+func (g *Group) claimLoads(keys []string) []*runningLoad {
+	for {
+		g.lmu.Lock()
+		var busy *runningLoad
+		for _, k := range keys {
+			if r := g.loads[k]; r != nil {
+				busy = r
+				break
+			}
+		}
+		if busy == nil {
+			if g.loads == nil {
+				g.loads = map[string]*runningLoad{}
+			}
+			rs := make([]*runningLoad, len(keys))
+			for j, k := range keys {
+				rs[j] = &runningLoad{done: make(chan struct{})}
+				g.loads[k] = rs[j]
+			}
+			g.lmu.Unlock()
+			return rs
+		}
+		g.lmu.Unlock()
+		<-busy.done // bounded by that load's LoadTimeout
+	}
+}
+
+// degrade serves the keys idx without Redis: a key loading in this process
+// is joined, the others are loaded in calls of at most MaxBatch keys. At
+// most one load of a key runs in this process at a time.
+func (b *batch) degrade(idx []int) {
+	g := b.g
+	var mine []int
+	var slots []*runningLoad
+	g.lmu.Lock()
+	if g.loads == nil {
+		g.loads = map[string]*runningLoad{}
+	}
+	for _, i := range idx {
+		if r := g.loads[b.keys[i]]; r != nil {
+			b.wg.Go(func() {
+				<-r.done
+				b.set(i, keyResult{v: r.o.v, st: Degraded, err: r.o.err})
+			})
+			continue
+		}
+		r := &runningLoad{done: make(chan struct{}), o: outcome{err: errLoadAbandoned}}
+		g.loads[b.keys[i]] = r
+		mine, slots = append(mine, i), append(slots, r)
+	}
+	g.lmu.Unlock()
+	for len(mine) > 0 {
+		n := min(len(mine), g.opts.MaxBatch)
+		ci, cs := mine[:n], slots[:n]
+		mine, slots = mine[n:], slots[n:]
+		b.wg.Go(func() { b.flight(ci, make([]int64, n), cs, false, time.Time{}) })
+	}
+}
+
+// callBatch runs the loader on keys in a goroutine of its own, bounded by
+// LoadTimeout, so that neither a panic (turned into *PanicError) nor
+// runtime.Goexit can take the batch's work with it.
+func (b *batch) callBatch(keys []string) (vals map[string][]byte, unasked int, err error, d time.Duration) {
+	ctx, cancel := context.WithTimeout(b.ctx, b.g.opts.LoadTimeout)
+	defer cancel()
+	type outcome struct {
+		vals    map[string][]byte
+		unasked int
+		err     error
+	}
+	ch := make(chan outcome, 1)
+	start := time.Now()
+	go func() {
+		var o outcome
+		returned := false
+		defer func() {
+			if !returned {
+				if p := recover(); p != nil {
+					o.err = &PanicError{Value: p, Stack: debug.Stack()}
+				} else {
+					o.err = ErrGoexit
+				}
+			}
+			ch <- o
+		}()
+		o.vals, o.unasked, o.err = b.load(ctx, keys)
+		returned = true
+	}()
+	o := <-ch
+	return o.vals, o.unasked, o.err, time.Since(start)
+}
+
+// flight loads the keys idx, claimed in slots, in one loader call. With
+// useRedis, their fills (under fences, 0 for none) go back in one
+// pipeline; without it nothing is stored and the keys count as Degraded.
+func (b *batch) flight(idx []int, fences []int64, slots []*runningLoad, useRedis bool, leased time.Time) {
+	g := b.g
+	keys := b.pick(idx)
+	stop := func() {}
+	if useRedis {
+		stop = g.renewLeases(b.pickNames(idx), fences, leased)
+	}
+	vals, unasked, err, d := b.callBatch(keys)
+	if !b.refresh {
+		b.loads.Add(1)
+	}
+	asked := make(map[string]struct{}, len(keys))
+	for _, k := range keys {
+		asked[k] = struct{}{}
+	}
+	for k := range vals {
+		if _, ok := asked[k]; !ok {
+			unasked++
+		}
+	}
+	found := 0
+	errs := make([]error, len(idx))
+	for j, k := range keys {
+		v, ok := vals[k]
+		switch {
+		case err != nil:
+			errs[j] = err
+		case !ok:
+			errs[j] = ErrNotFound
+		default:
+			found++
+		}
+		slots[j].o = outcome{v: v, err: errs[j], d: d}
+		if h := g.opts.Hooks.Load; h != nil {
+			h(k, d, errs[j])
+		}
+	}
+	g.lmu.Lock()
+	for _, k := range keys {
+		delete(g.loads, k)
+	}
+	g.lmu.Unlock()
+	for _, r := range slots {
+		close(r.done)
+	}
+	if h := g.opts.Hooks.BatchLoad; h != nil {
+		h(BatchLoadStats{Keys: len(keys), Found: found, Unasked: unasked, Refresh: b.refresh, Took: d, Err: err})
+	}
+	st := Degraded
+	if useRedis {
+		st = Miss
+		items := make([]fillItem, len(idx))
+		for j, i := range idx {
+			items[j] = fillItem{key: keys[j], nm: b.nms[i], f: g.fillFor(b.co, fences[j], outcome{v: vals[keys[j]], err: errs[j], d: d}, b.refresh)}
+		}
+		g.storeMany(b.ctx, items)
+		// The watchdog ran on until the fill: a batch's fill carries many
+		// values and can take a while.
+		stop()
+		if h := g.opts.Hooks.RefreshError; h != nil {
+			for j, it := range items {
+				if it.f.keepLease > 0 {
+					h(keys[j], errs[j])
+				}
+			}
+		}
+	}
+	for j, i := range idx {
+		b.set(i, keyResult{v: vals[keys[j]], st: st, err: errs[j]})
+	}
+}

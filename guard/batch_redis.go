@@ -1,0 +1,294 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stampede-go/stampede/scripts"
+)
+
+// The Redis side of batches: the same scripts as the single-key path, sent
+// in one pipeline per batch, which go-redis sends as one round trip per
+// Redis node (a ClusterClient splits a pipeline by the node of each
+// command's slot; every script of one key touches one slot).
+
+// batchRead is the outcome of reading one key of a batch.
+type batchRead struct {
+	rr  readReply
+	hit bool  // the fast path's GET found e clearly fresh (rr is unset)
+	e   entry // when hit
+	err error
+}
+
+// scriptCall is one script call of a pipeline.
+type scriptCall struct {
+	keys []string
+	args []any
+}
+
+// pipeline sends, in one pipeline, a GET of each name in gets and a call of
+// s for each of calls. EVALSHA that the server answers NOSCRIPT (its script
+// cache is empty: a restart, a failover) is sent again as EVAL in a second
+// pipeline, once per server.
+func (g *Group) pipeline(ctx context.Context, gets []string, s *redis.Script, calls []scriptCall) ([]*redis.StringCmd, []*redis.Cmd) {
+	pipe := g.rdb.Pipeline()
+	getCmds := make([]*redis.StringCmd, len(gets))
+	for i, name := range gets {
+		getCmds[i] = pipe.Get(ctx, name)
+	}
+	callCmds := make([]*redis.Cmd, len(calls))
+	for i, c := range calls {
+		callCmds[i] = s.EvalSha(ctx, pipe, c.keys, c.args...)
+	}
+	_, _ = pipe.Exec(ctx) // errors are read per command
+	var again []int
+	for i, c := range callCmds {
+		if redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		pipe := g.rdb.Pipeline()
+		for _, i := range again {
+			callCmds[i] = s.Eval(ctx, pipe, calls[i].keys, calls[i].args...)
+		}
+		_, _ = pipe.Exec(ctx)
+	}
+	return getCmds, callCmds
+}
+
+// settle reports a pipeline's health to the breaker once (not once per
+// key: one batch must not open the breaker by itself).
+func (g *Group) settle(op string, err error) {
+	if err != nil {
+		g.redisFailed(op, err)
+		return
+	}
+	g.br.success()
+}
+
+// readMany reads keys (named nms) in one pipeline: a GET for each key the
+// fast path may serve (see fastHit) and, when filled is set (a fill was
+// just announced), for every key not forced; the read script (trying the
+// lease, registering as a waiter) for the others, with force set for those
+// whose force is true. A GET that does not find its key clearly fresh is
+// followed by the read script, in a second pipeline for all such keys.
+func (g *Group) readMany(ctx context.Context, keys []string, nms []names, force []bool, filled bool) []batchRead {
+	out := make([]batchRead, len(keys))
+	rctx, cancel := context.WithTimeout(ctx, g.opts.RedisTimeout)
+	defer cancel()
+	var gets []string
+	var getIdx, callIdx []int
+	now, known := g.clk.now()
+	for i, k := range keys {
+		if force == nil || !force[i] {
+			if h, ok := g.hints.c.Peek(k); ok && known && h.freshUntil-now > fastMargin.Milliseconds() {
+				gets, getIdx = append(gets, h.entry), append(getIdx, i)
+				continue
+			}
+			if filled && known {
+				// A GET costs Redis a small share of a script call, and
+				// the keys of a fill pipeline are all fresh.
+				gets, getIdx = append(gets, nms[i].entry), append(getIdx, i)
+				continue
+			}
+		}
+		callIdx = append(callIdx, i)
+	}
+	var failed error
+	calls := make([]scriptCall, len(callIdx))
+	for j, i := range callIdx {
+		calls[j] = g.readCall(nms[i], force != nil && force[i])
+	}
+	sent := g.clk.local()
+	getCmds, callCmds := g.pipeline(rctx, gets, scripts.GuardRead(), calls)
+	var retry []int
+	for j, c := range getCmds {
+		i := getIdx[j]
+		s, err := c.Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+			g.hints.c.Remove(keys[i])
+			retry = append(retry, i)
+			continue
+		case err != nil:
+			out[i].err, failed = err, err
+			continue
+		}
+		e, derr := decodeEntry(unsafe.Slice(unsafe.StringData(s), len(s)))
+		now, _ := g.clk.now()
+		if derr != nil || e.freshUntil-now <= fastMargin.Milliseconds() {
+			g.hints.c.Remove(keys[i])
+			retry = append(retry, i)
+			continue
+		}
+		out[i] = batchRead{hit: true, e: e, rr: readReply{now: now}}
+	}
+	for j, c := range callCmds {
+		i := callIdx[j]
+		out[i] = g.readResult(c, nms[i], sent)
+		if out[i].err != nil {
+			failed = out[i].err
+		}
+	}
+	if len(retry) > 0 && failed == nil {
+		calls := make([]scriptCall, len(retry))
+		for j, i := range retry {
+			calls[j] = g.readCall(nms[i], false)
+		}
+		sent := g.clk.local()
+		_, callCmds := g.pipeline(rctx, nil, scripts.GuardRead(), calls)
+		for j, c := range callCmds {
+			i := retry[j]
+			out[i] = g.readResult(c, nms[i], sent)
+			if out[i].err != nil {
+				failed = out[i].err
+			}
+		}
+	} else {
+		for _, i := range retry {
+			out[i].err = failed
+		}
+	}
+	g.settle("read", failed)
+	return out
+}
+
+func (g *Group) readCall(nm names, force bool) scriptCall {
+	f := "0"
+	if force {
+		f = "1"
+	}
+	return scriptCall{nm.keys[:4], []any{g.leaseArg, g.chanArg, g.waitArg, g.keepArg, f}}
+}
+
+// readResult decodes one reply of guard_read.lua (see read).
+func (g *Group) readResult(c *redis.Cmd, nm names, sent int64) batchRead {
+	v, err := c.Slice()
+	if err != nil {
+		return batchRead{err: err}
+	}
+	rr, err := g.readReplyOf(nm, v, sent)
+	return batchRead{rr: rr, err: err}
+}
+
+// fillItem is one key's fill in a batch.
+type fillItem struct {
+	key string
+	nm  names
+	f   fillSpec
+}
+
+// storeMany runs guard_fill.lua for every item in one pipeline; see store.
+// A lease whose fill failed is given back in one more pipeline, so that the
+// other nodes do not wait it out (the watchdog may have extended it to
+// LockTTL); should the fill have run after all, that finds the lease gone.
+func (g *Group) storeMany(ctx context.Context, items []fillItem) {
+	if len(items) == 0 {
+		return
+	}
+	var unsettled []scriptCall
+	calls := make([]scriptCall, len(items))
+	for i, it := range items {
+		f := it.f
+		fresh := f.fresh
+		if f.mode == "-" {
+			fresh = time.Millisecond // windows are not used, but must be valid
+		}
+		calls[i] = scriptCall{it.nm.keys, []any{f.fence, f.value, ms(fresh), ms(f.stale),
+			f.loadDur.Microseconds(), f.flags, f.mode, ms(f.keepLease), it.nm.entry, g.keepArg}}
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.opts.RedisTimeout)
+	defer cancel()
+	sent := g.clk.local()
+	_, cmds := g.pipeline(rctx, nil, scripts.GuardFill(), calls)
+	var failed error
+	for i, c := range cmds {
+		v, err := c.Slice()
+		if err != nil {
+			failed = err
+			if f := items[i].f.fence; f > 0 {
+				unsettled = append(unsettled, scriptCall{items[i].nm.keys[1:2], []any{f, 0}})
+			}
+			continue
+		}
+		it := items[i]
+		g.filled(it.key, it.nm, it.f, v, sent)
+	}
+	g.settle("fill", failed)
+	if len(unsettled) > 0 {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.opts.RedisTimeout)
+		defer cancel()
+		_, cmds := g.pipeline(rctx, nil, scripts.GuardLease(), unsettled)
+		for _, c := range cmds {
+			if err := c.Err(); err != nil {
+				g.redisFailed("release", err)
+				break
+			}
+		}
+	}
+}
+
+// renewLeases is renewLease for the leases of a batch load: one pipeline
+// per renewal for all of them, not a goroutine and a round trip per key.
+// A lease found lost is not renewed again. The first renewal comes a third
+// into the first lease counted from leased, when the read that won the
+// leases was sent: a batch's read and the start of its load may be far
+// apart on a busy process.
+func (g *Group) renewLeases(nms []names, fences []int64, leased time.Time) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTimer(max(g.firstLease/3-time.Since(leased), time.Millisecond))
+		defer t.Stop()
+		held := make([]int, 0, len(nms))
+		for i, f := range fences {
+			if f > 0 {
+				held = append(held, i)
+			}
+		}
+		for len(held) > 0 {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+			}
+			t.Reset(max(g.opts.LockTTL/3, time.Millisecond))
+			calls := make([]scriptCall, len(held))
+			for j, i := range held {
+				calls[j] = scriptCall{nms[i].keys[1:2], []any{fences[i], ms(g.opts.LockTTL)}}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), g.opts.RedisTimeout)
+			_, cmds := g.pipeline(ctx, nil, scripts.GuardLease(), calls)
+			cancel()
+			kept := held[:0]
+			var failed error
+			for j, c := range cmds {
+				n, err := c.Int64()
+				if err != nil {
+					failed = err
+				}
+				if err != nil || n != 0 {
+					kept = append(kept, held[j])
+				}
+			}
+			held = kept
+			if failed != nil {
+				g.redisFailed("renew", failed)
+			}
+		}
+		<-quit
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(quit)
+			<-done
+		})
+	}
+}

@@ -1,0 +1,159 @@
+package guard
+
+import (
+	"time"
+)
+
+// run resolves the keys idx: one read, then loads, waits and refreshes.
+func (b *batch) run(idx []int) {
+	g := b.g
+	defer b.wg.Wait()
+	sr := b.readShared(idx, nil, true, false)
+	defer sr.abandon(g)
+	var p plan
+	for j, i := range idx {
+		if sr.own[j] {
+			b.sort(i, sr.reads[j], true, &p)
+		}
+	}
+	// Claim the loads of the keys won before the reads are shared, so that
+	// the batches sharing them join the loads rather than wait through
+	// Redis.
+	slots := g.tryClaim(pickAt(b.keys, p.won))
+	sr.publish(g)
+	if refresh, fences := p.refresh, p.refreshF; len(refresh) > 0 {
+		b.background(func(bg *batch) { bg.loadChunks(refresh, fences, nil, sr.at) })
+	}
+	if early := p.early; len(early) > 0 {
+		b.background(func(bg *batch) { bg.refreshEarly(early) })
+	}
+	// Load first: the leases run from the read.
+	b.loadWon(p.won, p.wonF, slots, sr.at)
+	for j, i := range idx {
+		if !sr.own[j] {
+			b.sort(i, sr.theirs(j), false, &p)
+		}
+	}
+	if len(p.failed) > 0 {
+		b.degrade(p.failed)
+	}
+	if len(p.waits) > 0 {
+		b.wait(p.waits)
+	}
+}
+
+// loadWon loads the keys idx whose leases the read sent at leased won:
+// those claimed in slots at once, the others (a load of theirs already
+// runs here) once that load is over.
+func (b *batch) loadWon(idx []int, fences []int64, slots []*runningLoad, leased time.Time) {
+	var busy, claimed []int
+	var busyF, claimedF []int64
+	var claimedS []*runningLoad
+	for k, i := range idx {
+		if slots[k] == nil {
+			busy, busyF = append(busy, i), append(busyF, fences[k])
+		} else {
+			claimed, claimedF, claimedS = append(claimed, i), append(claimedF, fences[k]), append(claimedS, slots[k])
+		}
+	}
+	b.loadChunks(claimed, claimedF, claimedS, leased)
+	b.loadChunks(busy, busyF, nil, leased)
+}
+
+// plan is what run does with the keys of a batch after its read.
+type plan struct {
+	won, refresh, early, failed []int
+	wonF, refreshF              []int64 // the fences of the leases won
+	waits                       []*waiter
+}
+
+// sort files key i under what its read r calls for. own is false when r is
+// another batch's read, shared: that batch acts on the lease r won.
+func (b *batch) sort(i int, r batchRead, own bool, p *plan) {
+	g, key := b.g, b.keys[i]
+	if r.err != nil {
+		p.failed = append(p.failed, i)
+		return
+	}
+	early := func(e entry, now int64) bool {
+		return own && g.opts.EarlyRefreshBeta > 0 && !e.negative && !e.errMark && g.earlyRefresh(e, now)
+	}
+	if r.hit {
+		if early(r.e, r.rr.now) {
+			p.early = append(p.early, i)
+		}
+		b.serve(i, r.e, r.rr.now, Hit)
+		return
+	}
+	e, st := g.classify(key, r.rr)
+	switch {
+	case st == fresh:
+		if own {
+			g.hint(key, b.nms[i].entry, e.freshUntil)
+		}
+		if early(e, r.rr.now) {
+			p.early = append(p.early, i)
+		}
+		b.serve(i, e, r.rr.now, Hit)
+		return
+	case st == stale:
+		if own && r.rr.x > 0 {
+			g.leaseHook(key, true)
+			p.refresh, p.refreshF = append(p.refresh, i), append(p.refreshF, r.rr.x)
+		}
+		b.serve(i, e, r.rr.now, Stale)
+		return
+	}
+	if h := g.opts.Hooks.Miss; h != nil {
+		h(key)
+	}
+	switch {
+	case r.rr.x > 0 && own:
+		g.leaseHook(key, true)
+		p.won, p.wonF = append(p.won, i), append(p.wonF, r.rr.x)
+	case r.rr.x > 0:
+		// Won by the batch whose read this is, which claimed the key's
+		// load: wait joins it.
+		p.waits = append(p.waits, &waiter{i: i, joinable: true})
+	case r.rr.x < 0:
+		if own {
+			g.leaseHook(key, false)
+		}
+		p.waits = append(p.waits, &waiter{i: i, holder: time.Duration(-r.rr.x) * time.Millisecond})
+	default:
+		// "Fresh" to the script yet undecodable: read again at once,
+		// trying the lease (see resolveMiss).
+		p.waits = append(p.waits, &waiter{i: i, force: true})
+	}
+}
+
+// background runs f on a batch of the same keys whose outcomes nobody
+// reads, in a goroutine Close waits for.
+func (b *batch) background(f func(bg *batch)) {
+	bg := &batch{g: b.g, ctx: b.ctx, co: b.co, load: b.load, keys: b.keys, nms: b.nms,
+		res: make([]keyResult, len(b.keys)), start: time.Now(), refresh: true}
+	b.g.goBackground(func() {
+		defer bg.wg.Wait()
+		f(bg)
+	})
+}
+
+// refreshEarly tries the leases of fresh keys drawn for early refresh and
+// refreshes those it wins, in one loader call.
+func (b *batch) refreshEarly(idx []int) {
+	force := make([]bool, len(idx))
+	for j := range force {
+		force[j] = true
+	}
+	readAt := time.Now()
+	reads := b.g.readMany(b.ctx, b.pick(idx), b.pickNames(idx), force, false)
+	var won []int
+	var fences []int64
+	for j, r := range reads {
+		if r.err == nil && r.rr.x > 0 {
+			b.g.leaseHook(b.keys[idx[j]], true)
+			won, fences = append(won, idx[j]), append(fences, r.rr.x)
+		}
+	}
+	b.loadChunks(won, fences, nil, readAt)
+}
