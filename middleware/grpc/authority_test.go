@@ -21,7 +21,7 @@ func TestServerAuthority(t *testing.T) {
 		wantSecond string
 	}{
 		{"ignored by default", nil, hit},
-		{"keyed with WithMetadata", []guardgrpc.Option{guardgrpc.WithMetadata(":authority")}, miss},
+		{"keyed with WithMetadata", []guardgrpc.Option{guardgrpc.WithMetadata(":authority")}, stored},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			b := &backend{fn: echo}
@@ -36,8 +36,8 @@ func TestServerAuthority(t *testing.T) {
 				}
 				got = append(got, st)
 			}
-			if got[0] != miss || got[1] != tt.wantSecond {
-				t.Errorf("cache-status %q, want %q then %q", got, miss, tt.wantSecond)
+			if got[0] != stored || got[1] != tt.wantSecond {
+				t.Errorf("cache-status %q, want %q then %q", got, stored, tt.wantSecond)
 			}
 		})
 	}

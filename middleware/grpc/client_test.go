@@ -50,9 +50,9 @@ func TestClientInterceptor(t *testing.T) {
 			name: "ok reply cached",
 			opts: []guardgrpc.Option{guardgrpc.WithMethods(methodGet)},
 			calls: []call{
-				{req: "a", wantReply: "a#1", wantStatus: miss},
+				{req: "a", wantReply: "a#1", wantStatus: stored},
 				{req: "a", prefill: "junk", wantReply: "a#1", wantStatus: hit},
-				{req: "b", wantReply: "b#2", wantStatus: miss},
+				{req: "b", wantReply: "b#2", wantStatus: stored},
 				{req: "a", wantReply: "a#1", wantStatus: hit},
 			},
 			wantServer: 2,
@@ -64,7 +64,7 @@ func TestClientInterceptor(t *testing.T) {
 				return wrapperspb.String(""), nil
 			},
 			calls: []call{
-				{req: "a", prefill: "junk", wantReply: "", wantStatus: miss},
+				{req: "a", prefill: "junk", wantReply: "", wantStatus: stored},
 				{req: "a", prefill: "junk", wantReply: "", wantStatus: hit},
 			},
 			wantServer: 1,
@@ -107,8 +107,8 @@ func TestClientInterceptor(t *testing.T) {
 			name: "listed metadata splits keys",
 			opts: []guardgrpc.Option{guardgrpc.WithMethods(methodGet), guardgrpc.WithMetadata("x-tenant"), guardgrpc.WithIgnoredMetadata("x-trace")},
 			calls: []call{
-				{req: "a", md: []string{"x-tenant", "t1"}, wantReply: "a#1", wantStatus: miss},
-				{req: "a", md: []string{"x-tenant", "t2"}, wantReply: "a#2", wantStatus: miss},
+				{req: "a", md: []string{"x-tenant", "t1"}, wantReply: "a#1", wantStatus: stored},
+				{req: "a", md: []string{"x-tenant", "t2"}, wantReply: "a#2", wantStatus: stored},
 				{req: "a", md: []string{"x-tenant", "t1", "x-trace", "9"}, wantReply: "a#1", wantStatus: hit},
 			},
 			wantServer: 2,
@@ -118,7 +118,7 @@ func TestClientInterceptor(t *testing.T) {
 			opts: []guardgrpc.Option{guardgrpc.WithMethods(methodGet), guardgrpc.WithMetadata("x-tenant")},
 			calls: []call{
 				{req: "a", md: []string{"x-locale", "fr"}, wantReply: "a#1"},
-				{req: "a", md: []string{"x-tenant", "t1"}, wantReply: "a#2", wantStatus: miss},
+				{req: "a", md: []string{"x-tenant", "t1"}, wantReply: "a#2", wantStatus: stored},
 				{req: "a", md: []string{"x-tenant", "t1", "x-locale", "de"}, wantReply: "a#3"},
 				{req: "a", md: []string{"x-tenant", "t1"}, wantReply: "a#2", wantStatus: hit},
 			},
@@ -130,7 +130,7 @@ func TestClientInterceptor(t *testing.T) {
 			calls: []call{
 				{req: "a", md: []string{"authorization", "Bearer x"}, wantReply: "a#1"},
 				{req: "a", opts: []grpc.CallOption{grpc.PerRPCCredentials(token("x"))}, wantReply: "a#2"},
-				{req: "a", wantReply: "a#3", wantStatus: miss},
+				{req: "a", wantReply: "a#3", wantStatus: stored},
 				{req: "a", md: []string{"authorization", "Bearer x"}, wantReply: "a#4"},
 			},
 			wantServer: 4,
@@ -232,7 +232,7 @@ func TestClientCallOptions(t *testing.T) {
 	}}
 	g := newGroup(t, rdb, namespace(t), guard.Hooks{})
 	conn := serve(t, b, nil, grpc.WithChainUnaryInterceptor(guardgrpc.UnaryClientInterceptor(g, guardgrpc.WithMethods(methodGet))))
-	for i, want := range []string{miss, hit} {
+	for i, want := range []string{stored, hit} {
 		var hdr, trailer metadata.MD
 		var finished []error
 		err := conn.Invoke(t.Context(), methodGet, wrapperspb.String("a"), new(wrapperspb.StringValue),

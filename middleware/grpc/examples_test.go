@@ -92,7 +92,7 @@ func ExampleUnaryServerInterceptor() {
 		fmt.Println(reply.GetValue(), header.Get(guardgrpc.HeaderCacheStatus))
 	}
 	// Output:
-	// hello gopher (call 1) [stampede; fwd=miss]
+	// hello gopher (call 1) [stampede; fwd=miss; stored]
 	// hello gopher (call 1) [stampede; hit]
 }
 
@@ -159,7 +159,7 @@ func ExampleWithIgnoredMetadata() {
 		fmt.Println(reply.GetValue(), header.Get(guardgrpc.HeaderCacheStatus))
 	}
 	// Output:
-	// hello gopher (call 1) [stampede; fwd=miss]
+	// hello gopher (call 1) [stampede; fwd=miss; stored]
 	// hello gopher (call 1) [stampede; hit]
 	// hello gopher (call 2) [stampede; fwd=bypass; detail=unkeyed-metadata]
 }

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/stampede-go/stampede/guard"
+	"github.com/stampede-go/stampede/internal/cachestatus"
 )
 
 // HeaderCacheStatus is the response header metadata key that says how the
@@ -29,31 +30,9 @@ import (
 // key, nor the name of the metadata entry.
 const HeaderCacheStatus = "cache-status"
 
-const (
-	statusHit      = "stampede; hit"
-	statusStale    = "stampede; fwd=stale"
-	statusMiss     = "stampede; fwd=miss"
-	statusShared   = "stampede; fwd=miss; collapsed"
-	statusDegraded = "stampede; fwd=miss; detail=degraded"
-	statusBypass   = "stampede; fwd=bypass"
-	// statusUnkeyed: the call carries metadata the key does not hold and
-	// that was not declared ignorable (WithMetadata, WithIgnoredMetadata).
-	statusUnkeyed = "stampede; fwd=bypass; detail=unkeyed-metadata"
-)
-
-func statusOf(s guard.Status) string {
-	switch s {
-	case guard.Hit:
-		return statusHit
-	case guard.Stale:
-		return statusStale
-	case guard.Shared:
-		return statusShared
-	case guard.Degraded:
-		return statusDegraded
-	}
-	return statusMiss
-}
+// statusUnkeyed: the call carries metadata the key does not hold and that
+// was not declared ignorable (WithMetadata, WithIgnoredMetadata).
+const statusUnkeyed = cachestatus.Bypass + "; detail=unkeyed-metadata"
 
 var deterministic = proto.MarshalOptions{Deterministic: true}
 
@@ -80,14 +59,14 @@ func newCache(g *guard.Group, opts []Option) *cache {
 // is the cache-status to answer with.
 func (c *cache) key(ctx context.Context, method string, req proto.Message, reqBytes []byte, md metadata.MD) (key, why string) {
 	if !c.o.allowAuth && len(md["authorization"]) > 0 {
-		return "", statusBypass
+		return "", cachestatus.Bypass
 	}
 	if c.o.keyFunc != nil {
 		// A KeyFunc decides for itself what the answer depends on.
 		if key, ok := c.o.keyFunc(ctx, method, req); ok {
 			return key, ""
 		}
-		return "", statusBypass
+		return "", cachestatus.Bypass
 	}
 	if c.o.unkeyed(md) != "" {
 		return "", statusUnkeyed
@@ -95,7 +74,7 @@ func (c *cache) key(ctx context.Context, method string, req proto.Message, reqBy
 	if reqBytes == nil {
 		var err error
 		if reqBytes, err = deterministic.Marshal(req); err != nil {
-			return "", statusBypass
+			return "", cachestatus.Bypass
 		}
 	}
 	return requestKey(method, reqBytes, md, c.o.metadata), ""
@@ -156,30 +135,6 @@ func failure(ctx context.Context, err error) error {
 	return status.Error(codes.Unavailable, "guardgrpc: "+err.Error())
 }
 
-// once makes a call's load run at most once: a guard.Group may hand one
-// call's load to two flights (the flight its read started and the one the
-// call joins, when the first ends before the call joins it, as a failed
-// load does at once). Later runs get the first outcome.
-func once(load guard.LoadFunc) guard.LoadFunc {
-	var (
-		o   sync.Once
-		v   []byte
-		err error
-	)
-	return func(ctx context.Context) ([]byte, error) {
-		o.Do(func() { v, err = load(ctx) })
-		return v, err
-	}
-}
-
-// answer is the outcome of a call's own handler (or invoker) run, kept for
-// that call: it needs no decoding, and a failure reaches the call as it is
-// even when the guard answers it from an entry the run has just stored.
-type answer struct {
-	resp any
-	err  error
-}
-
 // UnaryServerInterceptor caches the OK answers of the methods listed with
 // WithMethods in g, so that one handler call in the fleet answers every
 // concurrent and later call with the same key until the answer expires.
@@ -202,75 +157,45 @@ func UnaryServerInterceptor(g *guard.Group, opts ...Option) grpc.UnaryServerInte
 		}
 
 		var own atomic.Pointer[answer]
-		load := once(func(lctx context.Context) ([]byte, error) {
-			var resp any
-			err := safely(func() (err error) {
-				resp, err = handler(lctx, req)
-				return err
-			})
-			if err != nil {
-				own.Store(&answer{err: callerError(err)})
-				return nil, c.o.loadError(err)
-			}
-			own.Store(&answer{resp: resp})
-			m, ok := resp.(proto.Message)
-			if !ok {
-				return nil, guard.NoStore(errUncacheable)
-			}
-			v, err := c.encode(info.FullMethod, m)
-			if err != nil {
-				return nil, guard.NoStore(errUncacheable)
-			}
-			return v, nil
-		})
-
-		res, err := c.g.Do(ctx, key, load, c.o.callOpts...)
+		res, err := c.g.Do(ctx, key, c.serverLoad(info.FullMethod, handler, req, &own), c.o.callOpts...)
 		if err != nil {
-			var he *handlerError
-			switch a := own.Load(); {
-			case a != nil && a.err != nil:
-				setStatus(ctx, statusMiss)
-				return nil, a.err
-			case errors.As(err, &he):
-				setStatus(ctx, statusMiss)
-				return nil, he.err
-			case errors.Is(err, errUncacheable):
-				setStatus(ctx, statusBypass)
-				if a := own.Load(); a != nil {
-					return a.resp, nil
-				}
-				return handler(ctx, req)
-			case errors.Is(err, guard.ErrNotFound):
-				setStatus(ctx, statusHit)
-			case errors.Is(err, guard.ErrClosed):
-				setStatus(ctx, statusBypass)
-				return handler(ctx, req)
+			f := c.failed(ctx, own.Load(), err)
+			if f.status != "" {
+				setStatus(ctx, f.status)
 			}
-			return nil, failure(ctx, err)
+			if !f.direct {
+				return nil, f.err
+			}
+			if a := own.Load(); a != nil && a.err == nil {
+				return a.resp, nil // this call's own run, not storable
+			}
+			return handler(ctx, req)
 		}
 		// The answer of this call's own handler run needs no decoding. A
 		// hit or stale answer comes from the cache even if this call's
 		// load runs in the background meanwhile.
 		if a := own.Load(); a != nil && res.Status != guard.Hit && res.Status != guard.Stale {
+			// This call's own run answered: stored (whoever claimed the
+			// flight's Miss), unless Redis was out of the picture.
+			st := cachestatus.Stored
 			if res.Status == guard.Degraded {
-				setStatus(ctx, statusDegraded)
-			} else {
-				setStatus(ctx, statusMiss)
+				st = cachestatus.Degraded
 			}
+			setStatus(ctx, st)
 			return a.resp, nil
 		}
 		resp, err := c.decode(info.FullMethod, res.Value)
 		if err != nil {
 			// An entry of a type this binary does not know (or garbage):
 			// answer from the handler; the entry expires on its own.
-			setStatus(ctx, statusBypass)
+			setStatus(ctx, cachestatus.Bypass)
 			return handler(ctx, req)
 		}
 		st := res.Status
 		if st == guard.Miss {
 			st = guard.Shared // the flight's load was another caller's
 		}
-		setStatus(ctx, statusOf(st))
+		setStatus(ctx, cachestatus.Of(st))
 		return resp, nil
 	}
 }
@@ -329,39 +254,17 @@ func UnaryClientInterceptor(g *guard.Group, opts ...Option) grpc.UnaryClientInte
 		}
 		reqType, replyType := in.ProtoReflect().Type(), out.ProtoReflect().Type()
 		var own atomic.Pointer[answer]
-		load := once(func(lctx context.Context) ([]byte, error) {
-			req := reqType.New().Interface()
-			if err := proto.Unmarshal(reqBytes, req); err != nil {
-				return nil, guard.NoStore(&handlerError{err: status.Errorf(codes.Internal, "guardgrpc: request snapshot: %v", err)})
-			}
-			reply := replyType.New().Interface()
-			if err := safely(func() error { return invoker(lctx, method, req, reply, cc, loadOpts...) }); err != nil {
-				own.Store(&answer{err: callerError(err)})
-				return nil, c.o.loadError(err)
-			}
-			v, err := c.encode(method, reply)
-			if err != nil {
-				return nil, guard.NoStore(&handlerError{err: status.Errorf(codes.Internal, "guardgrpc: marshal reply: %v", err)})
-			}
-			return v, nil
-		})
-
+		load := c.clientLoad(method, cc, invoker, reqType, replyType, reqBytes, loadOpts, &own)
 		res, err := c.g.Do(ctx, key, load, c.o.callOpts...)
 		if err != nil {
-			var he *handlerError
-			switch a := own.Load(); {
-			case a != nil && a.err != nil:
-				setHeaderOptions(callOpts, statusMiss)
-				return a.err
-			case errors.As(err, &he):
-				setHeaderOptions(callOpts, statusMiss)
-				return he.err
-			case errors.Is(err, guard.ErrNotFound):
-				setHeaderOptions(callOpts, statusHit)
-			case errors.Is(err, guard.ErrClosed):
+			f := c.failed(ctx, own.Load(), err)
+			if f.direct {
 				return direct()
 			}
-			return failure(ctx, err)
+			if f.status != "" {
+				setHeaderOptions(callOpts, f.status)
+			}
+			return f.err
 		}
 		name, b, err := decodeValue(res.Value)
 		if err == nil && name != replyType.Descriptor().FullName() {
@@ -375,7 +278,7 @@ func UnaryClientInterceptor(g *guard.Group, opts ...Option) grpc.UnaryClientInte
 			proto.Reset(out)
 			return direct()
 		}
-		setHeaderOptions(callOpts, statusOf(res.Status))
+		setHeaderOptions(callOpts, cachestatus.Of(res.Status))
 		return nil
 	}
 }

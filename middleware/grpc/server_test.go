@@ -24,6 +24,7 @@ import (
 const (
 	hit      = "stampede; hit"
 	miss     = "stampede; fwd=miss"
+	stored   = "stampede; fwd=miss; stored"
 	bypass   = "stampede; fwd=bypass"
 	unkeyed  = "stampede; fwd=bypass; detail=unkeyed-metadata"
 	shared   = "stampede; fwd=miss; collapsed"
@@ -65,7 +66,7 @@ func TestServerInterceptor(t *testing.T) {
 			name: "ok answer cached",
 			opts: []guardgrpc.Option{guardgrpc.WithMethods(methodGet)},
 			calls: []call{
-				{req: "a", wantReply: "a#1", wantStatus: miss},
+				{req: "a", wantReply: "a#1", wantStatus: stored},
 				{req: "a", wantReply: "a#1", wantStatus: hit},
 				{req: "a", wantReply: "a#1", wantStatus: hit},
 			},
@@ -126,9 +127,9 @@ func TestServerInterceptor(t *testing.T) {
 			name: "different requests, different keys",
 			opts: []guardgrpc.Option{guardgrpc.WithMethods(methodGet)},
 			calls: []call{
-				{req: "a", wantReply: "a#1", wantStatus: miss},
-				{req: "b", wantReply: "b#2", wantStatus: miss},
-				{req: "", wantReply: "#3", wantStatus: miss},
+				{req: "a", wantReply: "a#1", wantStatus: stored},
+				{req: "b", wantReply: "b#2", wantStatus: stored},
+				{req: "", wantReply: "#3", wantStatus: stored},
 				{req: "a", wantReply: "a#1", wantStatus: hit},
 				{req: "b", wantReply: "b#2", wantStatus: hit},
 				{req: "", wantReply: "#3", wantStatus: hit},
@@ -139,8 +140,8 @@ func TestServerInterceptor(t *testing.T) {
 			name: "same request, other method, other key",
 			opts: []guardgrpc.Option{guardgrpc.WithMethods(methodGet, methodOther)},
 			calls: []call{
-				{req: "a", wantReply: "a#1", wantStatus: miss},
-				{method: methodOther, req: "a", wantReply: "a#2", wantStatus: miss},
+				{req: "a", wantReply: "a#1", wantStatus: stored},
+				{method: methodOther, req: "a", wantReply: "a#2", wantStatus: stored},
 				{req: "a", wantReply: "a#1", wantStatus: hit},
 				{method: methodOther, req: "a", wantReply: "a#2", wantStatus: hit},
 			},
@@ -150,13 +151,13 @@ func TestServerInterceptor(t *testing.T) {
 			name: "listed metadata splits keys",
 			opts: []guardgrpc.Option{guardgrpc.WithMethods(methodGet), guardgrpc.WithMetadata("X-Tenant")},
 			calls: []call{
-				{req: "a", md: []string{"x-tenant", "t1"}, wantReply: "a#1", wantStatus: miss},
-				{req: "a", md: []string{"x-tenant", "t2"}, wantReply: "a#2", wantStatus: miss},
+				{req: "a", md: []string{"x-tenant", "t1"}, wantReply: "a#1", wantStatus: stored},
+				{req: "a", md: []string{"x-tenant", "t2"}, wantReply: "a#2", wantStatus: stored},
 				{req: "a", md: []string{"x-tenant", "t1"}, wantReply: "a#1", wantStatus: hit},
-				{req: "a", wantReply: "a#3", wantStatus: miss},
-				{req: "a", md: []string{"x-tenant", ""}, wantReply: "a#4", wantStatus: miss},
-				{req: "a", md: []string{"x-tenant", "t1", "x-tenant", "t2"}, wantReply: "a#5", wantStatus: miss},
-				{req: "a", md: []string{"x-tenant", "t2", "x-tenant", "t1"}, wantReply: "a#6", wantStatus: miss},
+				{req: "a", wantReply: "a#3", wantStatus: stored},
+				{req: "a", md: []string{"x-tenant", ""}, wantReply: "a#4", wantStatus: stored},
+				{req: "a", md: []string{"x-tenant", "t1", "x-tenant", "t2"}, wantReply: "a#5", wantStatus: stored},
+				{req: "a", md: []string{"x-tenant", "t2", "x-tenant", "t1"}, wantReply: "a#6", wantStatus: stored},
 				{req: "a", md: []string{"x-tenant", "t2"}, wantReply: "a#2", wantStatus: hit},
 			},
 			wantHandler: 6,
@@ -169,7 +170,7 @@ func TestServerInterceptor(t *testing.T) {
 			opts: []guardgrpc.Option{guardgrpc.WithMethods(methodGet), guardgrpc.WithMetadata("x-tenant")},
 			calls: []call{
 				{req: "a", md: []string{"x-locale", "fr"}, wantReply: "a#1", wantStatus: unkeyed},
-				{req: "a", wantReply: "a#2", wantStatus: miss},
+				{req: "a", wantReply: "a#2", wantStatus: stored},
 				{req: "a", md: []string{"x-locale", "fr"}, wantReply: "a#3", wantStatus: unkeyed},
 				{req: "a", md: []string{"X-Locale", "de", "x-tenant", "t1"}, wantReply: "a#4", wantStatus: unkeyed},
 				{req: "a", wantReply: "a#2", wantStatus: hit},
@@ -180,7 +181,7 @@ func TestServerInterceptor(t *testing.T) {
 			name: "metadata declared ignorable shares",
 			opts: []guardgrpc.Option{guardgrpc.WithMethods(methodGet), guardgrpc.WithIgnoredMetadata("X-Request-Id", "x-b3-*")},
 			calls: []call{
-				{req: "a", md: []string{"x-request-id", "1", "x-b3-traceid", "9"}, wantReply: "a#1", wantStatus: miss},
+				{req: "a", md: []string{"x-request-id", "1", "x-b3-traceid", "9"}, wantReply: "a#1", wantStatus: stored},
 				{req: "a", md: []string{"x-request-id", "2", "x-b3-spanid", "8"}, wantReply: "a#1", wantStatus: hit},
 				{req: "a", wantReply: "a#1", wantStatus: hit},
 				{req: "a", md: []string{"x-b3", "1"}, wantReply: "a#2", wantStatus: unkeyed},
@@ -191,7 +192,7 @@ func TestServerInterceptor(t *testing.T) {
 			name: "all unlisted metadata ignorable with *",
 			opts: []guardgrpc.Option{guardgrpc.WithMethods(methodGet), guardgrpc.WithIgnoredMetadata("*")},
 			calls: []call{
-				{req: "a", md: []string{"x-locale", "fr"}, wantReply: "a#1", wantStatus: miss},
+				{req: "a", md: []string{"x-locale", "fr"}, wantReply: "a#1", wantStatus: stored},
 				{req: "a", md: []string{"x-locale", "de"}, wantReply: "a#1", wantStatus: hit},
 				{req: "a", md: []string{"authorization", "Bearer x"}, wantReply: "a#2", wantStatus: bypass},
 			},
@@ -203,7 +204,7 @@ func TestServerInterceptor(t *testing.T) {
 			name: "transport and trace metadata ignorable by default",
 			opts: []guardgrpc.Option{guardgrpc.WithMethods(methodGet)},
 			calls: []call{
-				{req: "a", md: []string{"traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "grpc-trace-bin", "x"}, wantReply: "a#1", wantStatus: miss},
+				{req: "a", md: []string{"traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "grpc-trace-bin", "x"}, wantReply: "a#1", wantStatus: stored},
 				{req: "a", md: []string{"traceparent", "00-1af7651916cd43dd8448eb211c80319c-c7ad6b7169203331-01", "tracestate", "k=v"}, wantReply: "a#1", wantStatus: hit},
 			},
 			wantHandler: 1,
@@ -212,7 +213,7 @@ func TestServerInterceptor(t *testing.T) {
 			name: "authorization allowed is ignorable",
 			opts: []guardgrpc.Option{guardgrpc.WithMethods(methodGet), guardgrpc.WithAllowAuthorization()},
 			calls: []call{
-				{req: "a", md: []string{"authorization", "Bearer x"}, wantReply: "a#1", wantStatus: miss},
+				{req: "a", md: []string{"authorization", "Bearer x"}, wantReply: "a#1", wantStatus: stored},
 				{req: "a", md: []string{"authorization", "Bearer y"}, wantReply: "a#1", wantStatus: hit},
 			},
 			wantHandler: 1,
@@ -223,7 +224,7 @@ func TestServerInterceptor(t *testing.T) {
 			calls: []call{
 				{req: "a", md: []string{"authorization", "Bearer x"}, wantReply: "a#1", wantStatus: bypass},
 				{req: "a", md: []string{"Authorization", "Bearer x"}, wantReply: "a#2", wantStatus: bypass},
-				{req: "a", wantReply: "a#3", wantStatus: miss},
+				{req: "a", wantReply: "a#3", wantStatus: stored},
 				{req: "a", md: []string{"authorization", "Bearer x"}, wantReply: "a#4", wantStatus: bypass},
 			},
 			wantHandler: 4,
@@ -232,9 +233,9 @@ func TestServerInterceptor(t *testing.T) {
 			name: "authorization allowed and keyed",
 			opts: []guardgrpc.Option{guardgrpc.WithMethods(methodGet), guardgrpc.WithAllowAuthorization(), guardgrpc.WithMetadata("authorization")},
 			calls: []call{
-				{req: "a", md: []string{"authorization", "Bearer x"}, wantReply: "a#1", wantStatus: miss},
+				{req: "a", md: []string{"authorization", "Bearer x"}, wantReply: "a#1", wantStatus: stored},
 				{req: "a", md: []string{"authorization", "Bearer x"}, wantReply: "a#1", wantStatus: hit},
-				{req: "a", md: []string{"authorization", "Bearer y"}, wantReply: "a#2", wantStatus: miss},
+				{req: "a", md: []string{"authorization", "Bearer y"}, wantReply: "a#2", wantStatus: stored},
 			},
 			wantHandler: 2,
 		},
@@ -250,7 +251,7 @@ func TestServerInterceptor(t *testing.T) {
 			calls: []call{
 				{req: "boom", wantCode: codes.Internal, wantMsg: "guardgrpc: handler panicked", wantStatus: miss},
 				{req: "boom", wantCode: codes.Internal, wantMsg: "guardgrpc: handler panicked", wantStatus: miss},
-				{req: "a", wantReply: "a#3", wantStatus: miss},
+				{req: "a", wantReply: "a#3", wantStatus: stored},
 				{req: "a", wantReply: "a#3", wantStatus: hit},
 			},
 			wantHandler: 3,
@@ -263,7 +264,7 @@ func TestServerInterceptor(t *testing.T) {
 					return method, v != "private" // one answer for all, but "private"
 				})},
 			calls: []call{
-				{req: "a", wantReply: "a#1", wantStatus: miss},
+				{req: "a", wantReply: "a#1", wantStatus: stored},
 				{req: "b", wantReply: "a#1", wantStatus: hit},
 				{req: "private", wantReply: "private#2", wantStatus: bypass},
 				{req: "private", wantReply: "private#3", wantStatus: bypass},
@@ -417,8 +418,8 @@ func TestServerCoalescing(t *testing.T) {
 	if got := b.calls.Load(); got != 1 {
 		t.Errorf("got %d handler calls, want 1", got)
 	}
-	if statuses[miss] != 1 || statuses[miss]+statuses[shared]+statuses[hit] != 2*perServer {
-		t.Errorf("got cache-status counts %v, want one %q and the rest %q or %q", statuses, miss, shared, hit)
+	if statuses[stored] != 1 || statuses[stored]+statuses[shared]+statuses[hit] != 2*perServer {
+		t.Errorf("got cache-status counts %v, want one %q and the rest %q or %q", statuses, stored, shared, hit)
 	}
 
 	// A node whose handler never ran decodes the stored answer by its

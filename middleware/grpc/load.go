@@ -1,0 +1,98 @@
+package guardgrpc
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/stampede-go/stampede/guard"
+	"github.com/stampede-go/stampede/internal/cachestatus"
+)
+
+// answer is the outcome of a call's own handler (or invoker) run, kept for
+// that call: it needs no decoding, and a failure reaches the call as it is
+// even when the guard answers it from an entry the run has just stored.
+type answer struct {
+	resp any
+	err  error
+}
+
+// serverLoad is the guard load of a server call: the handler's run,
+// recorded in own, its answer encoded for the cache. The guard runs it at
+// most once per call.
+func (c *cache) serverLoad(method string, handler grpc.UnaryHandler, req any, own *atomic.Pointer[answer]) guard.LoadFunc {
+	return func(lctx context.Context) ([]byte, error) {
+		var resp any
+		err := safely(func() (err error) {
+			resp, err = handler(lctx, req)
+			return err
+		})
+		if err != nil {
+			own.Store(&answer{err: callerError(err)})
+			return nil, c.o.loadError(err)
+		}
+		own.Store(&answer{resp: resp})
+		m, ok := resp.(proto.Message)
+		if !ok {
+			return nil, guard.NoStore(errUncacheable)
+		}
+		v, err := c.encode(method, m)
+		if err != nil {
+			return nil, guard.NoStore(errUncacheable)
+		}
+		return v, nil
+	}
+}
+
+// clientLoad is the guard load of a client call: the invoker run on a
+// snapshot of the request (the load may outlive the caller, who may reuse
+// req), recorded in own, the reply encoded for the cache.
+func (c *cache) clientLoad(method string, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, reqType, replyType protoreflect.MessageType,
+	reqBytes []byte, opts []grpc.CallOption, own *atomic.Pointer[answer]) guard.LoadFunc {
+	return func(lctx context.Context) ([]byte, error) {
+		req := reqType.New().Interface()
+		if err := proto.Unmarshal(reqBytes, req); err != nil {
+			return nil, guard.NoStore(&handlerError{err: status.Errorf(codes.Internal, "guardgrpc: request snapshot: %v", err)})
+		}
+		reply := replyType.New().Interface()
+		if err := safely(func() error { return invoker(lctx, method, req, reply, cc, opts...) }); err != nil {
+			own.Store(&answer{err: callerError(err)})
+			return nil, c.o.loadError(err)
+		}
+		v, err := c.encode(method, reply)
+		if err != nil {
+			return nil, guard.NoStore(&handlerError{err: status.Errorf(codes.Internal, "guardgrpc: marshal reply: %v", err)})
+		}
+		return v, nil
+	}
+}
+
+// doFailure is how a call answers when guard.Do returned an error.
+type doFailure struct {
+	status string // the cache-status to send, or ""
+	err    error  // the call's error, unless direct
+	direct bool   // answer from the handler (or server) directly
+}
+
+// failed maps an error of guard.Do, for a call whose own run (if any)
+// ended as own: both interceptors answer the same way.
+func (c *cache) failed(ctx context.Context, own *answer, err error) doFailure {
+	var he *handlerError
+	switch {
+	case own != nil && own.err != nil:
+		return doFailure{status: cachestatus.Miss, err: own.err}
+	case errors.As(err, &he):
+		return doFailure{status: cachestatus.Miss, err: he.err}
+	case errors.Is(err, errUncacheable), errors.Is(err, guard.ErrClosed):
+		return doFailure{status: cachestatus.Bypass, direct: true}
+	case errors.Is(err, guard.ErrNotFound):
+		return doFailure{status: cachestatus.Hit, err: notFoundCached}
+	}
+	return doFailure{err: failure(ctx, err)}
+}
