@@ -102,8 +102,10 @@ func TestEcho(t *testing.T) {
 // request through the cache again.
 func TestPlacement(t *testing.T) {
 	placements := map[string]func(e *echo.Echo, mw echo.MiddlewareFunc, h echo.HandlerFunc){
-		"Use":   func(e *echo.Echo, mw echo.MiddlewareFunc, h echo.HandlerFunc) { e.Use(mw); e.GET("/api/items/:id", h) },
-		"Group": func(e *echo.Echo, mw echo.MiddlewareFunc, h echo.HandlerFunc) { e.Group("/api", mw).GET("/items/:id", h) },
+		"Use": func(e *echo.Echo, mw echo.MiddlewareFunc, h echo.HandlerFunc) { e.Use(mw); e.GET("/api/items/:id", h) },
+		"Group": func(e *echo.Echo, mw echo.MiddlewareFunc, h echo.HandlerFunc) {
+			e.Group("/api", mw).GET("/items/:id", h)
+		},
 		"route": func(e *echo.Echo, mw echo.MiddlewareFunc, h echo.HandlerFunc) { e.GET("/api/items/:id", h, mw) },
 	}
 	for name, place := range placements {
