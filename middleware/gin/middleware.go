@@ -61,17 +61,21 @@ func Middleware(g *guard.Group, cfg Config) gin.HandlerFunc {
 			c.Next()
 			return
 		}
+		r := c.Request
 		// A run may outlive this request, and c goes back to gin's pool
-		// when the request ends: the run gets a copy, taken now.
-		cp, handler := c.Copy(), c.Handler()
-		run := func(w http.ResponseWriter, req *http.Request) error {
-			return runDetached(cp, handler, w, req)
+		// when the request ends: the run gets a copy, taken now (for the
+		// methods that may share: the others never run detached).
+		var run httpcache.Handler
+		if r.Method == http.MethodGet || r.Method == http.MethodHead {
+			cp, handler := c.Copy(), c.Handler()
+			run = func(w http.ResponseWriter, req *http.Request) error {
+				return runDetached(cp, handler, w, req)
+			}
 		}
 		direct := func() error {
 			c.Next() // its errors are in c.Errors already
 			return nil
 		}
-		r := c.Request
 		var err error
 		if cfg.KeyFunc != nil {
 			k := ""
