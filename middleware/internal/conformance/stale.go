@@ -10,6 +10,11 @@ import (
 	"github.com/stampede-go/stampede/internal/redistest"
 )
 
+// The guard serves hits of keys it recently saw fresh by estimating the
+// Redis clock from its own monotonic clock, so a jump of miniredis's clock
+// is seen by a Group that has not read the key yet: each step after a jump
+// runs on a new node (a new Group on the same Redis and namespace).
+
 // stale: past its fresh window a response is served stale at once
 // while one background handler call refreshes it.
 func stale(t *testing.T, a Adapter) {
