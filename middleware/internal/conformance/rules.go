@@ -31,4 +31,5 @@ func Rules(t *testing.T, a Adapter) {
 	}
 	t.Run("stale", func(t *testing.T) { stale(t, a) })
 	t.Run("stale served while refresh fails", func(t *testing.T) { staleServedWhileRefreshFails(t, a) })
+	t.Run("upstream windows", func(t *testing.T) { upstreamWindows(t, a) })
 }

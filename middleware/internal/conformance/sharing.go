@@ -93,6 +93,8 @@ func sharing(t *testing.T, a Adapter, rdb redis.UniversalClient) {
 					}
 				}
 			}},
+		{name: "response/upstream max-age=0 ignored by default", serve: respond(200, "b", "Cache-Control", "max-age=0"), req1: get("/a"), req2: get("/a"), wantCalls: 1},
+		{name: "response/upstream max-age=0 honoured when configured", cfg: Config{UpstreamWindows: true}, serve: respond(200, "b", "Cache-Control", "max-age=0"), req1: get("/a"), req2: get("/a"), wantCalls: 2},
 		{name: "response/body at MaxBodyBytes shared", cfg: Config{MaxBodyBytes: len(big)}, serve: respond(200, big), req1: get("/a"), req2: get("/a"), wantCalls: 1},
 
 		// Behaviour (rule 6).

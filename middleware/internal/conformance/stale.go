@@ -120,3 +120,51 @@ func staleServedWhileRefreshFails(t *testing.T, a Adapter) {
 		})
 	}
 }
+
+// upstreamWindows: with UpstreamWindows, max-age sets the fresh window
+// (learnt on a node's first load of the key), and a response is never
+// served past its max-age although the guard's own windows are an hour.
+func upstreamWindows(t *testing.T, a Adapter) {
+	mr, rdb := redistest.Mini(t)
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	mr.SetTime(now)
+	ns := redistest.Key(t) + ":"
+	o := &origin{serve: func(w http.ResponseWriter, r *http.Request, n int64) {
+		if r.URL.Path == "/zero" {
+			w.Header().Set("Cache-Control", "max-age=0")
+		} else {
+			w.Header().Set("Cache-Control", "max-age=10")
+		}
+		fmt.Fprintf(w, "v%d", n)
+	}}
+	node := func() http.Handler {
+		g := newGroup(t, rdb, guard.Options{Namespace: ns, FreshFor: time.Hour, StaleFor: time.Hour, NoJitter: true})
+		return a.New(g, Config{UpstreamWindows: true}, o)
+	}
+	h := node()
+	steps := []struct {
+		h         http.Handler
+		at        time.Duration
+		wantBody  string
+		wantCalls int64
+	}{
+		{h, 0, "v1", 1},                     // learns max-age=10: not stored under the guard's hour
+		{h, 0, "v2", 2},                     // stored for 10s, no stale window
+		{h, 5 * time.Second, "v2", 2},       // fresh
+		{node(), 11 * time.Second, "v3", 3}, // past max-age: loaded again, not served
+	}
+	for i, s := range steps {
+		mr.SetTime(now.Add(s.at))
+		rec := serve(s.h, get("/a"))
+		if rec.Body.String() != s.wantBody || o.calls.Load() != s.wantCalls {
+			t.Errorf("step %d (+%v): body %q, calls %d; want %q, %d", i, s.at, rec.Body, o.calls.Load(), s.wantBody, s.wantCalls)
+		}
+	}
+	o.calls.Store(0)
+	for range 3 { // the first learns the windows; none stores
+		serve(h, get("/zero"))
+	}
+	if got := o.calls.Load(); got != 3 {
+		t.Errorf("max-age=0: handler calls %d, want 3 (never stored)", got)
+	}
+}
