@@ -11,10 +11,12 @@
 // with SIGKILL or frozen with SIGSTOP; a Redis Cluster master is killed and
 // its replica promoted.
 //
-// The scenarios run with `go test ./...`. The soak runs for 30s by default;
+// The suite is a module of its own (Toxiproxy stays out of the root module):
+// the scenarios run with `go test ./...` in this folder, or with the
+// repository's `bash .ci/test`. The soak runs for 30s by default;
 // run it longer, or with another seed, with
 //
-//	go test ./internal/chaos -run Soak -v -chaos.duration=10m -chaos.seed=7
+//	cd internal/chaos && go test . -run Soak -v -chaos.duration=10m -chaos.seed=7
 //
 // It prints one line of figures: calls, faults injected by kind,
 // violations (always 0 for a pass), worst call latency and recovery time.

@@ -6,6 +6,11 @@
 //	e := echo.New()
 //	e.Use(guardecho.Middleware(g))
 //
+// It is a module of its own (go get
+// github.com/stampede-go/stampede/middleware/echo), so that programs that
+// do not use echo never have it in their module graph. The package for
+// echo v5 is middleware/echov5, with the same API.
+//
 // It is the engine of package guardhttp (middleware/nethttp) in echo's
 // idiom: the same keys, the same rules for what is never shared (requests
 // with Authorization or Cookie, responses with Set-Cookie or Cache-Control

@@ -9,6 +9,10 @@
 // UnaryClientInterceptor does the same on the calling side, for callers of
 // expensive RPCs.
 //
+// It is a module of its own (go get
+// github.com/stampede-go/stampede/middleware/grpc), so that programs that
+// do not use gRPC never have grpc-go in their module graph.
+//
 // # What is cached
 //
 // Only the methods listed with WithMethods; with none listed nothing is

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/stampede-go/stampede/guard"
 	"github.com/stampede-go/stampede/internal/redistest"
@@ -40,18 +39,6 @@ func miniGroup(t testing.TB, o guard.Options) *guard.Group {
 	t.Helper()
 	_, rdb := redistest.Mini(t)
 	return newGroup(t, rdb, o)
-}
-
-// noLeaks checks, when t ends (after the cleanups registered later), that
-// the test left no goroutine behind.
-func noLeaks(t *testing.T) {
-	t.Helper()
-	opts := []goleak.Option{
-		goleak.IgnoreCurrent(),
-		// A shared redis-server started by this test outlives it.
-		goleak.IgnoreAnyFunction("github.com/stampede-go/stampede/internal/redistest.(*Server).launch.func1"),
-	}
-	t.Cleanup(func() { goleak.VerifyNone(t, opts...) })
 }
 
 // origin counts its calls; serve answers them (default: a 200 text body

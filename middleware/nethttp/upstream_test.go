@@ -18,8 +18,9 @@ import (
 // The guard's own windows are an hour fresh and a second stale (a
 // Disabled StaleFor would forbid any stale window, the upstream's too), so each row
 // shows the directive at work. Each row stores the response at t0, then
-// asks a new node (see TestStale) at t0+at whether it is served from the
-// entry.
+// asks a new node at t0+at whether it is served from the entry (a new
+// Group: the guard estimates the Redis clock from its own, so only a node
+// that has not read the key sees miniredis's clock jump).
 func TestUpstreamDirectives(t *testing.T) {
 	rows := []struct {
 		name     string

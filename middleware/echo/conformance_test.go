@@ -1,0 +1,35 @@
+package guardecho_test
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/stampede-go/stampede/guard"
+	guardecho "github.com/stampede-go/stampede/middleware/echo"
+	"github.com/stampede-go/stampede/middleware/internal/conformance"
+)
+
+// adapter serves every method and path of an echo app through guardecho,
+// with the origin as the catch-all route's handler.
+var adapter = conformance.Adapter{
+	Name: "echo",
+	New: func(g *guard.Group, cfg conformance.Config, origin http.Handler) http.Handler {
+		e := echo.New()
+		e.Use(guardecho.MiddlewareWithConfig(g, guardecho.Config{
+			KeyHeaders:         cfg.KeyHeaders,
+			MaxBodyBytes:       cfg.MaxBodyBytes,
+			Statuses:           cfg.Statuses,
+			HonorClientNoCache: cfg.HonorClientNoCache,
+			UpstreamWindows:    cfg.UpstreamWindows,
+			UnkeyedForwarding:  cfg.UnkeyedForwarding,
+		}))
+		e.Any("/*", echo.WrapHandler(origin))
+		return e
+	},
+}
+
+// TestRules runs the rules every HTTP adapter shares (package
+// middleware/internal/conformance) on standalone Redis and on a cluster.
+func TestRules(t *testing.T) { conformance.Rules(t, adapter) }

@@ -1,0 +1,30 @@
+module github.com/stampede-go/stampede/middleware/echo
+
+go 1.26.0
+
+require (
+	github.com/alicebob/miniredis/v2 v2.40.0
+	github.com/labstack/echo/v4 v4.16.0
+	github.com/redis/go-redis/v9 v9.23.0
+	github.com/stampede-go/stampede v0.0.0
+	go.uber.org/goleak v1.3.0
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/hashicorp/golang-lru/v2 v2.0.7 // indirect
+	github.com/labstack/gommon v0.5.0 // indirect
+	github.com/mattn/go-colorable v0.1.15 // indirect
+	github.com/mattn/go-isatty v0.0.22 // indirect
+	github.com/valyala/bytebufferpool v1.0.0 // indirect
+	github.com/valyala/fasttemplate v1.2.2 // indirect
+	github.com/yuin/gopher-lua v1.1.1 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/crypto v0.57.0 // indirect
+	golang.org/x/net v0.60.0 // indirect
+	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
+)
+
+replace github.com/stampede-go/stampede => ../..

@@ -1,0 +1,41 @@
+package guardecho_test
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/labstack/echo/v5"
+
+	"github.com/stampede-go/stampede/guard"
+	guardecho "github.com/stampede-go/stampede/middleware/echov5"
+	"github.com/stampede-go/stampede/middleware/internal/conformance"
+)
+
+// adapter serves every method and path of an echo v5 app through
+// guardecho, with the origin as the catch-all route's handler.
+var adapter = conformance.Adapter{
+	Name: "echov5",
+	New: func(g *guard.Group, cfg conformance.Config, origin http.Handler) http.Handler {
+		e := echo.New()
+		e.Use(guardecho.MiddlewareWithConfig(g, guardecho.Config{
+			KeyHeaders:         cfg.KeyHeaders,
+			MaxBodyBytes:       cfg.MaxBodyBytes,
+			Statuses:           cfg.Statuses,
+			HonorClientNoCache: cfg.HonorClientNoCache,
+			UpstreamWindows:    cfg.UpstreamWindows,
+			UnkeyedForwarding:  cfg.UnkeyedForwarding,
+		}))
+		e.Any("/*", echo.WrapHandler(origin))
+		return e
+	},
+}
+
+// TestRules runs the rules every HTTP adapter shares (package
+// middleware/internal/conformance) on standalone Redis and on a cluster.
+func TestRules(t *testing.T) { conformance.Rules(t, adapter) }
+
+// TestPoisoning runs the cache-poisoning suite (no input the key ignores
+// decides what another client is served) on miniredis and on a cluster.
+func TestPoisoning(t *testing.T) { conformance.Poisoning(t, adapter) }
+
+func TestPoisoningCluster(t *testing.T) { conformance.PoisoningCluster(t, adapter) }

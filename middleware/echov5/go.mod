@@ -1,0 +1,20 @@
+module github.com/stampede-go/stampede/middleware/echov5
+
+go 1.26.0
+
+require github.com/stampede-go/stampede v0.0.0
+
+require (
+	github.com/alicebob/miniredis/v2 v2.40.0
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/hashicorp/golang-lru/v2 v2.0.7 // indirect
+	github.com/labstack/echo/v5 v5.4.4
+	github.com/redis/go-redis/v9 v9.23.0
+	github.com/yuin/gopher-lua v1.1.1 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	go.uber.org/goleak v1.3.0 // indirect
+	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+)
+
+replace github.com/stampede-go/stampede => ../..

@@ -1,0 +1,41 @@
+package guardgin_test
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/stampede-go/stampede/guard"
+	guardgin "github.com/stampede-go/stampede/middleware/gin"
+	"github.com/stampede-go/stampede/middleware/internal/conformance"
+)
+
+// adapter serves every method and path of a gin engine through guardgin,
+// with the origin as the catch-all route's handler.
+var adapter = conformance.Adapter{
+	Name: "gin",
+	New: func(g *guard.Group, cfg conformance.Config, origin http.Handler) http.Handler {
+		r := gin.New()
+		r.Use(guardgin.Middleware(g, guardgin.Config{
+			KeyHeaders:         cfg.KeyHeaders,
+			MaxBodyBytes:       cfg.MaxBodyBytes,
+			Statuses:           cfg.Statuses,
+			HonorClientNoCache: cfg.HonorClientNoCache,
+			UpstreamWindows:    cfg.UpstreamWindows,
+			UnkeyedForwarding:  cfg.UnkeyedForwarding,
+		}))
+		r.Any("/*path", gin.WrapH(origin))
+		return r
+	},
+}
+
+// TestRules runs the rules every HTTP adapter shares (package
+// middleware/internal/conformance) on standalone Redis and on a cluster.
+func TestRules(t *testing.T) { conformance.Rules(t, adapter) }
+
+// TestPoisoning runs the cache-poisoning suite (no input the key ignores
+// decides what another client is served) on miniredis and on a cluster.
+func TestPoisoning(t *testing.T) { conformance.Poisoning(t, adapter) }
+
+func TestPoisoningCluster(t *testing.T) { conformance.PoisoningCluster(t, adapter) }

@@ -1,0 +1,50 @@
+// Package guardgin puts a stampede guard in front of gin handlers: GET
+// responses are shared across a fleet through a guard.Group, so when a
+// route expires one handler call in the fleet refreshes it while every
+// other request is served the previous response or woken by the new one.
+//
+//	r := gin.New()
+//	r.Use(gin.Logger(), gin.Recovery())
+//	r.Use(guardgin.Middleware(g, guardgin.Config{}))
+//
+// It is a module of its own (go get
+// github.com/stampede-go/stampede/middleware/gin), so that programs that do
+// not use gin never have it in their module graph.
+//
+// It is the engine of package guardhttp (middleware/nethttp) in gin's
+// idiom: the same keys, the same rules for what is never shared (requests
+// with Authorization or Cookie, responses with Set-Cookie or Cache-Control
+// private, and the others listed there), the same Age and Cache-Status
+// headers. See guardhttp's documentation for the details; the rules are one
+// table that every HTTP adapter of stampede runs in its tests.
+//
+// # Gin specifics
+//
+// A request that is not shared (skipped by Config.Skipper, or never shared
+// by the rules) goes on down the chain with c.Next. A request answered from
+// the cache ends the chain with c.Abort: the handlers after the middleware
+// do not run for it.
+//
+// The handler call that fills the cache for a key may run detached from its
+// client (the client left, or the request was served stale while the
+// refresh runs), after gin took the request's *gin.Context back to its
+// pool. So that call runs the route's handler (Context.Handler, the last of
+// its chain) on a copy of the context (Context.Copy: the keys other
+// middleware stored with Set, the path parameters and the full path are
+// there) writing to a response of its own; handlers between this middleware
+// and the route's handler do not run for it. Register the middleware last,
+// or on the route itself:
+//
+//	r.GET("/products/:id", guardgin.Middleware(g, cfg), getProduct)
+//
+// Errors the handler records with c.Error (or c.AbortWithError) mean the
+// response is never cached: the request that ran the handler gets its
+// response and finds the errors in its own c.Errors, for the app's error
+// middleware; the requests coalesced with it run the chain themselves.
+//
+// The engine's own failures end the chain with c.AbortWithError: 500 for a
+// handler panic, 503 while the guard backs off a failing key, 504 when the
+// guard's WaitTimeoutPolicy is ReturnError and the wait timed out. A panic
+// with http.ErrAbortHandler is re-panicked, so net/http (or gin.Recovery)
+// aborts the connection.
+package guardgin

@@ -1,0 +1,173 @@
+package guardgin_test
+
+import (
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/stampede-go/stampede/guard"
+	"github.com/stampede-go/stampede/internal/redistest"
+	guardgin "github.com/stampede-go/stampede/middleware/gin"
+)
+
+func newGroup(t *testing.T) *guard.Group {
+	t.Helper()
+	_, rdb := redistest.Mini(t)
+	// A generous RedisTimeout: a loaded machine must not turn an answer
+	// into a degraded one.
+	g, err := guard.New(rdb, guard.Options{FreshFor: time.Hour, RedisTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Close() })
+	return g
+}
+
+// app returns a gin engine with a middleware storing a key (as auth or
+// request-id middleware do), then guardgin, then a counted route.
+func app(t *testing.T, cfg guardgin.Config, h gin.HandlerFunc) (*gin.Engine, *atomic.Int64) {
+	r := gin.New()
+	r.Use(func(c *gin.Context) { c.Set("tenant", "acme"); c.Next() })
+	r.Use(guardgin.Middleware(newGroup(t), cfg))
+	calls := new(atomic.Int64)
+	r.GET("/items/:id", func(c *gin.Context) {
+		calls.Add(1)
+		h(c)
+	})
+	return r, calls
+}
+
+func do(h http.Handler, r *http.Request) *httptest.ResponseRecorder {
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, r)
+	return rec
+}
+
+func get(target string) *http.Request { return httptest.NewRequest(http.MethodGet, target, nil) }
+
+var errDB = errors.New("db down")
+
+// TestGin holds the rows of gin's own idiom (path parameters and keys seen
+// by the detached run, errors in c.Errors, c.Status without a body,
+// Skipper and KeyFunc on *gin.Context); the rules every adapter shares run
+// in TestRules. Each row sends two requests and counts handler calls (1:
+// shared, 2: not).
+func TestGin(t *testing.T) {
+	item := func(c *gin.Context) {
+		c.String(http.StatusOK, "item %s %s %s", c.Param("id"), c.Query("v"), c.GetString("tenant"))
+	}
+	rows := []struct {
+		name       string
+		cfg        guardgin.Config
+		h          gin.HandlerFunc
+		req1, req2 *http.Request
+		wantCalls  int64
+		wantStatus int
+		wantBody2  string
+	}{
+		{"shared, param and key seen by the detached run", guardgin.Config{}, item, get("/items/7"), get("/items/7"), 1, 200, "item 7  acme"},
+		{"c.Error never cached", guardgin.Config{}, func(c *gin.Context) {
+			_ = c.Error(errDB)
+			c.String(http.StatusOK, "partial")
+		}, get("/items/7"), get("/items/7"), 2, 200, "partial"},
+		{"c.AbortWithError never cached", guardgin.Config{}, func(c *gin.Context) {
+			_ = c.AbortWithError(http.StatusNotFound, errDB)
+		}, get("/items/7"), get("/items/7"), 2, 404, ""},
+		{"c.Status without a body shared", guardgin.Config{}, func(c *gin.Context) {
+			c.Status(http.StatusNoContent)
+			c.Header("X-After-Status", "1")
+		}, get("/items/7"), get("/items/7"), 1, 204, ""},
+		{"Skipper goes on down the chain", guardgin.Config{Skipper: func(c *gin.Context) bool { return c.Query("skip") != "" }}, item, get("/items/7?skip=1"), get("/items/7?skip=1"), 2, 200, "item 7  acme"},
+		{"KeyFunc", guardgin.Config{KeyFunc: func(c *gin.Context) string { return c.Param("id") }}, item, get("/items/7?v=1"), get("/items/7?v=2"), 1, 200, "item 7 1 acme"},
+		{"KeyFunc empty does not share", guardgin.Config{KeyFunc: func(c *gin.Context) string { return "" }}, item, get("/items/7"), get("/items/7"), 2, 200, "item 7  acme"},
+	}
+	for _, row := range rows {
+		t.Run(row.name, func(t *testing.T) {
+			t.Parallel()
+			r, calls := app(t, row.cfg, row.h)
+			first := do(r, row.req1)
+			second := do(r, row.req2)
+			if got := calls.Load(); got != row.wantCalls {
+				t.Errorf("handler calls %d, want %d", got, row.wantCalls)
+			}
+			if first.Code != row.wantStatus || second.Code != row.wantStatus {
+				t.Errorf("statuses %d, %d; want %d", first.Code, second.Code, row.wantStatus)
+			}
+			if got := second.Body.String(); got != row.wantBody2 {
+				t.Errorf("second body %q, want %q", got, row.wantBody2)
+			}
+			if row.wantCalls == 2 && second.Header().Get("Cache-Status") == "stampede; hit" {
+				t.Errorf("second response is a hit")
+			}
+		})
+	}
+}
+
+// TestErrorsInContext: the request whose handler run recorded errors finds
+// them in its own c.Errors (for the app's error middleware), as does a
+// request answered by the engine (a panic: 500).
+func TestErrorsInContext(t *testing.T) {
+	var seen []*gin.Error
+	r := gin.New()
+	r.Use(func(c *gin.Context) {
+		c.Next()
+		seen = append(seen, c.Errors...)
+	})
+	r.Use(guardgin.Middleware(newGroup(t), guardgin.Config{}))
+	r.GET("/fail", func(c *gin.Context) { _ = c.AbortWithError(http.StatusBadGateway, errDB) })
+	r.GET("/panic", func(c *gin.Context) { panic("boom") })
+
+	if rec := do(r, get("/fail")); rec.Code != http.StatusBadGateway {
+		t.Errorf("/fail answered %d, want 502", rec.Code)
+	}
+	if len(seen) != 1 || !errors.Is(seen[0], errDB) {
+		t.Fatalf("c.Errors after /fail: %v, want errDB", seen)
+	}
+	seen = nil
+	if rec := do(r, get("/panic")); rec.Code != http.StatusInternalServerError {
+		t.Errorf("/panic answered %d, want 500", rec.Code)
+	}
+	var pe *guard.PanicError
+	if len(seen) != 1 || !errors.As(seen[0], &pe) {
+		t.Fatalf("c.Errors after /panic: %v, want a *guard.PanicError", seen)
+	}
+}
+
+// TestChain: a hit ends the chain (c.Abort): the handlers after the
+// middleware do not run; a request that is not shared goes on down the
+// chain (c.Next) through them. On a route, the middleware works the same.
+func TestChain(t *testing.T) {
+	var after atomic.Int64
+	r := gin.New()
+	r.Use(guardgin.Middleware(newGroup(t), guardgin.Config{}))
+	r.Use(func(c *gin.Context) { after.Add(1); c.Next() })
+	r.GET("/a", func(c *gin.Context) { c.String(http.StatusOK, "a") })
+
+	for i, want := range []string{"stampede; fwd=miss; stored", "stampede; hit"} {
+		rec := do(r, get("/a"))
+		if rec.Body.String() != "a" || rec.Header().Get("Cache-Status") != want {
+			t.Errorf("request %d: %q %q, want \"a\" %q", i+1, rec.Body, rec.Header().Get("Cache-Status"), want)
+		}
+	}
+	if got := after.Load(); got != 0 {
+		t.Errorf("the handler after the middleware ran %d times for shared requests, want 0", got)
+	}
+	req := get("/a")
+	req.Header.Set("Authorization", "Bearer x")
+	if rec := do(r, req); rec.Body.String() != "a" || after.Load() != 1 {
+		t.Errorf("a request not shared: %q, later handler ran %d times; want \"a\", 1", rec.Body, after.Load())
+	}
+	routed := gin.New()
+	routed.GET("/route", guardgin.Middleware(newGroup(t), guardgin.Config{}), func(c *gin.Context) { c.String(http.StatusOK, "route") })
+	for i, want := range []string{"stampede; fwd=miss; stored", "stampede; hit"} {
+		rec := do(routed, get("/route"))
+		if rec.Body.String() != "route" || rec.Header().Get("Cache-Status") != want {
+			t.Errorf("route request %d: %q %q, want \"route\" %q", i+1, rec.Body, rec.Header().Get("Cache-Status"), want)
+		}
+	}
+}

@@ -1,0 +1,82 @@
+package guardgin
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+)
+
+// writer is the gin.ResponseWriter of a detached handler run, on the
+// engine's capturing http.ResponseWriter. Like gin's own, it holds the
+// status until the first byte of the body (or WriteHeaderNow), so a handler
+// may set headers after c.Status.
+type writer struct {
+	w      http.ResponseWriter
+	status int
+	size   int // -1 until the header is written
+}
+
+var _ gin.ResponseWriter = (*writer)(nil)
+
+func newWriter(w http.ResponseWriter) *writer {
+	return &writer{w: w, status: http.StatusOK, size: -1}
+}
+
+func (w *writer) Header() http.Header { return w.w.Header() }
+
+func (w *writer) WriteHeader(code int) {
+	if code > 0 && !w.Written() {
+		w.status = code
+	}
+}
+
+func (w *writer) WriteHeaderNow() {
+	if !w.Written() {
+		w.size = 0
+		w.w.WriteHeader(w.status)
+	}
+}
+
+func (w *writer) Write(b []byte) (int, error) {
+	w.WriteHeaderNow()
+	n, err := w.w.Write(b)
+	w.size += n
+	return n, err
+}
+
+func (w *writer) WriteString(s string) (int, error) {
+	w.WriteHeaderNow()
+	n, err := io.WriteString(w.w, s)
+	w.size += n
+	return n, err
+}
+
+func (w *writer) Status() int   { return w.status }
+func (w *writer) Size() int     { return w.size }
+func (w *writer) Written() bool { return w.size != -1 }
+
+func (w *writer) Flush() {
+	w.WriteHeaderNow()
+	if f, ok := w.w.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Hijack fails: a detached run has no connection of its own (and a
+// response that hijacks is never shared: Upgrade requests bypass).
+func (w *writer) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return nil, nil, http.ErrNotSupported
+}
+
+// CloseNotify returns a channel that never fires: the run is detached from
+// every client on purpose. (http.CloseNotifier is deprecated; gin's
+// interface still requires it.)
+func (w *writer) CloseNotify() <-chan bool { return make(chan bool) }
+
+func (w *writer) Pusher() http.Pusher { return nil }
+
+// Unwrap lets http.ResponseController reach the engine's writer.
+func (w *writer) Unwrap() http.ResponseWriter { return w.w }

@@ -1,0 +1,244 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stampede-go/stampede/guard"
+	"github.com/stampede-go/stampede/internal/redistest"
+)
+
+// coalescingAcrossServers: N concurrent requests for one cold route,
+// spread over two servers (two Groups, two Redis clients, one Redis), cost
+// one handler call; one response says stored, the others collapsed.
+func coalescingAcrossServers(t *testing.T, a Adapter, top topology) {
+	noLeaks(t)
+	const n = 40
+	gt := newGate(n)
+	ns := redistest.Key(t) + ":"
+	o := &origin{serve: func(w http.ResponseWriter, r *http.Request, call int64) {
+		gt.wait(t)
+		fmt.Fprintf(w, "call %d", call)
+	}}
+	var urls []string
+	for range 2 {
+		g := newGroup(t, top.client(t), guard.Options{Namespace: ns})
+		srv := httptest.NewServer(gt.in(a.New(g, Config{}, o)))
+		t.Cleanup(srv.Close)
+		urls = append(urls, srv.URL)
+	}
+	type answer struct {
+		body, status string
+		err          error
+	}
+	answers := make([]answer, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			// Both servers must see one Host, as behind one name.
+			req, _ := http.NewRequest(http.MethodGet, urls[i%2]+"/route?a=1", nil)
+			req.Host = "shop.example"
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				answers[i].err = err
+				return
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			answers[i] = answer{string(b), resp.Header.Get("Cache-Status"), err}
+		})
+	}
+	wg.Wait()
+	http.DefaultClient.CloseIdleConnections()
+	if got := o.calls.Load(); got != 1 {
+		t.Errorf("handler calls %d, want 1", got)
+	}
+	stored := 0
+	for i, ans := range answers {
+		switch {
+		case ans.err != nil:
+			t.Errorf("request %d: %v", i, ans.err)
+		case ans.body != "call 1":
+			t.Errorf("request %d: body %q", i, ans.body)
+		case ans.status == "stampede; fwd=miss; stored":
+			stored++
+		case ans.status != "stampede; fwd=miss; collapsed" && ans.status != "stampede; hit":
+			t.Errorf("request %d: Cache-Status %q", i, ans.status)
+		}
+	}
+	if stored != 1 {
+		t.Errorf("%d responses say stored, want 1", stored)
+	}
+}
+
+// followersRunTheirOwnHandler: when the response of a coalesced flight
+// is not shareable, every request gets a handler run of its own; no
+// request ever receives the cookie set for another.
+func followersRunTheirOwnHandler(t *testing.T, a Adapter, top topology) {
+	cases := map[string]func(w http.ResponseWriter, id string){
+		"Set-Cookie": func(w http.ResponseWriter, id string) {
+			http.SetCookie(w, &http.Cookie{Name: "session", Value: id})
+			fmt.Fprint(w, id)
+		},
+		"private": func(w http.ResponseWriter, id string) {
+			w.Header().Set("Cache-Control", "private")
+			fmt.Fprint(w, id)
+		},
+		"500": func(w http.ResponseWriter, id string) {
+			w.WriteHeader(http.StatusInternalServerError)
+			fmt.Fprint(w, id)
+		},
+	}
+	for name, answer := range cases {
+		t.Run(name, func(t *testing.T) {
+			noLeaks(t)
+			const n = 20
+			gt := newGate(n)
+			var coalesced atomic.Int64
+			g := newGroup(t, top.client(t), guard.Options{Hooks: guard.Hooks{Coalesced: func(string) { coalesced.Add(1) }}})
+			o := &origin{serve: func(w http.ResponseWriter, r *http.Request, _ int64) {
+				gt.wait(t)
+				answer(w, r.Header.Get("X-Req"))
+			}}
+			h := gt.in(a.New(g, Config{}, o))
+			recs := make([]*httptest.ResponseRecorder, n)
+			var wg sync.WaitGroup
+			for i := range n {
+				wg.Go(func() {
+					recs[i] = serve(h, with(get("/a"), header("X-Req", fmt.Sprint(i))))
+				})
+			}
+			wg.Wait()
+			if got := o.calls.Load(); got != n {
+				t.Errorf("handler calls %d, want %d (one per request)", got, n)
+			}
+			if coalesced.Load() == 0 {
+				t.Errorf("no request was coalesced: the rule was not exercised")
+			}
+			for i, rec := range recs {
+				id := fmt.Sprint(i)
+				if rec.Body.String() != id {
+					t.Errorf("request %d got the body of request %q", i, rec.Body)
+				}
+				if c := rec.Header().Get("Set-Cookie"); c != "" && c != "session="+id {
+					t.Errorf("request %d got cookie %q", i, c)
+				}
+			}
+		})
+	}
+}
+
+// leaderDisconnect: the client whose request runs the handler leaves;
+// the handler keeps running with a live context and the requests coalesced
+// with it get its response.
+func leaderDisconnect(t *testing.T, a Adapter, top topology) {
+	noLeaks(t)
+	const followers = 5
+	gt := newGate(1 + followers)
+	g := newGroup(t, top.client(t), guard.Options{})
+	started, release := make(chan struct{}), make(chan struct{})
+	handlerCtxErr := make(chan error, 1)
+	o := &origin{serve: func(w http.ResponseWriter, r *http.Request, n int64) {
+		close(started)
+		gt.wait(t)
+		<-release
+		handlerCtxErr <- r.Context().Err()
+		fmt.Fprint(w, "shared")
+	}}
+	h := gt.in(a.New(g, Config{}, o))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	leaderDone := make(chan *httptest.ResponseRecorder)
+	go func() { leaderDone <- serve(h, get("/a").WithContext(ctx)) }()
+	<-started
+	recs := make([]*httptest.ResponseRecorder, followers)
+	var wg sync.WaitGroup
+	for i := range followers {
+		wg.Go(func() { recs[i] = serve(h, get("/a")) })
+	}
+	gt.wait(t)
+	cancel()
+	if rec := <-leaderDone; rec.Body.Len() != 0 {
+		t.Errorf("gone client was written %q", rec.Body)
+	}
+	close(release)
+	wg.Wait()
+	if err := <-handlerCtxErr; err != nil {
+		t.Errorf("handler context: %v, want live after its client left", err)
+	}
+	for i, rec := range recs {
+		if rec.Code != 200 || rec.Body.String() != "shared" {
+			t.Errorf("follower %d: %d %q", i, rec.Code, rec.Body)
+		}
+	}
+	if got := o.calls.Load(); got != 1 {
+		t.Errorf("handler calls %d, want 1", got)
+	}
+}
+
+// handlerPanic: a panic answers 500 to the callers of its flight and
+// the process survives; the next request while the guard backs off the key
+// gets 503; http.ErrAbortHandler is re-panicked for net/http.
+func handlerPanic(t *testing.T, a Adapter, top topology) {
+	noLeaks(t)
+	g := newGroup(t, top.client(t), guard.Options{ErrorBackoff: time.Hour})
+	o := &origin{serve: func(w http.ResponseWriter, r *http.Request, _ int64) {
+		if r.URL.Path == "/abort" {
+			panic(http.ErrAbortHandler)
+		}
+		panic("boom")
+	}}
+	h := a.New(g, Config{}, o)
+	if rec := serve(h, get("/boom")); rec.Code != http.StatusInternalServerError {
+		t.Errorf("panic answered %d, want 500", rec.Code)
+	}
+	if rec := serve(h, get("/boom")); rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" {
+		t.Errorf("during back-off: %d %v, want 503 with Retry-After", rec.Code, rec.Header())
+	}
+	if p := recovered(h, get("/abort")); p != http.ErrAbortHandler {
+		t.Errorf("recovered %v, want http.ErrAbortHandler", p)
+	}
+	if got := o.calls.Load(); got != 2 {
+		t.Errorf("handler calls %d, want 2", got)
+	}
+}
+
+// panicFollowers: the requests coalesced with a panicking handler call
+// get a 500 too (or, arriving after it, a 503 while the guard backs off
+// the key), never a handler run of their own, and the process survives.
+func panicFollowers(t *testing.T, a Adapter, top topology) {
+	noLeaks(t)
+	const n = 10
+	gt := newGate(n)
+	var coalesced atomic.Int64
+	g := newGroup(t, top.client(t), guard.Options{ErrorBackoff: time.Hour, Hooks: guard.Hooks{Coalesced: func(string) { coalesced.Add(1) }}})
+	o := &origin{serve: func(w http.ResponseWriter, r *http.Request, _ int64) {
+		gt.wait(t)
+		panic("boom")
+	}}
+	h := gt.in(a.New(g, Config{}, o))
+	recs := make([]*httptest.ResponseRecorder, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { recs[i] = serve(h, get("/a")) })
+	}
+	wg.Wait()
+	if got := o.calls.Load(); got != 1 {
+		t.Errorf("handler calls %d, want 1", got)
+	}
+	if coalesced.Load() == 0 {
+		t.Errorf("no request was coalesced: the rule was not exercised")
+	}
+	for i, rec := range recs {
+		if rec.Code != http.StatusInternalServerError && rec.Code != http.StatusServiceUnavailable {
+			t.Errorf("request %d: %d %q, want 500 (or 503 after the flight)", i, rec.Code, rec.Body)
+		}
+	}
+}
