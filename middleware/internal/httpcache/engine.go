@@ -163,7 +163,7 @@ func (e *Engine) serve(w http.ResponseWriter, r *http.Request, key string, direc
 
 // write serves a stored response; false when it does not decode.
 func (e *Engine) write(w http.ResponseWriter, r *http.Request, res guard.Result) bool {
-	status, hdr, body, err := decodeEntry(res.Value)
+	status, hdr, body, err := decodeResponse(res.Value)
 	if err != nil {
 		return false
 	}

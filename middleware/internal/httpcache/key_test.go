@@ -3,7 +3,6 @@ package httpcache
 import (
 	"bytes"
 	"crypto/tls"
-	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -110,88 +109,70 @@ func TestKeyFormat(t *testing.T) {
 	}
 }
 
-// FuzzDecodeEntry: decoding never panics, and what decodes re-encodes to
-// an entry that decodes alike with no Set-Cookie or hop-by-hop field.
-func FuzzDecodeEntry(f *testing.F) {
-	f.Add(encodeEntry(200, http.Header{"Content-Type": {"text/plain"}, "X-A": {"1", "2"}}, []byte("body")))
-	f.Add([]byte("shr\x01"))
-	f.Add([]byte("garbage"))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		status, h, body, err := decodeEntry(b)
-		if err != nil {
-			return
-		}
-		for k := range h {
-			if !storedHeader(http.CanonicalHeaderKey(k), nil) {
-				t.Fatalf("decoded forbidden field %q", k)
+// TestDeriveKeyFields: each part of the key, changed alone, changes the
+// key, and what is canonical does not.
+func TestDeriveKeyFields(t *testing.T) {
+	base := func() *http.Request { return request("a.example", "/p?x=1&y=2", false, "fr") }
+	headers := []string{"Accept-Language"}
+	rows := []struct {
+		name string
+		edit func(r *http.Request)
+		same bool
+	}{
+		{"scheme", func(r *http.Request) { r.TLS = &tls.ConnectionState{} }, false},
+		{"host", func(r *http.Request) { r.Host = "b.example" }, false},
+		{"host case", func(r *http.Request) { r.Host = "A.Example" }, false}, // routers match hosts case-sensitively
+		{"absolute-form target", func(r *http.Request) { r.URL.Scheme, r.URL.Host = "http", "a.example" }, false},
+		{"absolute-form scheme", func(r *http.Request) { r.URL.Scheme, r.URL.Host = "foo", "a.example" }, false},
+		{"method", func(r *http.Request) { r.Method = http.MethodOptions }, false},
+		{"HEAD is GET", func(r *http.Request) { r.Method = http.MethodHead }, true},
+		{"path", func(r *http.Request) { r.URL.Path, r.URL.RawPath = "/q", "" }, false},
+		{"path escaped differently", func(r *http.Request) { r.URL.Path, r.URL.RawPath = "/p", "/%70" }, false},
+		{"raw path EscapedPath drops", func(r *http.Request) { r.URL.Path, r.URL.RawPath = "/p{", "/p{" }, false},
+		{"stale raw path", func(r *http.Request) { r.URL.RawPath = "/old%2Fpath" }, true},
+		{"query value", func(r *http.Request) { r.URL.RawQuery = "x=1&y=3" }, false},
+		{"query order", func(r *http.Request) { r.URL.RawQuery = "y=2&x=1" }, true},
+		{"query escaping", func(r *http.Request) { r.URL.RawQuery = "%78=1&y=%32" }, true},
+		{"query semicolon", func(r *http.Request) { r.URL.RawQuery = "x=1;y=2" }, false},
+		{"listed header", func(r *http.Request) { r.Header.Set("Accept-Language", "de") }, false},
+		{"listed header absent", func(r *http.Request) { r.Header.Del("Accept-Language") }, false},
+		{"unlisted header", func(r *http.Request) { r.Header.Set("X-Other", "1") }, true},
+		{"client address", func(r *http.Request) { r.Header.Set("X-Forwarded-For", "192.0.2.1") }, true},
+		{"Forwarded client address", func(r *http.Request) { r.Header.Set("Forwarded", "for=192.0.2.1") }, false},
+	}
+	want := DeriveKey(base(), headers)
+	for _, row := range rows {
+		t.Run(row.name, func(t *testing.T) {
+			r := base()
+			row.edit(r)
+			if got := DeriveKey(r, headers); (got == want) != row.same {
+				t.Errorf("same key %v, want %v", got == want, row.same)
 			}
-		}
-		s2, h2, b2, err := decodeEntry(encodeEntry(status, h, body))
-		if err != nil || s2 != status || !bytes.Equal(b2, body) || len(h2) != len(h) {
-			t.Fatalf("round trip: %v", err)
+		})
+	}
+	for _, name := range forwardingHeaders {
+		t.Run("forwarding/"+name, func(t *testing.T) {
+			r := base()
+			r.Header.Set(name, "evil.example")
+			if DeriveKey(r, headers) == want {
+				t.Errorf("%s is not keyed", name)
+			}
+			if deriveKey(r, headers, false) != deriveKey(base(), headers, false) {
+				t.Errorf("%s is keyed with forwarding unkeyed", name)
+			}
+		})
+	}
+	t.Run("length-prefixed", func(t *testing.T) {
+		a := request("ab", "/c", false, "")
+		b := request("a", "/bc", false, "")
+		b.URL.Path = "b/c" // host "a" + path "b/c" concatenates like "ab" + "/c"
+		if DeriveKey(a, nil) == DeriveKey(b, nil) {
+			t.Error("host and path run together")
 		}
 	})
-}
-
-// forwardedModel is what appendForwarded must tell apart, computed the
-// plain way: the lines, each split into elements of trimmed pairs without
-// the client's for=; a line with an unterminated quote stays whole.
-func forwardedModel(vals []string) string {
-	var out []string
-	for _, v := range vals {
-		var elems [][]string
-		var pairs []string
-		start, quoted, ok := 0, false, true
-		for i := 0; i < len(v); i++ {
-			switch c := v[i]; {
-			case quoted && c == '\\':
-				i++
-			case c == '"':
-				quoted = !quoted
-			case !quoted && (c == ';' || c == ','):
-				pairs = append(pairs, strings.TrimSpace(v[start:i]))
-				start = i + 1
-				if c == ',' {
-					elems, pairs = append(elems, pairs), nil
-				}
-			}
-		}
-		if quoted {
-			ok = false
-		}
-		elems = append(elems, append(pairs, strings.TrimSpace(v[start:])))
-		if !ok {
-			out = append(out, fmt.Sprintf("raw %q", v))
-			continue
-		}
-		var kept [][]string
-		for _, e := range elems {
-			var k []string
-			for _, p := range e {
-				if !clientPair(p) {
-					k = append(k, p)
-				}
-			}
-			kept = append(kept, k)
-		}
-		out = append(out, fmt.Sprintf("%q", kept))
-	}
-	return fmt.Sprintf("%q", out)
-}
-
-// FuzzForwarded: two Forwarded fields share a key exactly when their
-// models agree.
-func FuzzForwarded(f *testing.F) {
-	f.Add("for=192.0.2.1;proto=https", "for=198.51.100.7;proto=https")
-	f.Add(`for="x;host=evil"`, "for=x")
-	f.Add("for=1, host=a", "host=a")
-	f.Add(`host="a\"b", for=1`, `host="a\"b"`)
-	f.Add(`for="unterminated`, `for="unterminated;x`)
-	f.Fuzz(func(t *testing.T, a, b string) {
-		enc := func(v string) []byte { return appendForwarded(nil, strings.Split(v, "\n")) }
-		model := func(v string) string { return forwardedModel(strings.Split(v, "\n")) }
-		if got, want := bytes.Equal(enc(a), enc(b)), model(a) == model(b); got != want {
-			t.Fatalf("%q and %q: same encoding %v, same model %v", a, b, got, want)
+	t.Run("versioned hash", func(t *testing.T) {
+		if !strings.HasPrefix(want, keyVersion) || len(want) != len(keyVersion)+43 || strings.Contains(want, "a.example") {
+			t.Errorf("key %q: want %q then a base64 SHA-256, no request text", want, keyVersion)
 		}
 	})
 }

@@ -23,7 +23,7 @@ const (
 	maxValues    = 1024
 )
 
-var errCorrupt = errors.New("httpcache: corrupt stored response")
+var errCorruptResponse = errors.New("httpcache: corrupt stored response")
 
 // skipStored are never stored: hop-by-hop fields, fields the engine sets
 // when serving, and Set-Cookie (a response carrying it is never shared;
@@ -49,7 +49,7 @@ func storedHeader(name string, conn []string) bool {
 	return true
 }
 
-func encodeEntry(status int, h http.Header, body []byte) []byte {
+func encodeResponse(status int, h http.Header, body []byte) []byte {
 	var conn []string
 	for _, v := range h["Connection"] {
 		conn = append(conn, strings.Split(v, ",")...)
@@ -115,15 +115,15 @@ func (d *decoder) bytes() []byte {
 	return s
 }
 
-// decodeEntry parses a stored response. body aliases b.
-func decodeEntry(b []byte) (status int, h http.Header, body []byte, err error) {
+// decodeResponse parses a stored response. body aliases b.
+func decodeResponse(b []byte) (status int, h http.Header, body []byte, err error) {
 	if len(b) < len(entryMagic)+1 || string(b[:len(entryMagic)]) != entryMagic || b[len(entryMagic)] != entryVersion {
-		return 0, nil, nil, errCorrupt
+		return 0, nil, nil, errCorruptResponse
 	}
 	d := decoder{b: b[len(entryMagic)+1:]}
 	status = int(d.uvarint(999))
 	if status < 200 {
-		return 0, nil, nil, errCorrupt
+		return 0, nil, nil, errCorruptResponse
 	}
 	n := d.uvarint(maxHeaders)
 	h = make(http.Header, n)
@@ -131,25 +131,25 @@ func decodeEntry(b []byte) (status int, h http.Header, body []byte, err error) {
 		name := d.bytes()
 		nv := d.uvarint(maxValues)
 		if d.bad || !validName(name) || nv == 0 {
-			return 0, nil, nil, errCorrupt
+			return 0, nil, nil, errCorruptResponse
 		}
 		vals := make([]string, 0, nv)
 		for j := uint64(0); j < nv && !d.bad; j++ {
 			v := d.bytes()
 			if !validValue(v) {
-				return 0, nil, nil, errCorrupt
+				return 0, nil, nil, errCorruptResponse
 			}
 			vals = append(vals, string(v))
 		}
 		k := string(name)
 		if _, dup := h[k]; dup || !storedHeader(http.CanonicalHeaderKey(k), nil) {
-			return 0, nil, nil, errCorrupt
+			return 0, nil, nil, errCorruptResponse
 		}
 		h[k] = vals
 	}
 	body = d.bytes()
 	if d.bad || len(d.b) != 0 {
-		return 0, nil, nil, errCorrupt
+		return 0, nil, nil, errCorruptResponse
 	}
 	return status, h, body, nil
 }

@@ -1,0 +1,163 @@
+package httpcache
+
+import (
+	"net/http"
+
+	"github.com/stampede-go/stampede/internal/cachestatus"
+)
+
+// capture is the ResponseWriter of a load: it buffers the response up to
+// MaxBodyBytes, and streams to the caller's client only a response that is
+// not shared and outgrows that or is flushed.
+type capture struct {
+	c           *call
+	header      http.Header
+	snap        http.Header // header as of WriteHeader
+	status      int
+	wroteHeader bool
+	buf         []byte
+	unshared    bool // the response is not stored
+	streaming   bool // the response goes to the client as it is written
+	why         string
+}
+
+func (cw *capture) Header() http.Header { return cw.header }
+
+func (cw *capture) WriteHeader(code int) {
+	if cw.wroteHeader || code < 200 {
+		return // informational responses are not forwarded
+	}
+	cw.wroteHeader, cw.status = true, code
+	cw.snap = canonical(cw.header)
+	if !cw.c.e.shareable(code, cw.snap) {
+		cw.unshare("response not shareable")
+	}
+}
+
+// canonical returns a copy of h under canonical names, as the rules read
+// them: a handler may set h["set-cookie"] directly, and net/http sends it.
+func canonical(h http.Header) http.Header {
+	out := make(http.Header, len(h))
+	for k, v := range h {
+		ck := http.CanonicalHeaderKey(k)
+		out[ck] = append(out[ck], v...)
+	}
+	return out
+}
+
+func (cw *capture) Write(p []byte) (int, error) {
+	if !cw.wroteHeader {
+		if _, ok := cw.header["Content-Type"]; !ok && len(p) > 0 {
+			// As net/http would; the stored header must carry it too.
+			cw.header.Set("Content-Type", http.DetectContentType(p))
+		}
+		cw.WriteHeader(http.StatusOK)
+	}
+	if !cw.streaming && len(cw.buf)+len(p) > cw.c.e.maxBody {
+		cw.unshare("body over MaxBodyBytes")
+		cw.stream()
+	}
+	if cw.streaming {
+		return cw.forward(p)
+	}
+	cw.buf = append(cw.buf, p...)
+	return len(p), nil
+}
+
+// Flush sends an unshared response on to the client, headers first, as
+// net/http would (server-sent events depend on it); a response that may be
+// stored is sent whole once complete.
+func (cw *capture) Flush() {
+	if !cw.wroteHeader {
+		cw.WriteHeader(http.StatusOK)
+	}
+	if !cw.unshared {
+		return
+	}
+	cw.stream()
+	c := cw.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.w != nil {
+		_ = http.NewResponseController(c.w).Flush()
+	}
+}
+
+// unshare marks the response as not stored. If nobody waits for it any
+// more (the caller left, or was answered from the cache while this load
+// refreshes the entry), the handler's context is cancelled.
+func (cw *capture) unshare(why string) {
+	if cw.unshared {
+		return
+	}
+	cw.unshared, cw.why = true, why
+	c := cw.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.w == nil {
+		c.cancel()
+	}
+}
+
+// stream switches to streaming: what was buffered goes to the client if it
+// still waits; otherwise the handler's context is cancelled, as no one will
+// read its response.
+func (cw *capture) stream() {
+	if cw.streaming {
+		return
+	}
+	cw.streaming = true
+	c := cw.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.w == nil {
+		c.cancel()
+		cw.buf = nil
+		return
+	}
+	c.streaming = true
+	cw.writeHeader(c.w)
+	if len(cw.buf) > 0 {
+		_, _ = c.w.Write(cw.buf)
+	}
+	cw.buf = nil
+}
+
+// hold hands the complete, unshared response to the call, for its caller
+// if the guard's answer shows the load was the caller's.
+func (cw *capture) hold() {
+	if cw.streaming {
+		return
+	}
+	c := cw.c
+	c.mu.Lock()
+	c.held = cw
+	c.mu.Unlock()
+}
+
+func (cw *capture) writeHeader(w http.ResponseWriter) {
+	dst := w.Header()
+	for k, v := range cw.snap {
+		dst[k] = v
+	}
+	dst.Set("Cache-Status", cachestatus.Miss)
+	w.WriteHeader(cw.status)
+}
+
+// writeTo writes a held response to w.
+func (cw *capture) writeTo(w http.ResponseWriter, body bool) {
+	cw.writeHeader(w)
+	if body && len(cw.buf) > 0 {
+		_, _ = w.Write(cw.buf)
+	}
+}
+
+func (cw *capture) forward(p []byte) (int, error) {
+	c := cw.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.w == nil {
+		return 0, errClientGone
+	}
+	return c.w.Write(p)
+}
