@@ -11,7 +11,8 @@
 // do not use echo never have it in their module graph. The package for
 // echo v5 is middleware/echov5, with the same API.
 //
-// It is the engine of package guardhttp (middleware/nethttp) in echo's
+// It runs the HTTP engine every stampede HTTP adapter shares
+// (middleware/internal/httpcache; guardhttp is its net/http face) in echo's
 // idiom: the same keys, the same rules for what is never shared (requests
 // with Authorization or Cookie, responses with Set-Cookie or Cache-Control
 // private, and the others listed there), the same Age and Cache-Status

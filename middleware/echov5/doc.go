@@ -12,7 +12,8 @@
 // echo v4 is middleware/echo; both are named guardecho and have the same
 // API, so migrating from v4 to v5 changes the import path only.
 //
-// It is the engine of package guardhttp (middleware/nethttp) in echo's
+// It runs the HTTP engine every stampede HTTP adapter shares
+// (middleware/internal/httpcache; guardhttp is its net/http face) in echo's
 // idiom: the same keys, the same rules for what is never shared (requests
 // with Authorization or Cookie, responses with Set-Cookie or Cache-Control
 // private, and the others listed there), the same Age and Cache-Status

@@ -11,7 +11,8 @@
 // github.com/stampede-go/stampede/middleware/gin), so that programs that do
 // not use gin never have it in their module graph.
 //
-// It is the engine of package guardhttp (middleware/nethttp) in gin's
+// It runs the HTTP engine every stampede HTTP adapter shares
+// (middleware/internal/httpcache; guardhttp is its net/http face) in gin's
 // idiom: the same keys, the same rules for what is never shared (requests
 // with Authorization or Cookie, responses with Set-Cookie or Cache-Control
 // private, and the others listed there), the same Age and Cache-Status
