@@ -23,6 +23,12 @@ func ctxT(t *testing.T) context.Context {
 
 func newGroup(t *testing.T, rdb redis.UniversalClient, o Options) *Group {
 	t.Helper()
+	if o.RedisTimeout == 0 {
+		// These tests are about the guard's logic, not Redis latency: a
+		// loaded machine (-race, packages in parallel) must not turn an
+		// answer into a degraded one. Tests of timeouts set their own.
+		o.RedisTimeout = 5 * time.Second
+	}
 	g, err := New(rdb, o)
 	if err != nil {
 		t.Fatal(err)
