@@ -170,7 +170,11 @@ func TestChaosSoak(t *testing.T) {
 		soak(t, env, func(i int, opts guard.Options) *node { return newNode(t, fmt.Sprint("n", i), srv, opts) })
 	})
 	t.Run("cluster", func(t *testing.T) {
-		cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3})
+		// Redis's own default node timeout (15s): a master frozen for a
+		// second or two is a slow node, as in production, not a failed
+		// one that takes the whole cluster down (CLUSTERDOWN) until the
+		// FAIL flag clears, two node timeouts after it is back.
+		cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, NodeTimeout: 15 * time.Second})
 		admin := cl.Client(t)
 		env := &soakEnv{admin: admin,
 			leakOK: []goleak.Option{
