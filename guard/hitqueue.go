@@ -106,9 +106,10 @@ func (q *hitQueue) get(rctx context.Context, rdb redis.UniversalClient, name str
 	if !q.busy {
 		q.busy = true
 		q.mu.Unlock()
-		s, err := rdb.Get(rctx, name).Result()
-		q.loneDone()
-		return s, err
+		// Deferred: the queue must move on however this GET ends (a hook
+		// that panics, runtime.Goexit).
+		defer q.loneDone()
+		return rdb.Get(rctx, name).Result()
 	}
 	r := reqPool.Get().(*getReq)
 	r.name = name

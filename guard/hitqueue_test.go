@@ -21,6 +21,7 @@ type gateHook struct {
 	entered chan struct{} // closed when the held GET reaches the hook
 	gate    chan struct{}
 	once    sync.Once
+	panics  bool         // the held GET panics when let go
 	pipes   atomic.Int64 // pipelines sent
 	piped   atomic.Int64 // GETs in them
 }
@@ -39,6 +40,9 @@ func (h *gateHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			case <-h.gate:
 			case <-ctx.Done():
 				return ctx.Err()
+			}
+			if h.panics {
+				panic("hook panics")
 			}
 		}
 		return next(ctx, cmd)
@@ -199,6 +203,38 @@ func TestHitBatchCallersLeave(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestHitBatchLonePanics: a lone caller's GET that panics (a hook) still
+// hands the callers queued behind it to a flusher.
+func TestHitBatchLonePanics(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	g := newGroup(t, rdb, Options{})
+	const n = 5
+	keys := hotKeys(t, g, n)
+	h := newGateHook(g.names(keys[0]).entry)
+	h.panics = true
+	rdb.AddHook(h)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("the hook's panic did not reach its caller")
+			}
+		}()
+		_, _ = g.Do(ctxT(t), keys[0], nil2)
+	})
+	<-h.entered
+	for i := 1; i < n; i++ {
+		wg.Go(func() {
+			if r, err := g.Do(ctxT(t), keys[i], nil2); err != nil || string(r.Value) != "v:"+keys[i] {
+				t.Errorf("caller %d queued behind the panic: %q %v", i, r.Value, err)
+			}
+		})
+	}
+	queued(t, g, n-1)
+	close(h.gate)
+	wg.Wait()
 }
 
 // TestHitBatchFrozenRedis: on a frozen server, callers queued behind a
