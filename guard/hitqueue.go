@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -161,7 +162,25 @@ func (q *hitQueue) drain() {
 		q.mu.Unlock()
 		q.flush(batch)
 		clear(batch)
+		// The callers just answered are likely to call again at once: let
+		// them queue before the next flush takes the queue. Else those who
+		// queued during this flush go out alone, these queue behind them,
+		// and the callers settle into two cohorts, each in half-size
+		// batches. Yield while they keep coming, a few times at most.
+		for range 4 {
+			n := q.queued()
+			runtime.Gosched()
+			if q.queued() == n {
+				break
+			}
+		}
 	}
+}
+
+func (q *hitQueue) queued() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.q)
 }
 
 // flush sends batch as one pipeline (or one GET) and answers its callers.
