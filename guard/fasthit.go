@@ -81,14 +81,8 @@ func (g *Group) fastHit(ctx context.Context, key string) (e entry, now int64, ok
 	if !known || h.freshUntil-now <= fastMargin.Milliseconds() {
 		return entry{}, 0, false, nil
 	}
-	rctx := ctx
-	if dl, has := ctx.Deadline(); !has || time.Until(dl) > g.opts.RedisTimeout {
-		var cancel context.CancelFunc
-		rctx, cancel = context.WithTimeout(ctx, g.opts.RedisTimeout)
-		defer cancel()
-	}
 	g.step(ctx, "hit")
-	s, err := g.hq.get(rctx, g.rdb, h.entry)
+	s, err := g.hq.get(ctx, g.rdb, h.entry, g.opts.RedisTimeout)
 	switch {
 	case errors.Is(err, redis.Nil):
 		g.hints.c.Remove(key)

@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -21,10 +22,10 @@ import (
 // The batcher is the guard's own rather than go-redis's AutoPipeline, which
 // is marked experimental: this one needs only Pipeline, which every
 // UniversalClient has, and on a *redis.ClusterClient Pipeline splits the
-// batch by node. Each queued caller still waits on its own ctx, bounded by
-// RedisTimeout from when it queued, and judges its own outcome (success,
-// failure, or no verdict when it left): the breaker sees every caller as it
-// did when each sent its own GET.
+// batch by node. Each queued caller still waits on its own ctx and is
+// answered within RedisTimeout of when it queued; it judges its own
+// outcome (success, failure, or no verdict when it left): the breaker sees
+// every caller as it did when each sent its own GET.
 //
 // Pipelines bypass go-redis's client-side cache, so on a client with
 // client-side caching every hit is a plain GET, which that cache can serve
@@ -37,8 +38,8 @@ const defaultHitBatch = 256
 // GET on its own.
 type hitQueue struct {
 	rdb redis.UniversalClient
-	max int // most GETs in one pipeline
-	tmo func() (context.Context, context.CancelFunc)
+	max int           // most GETs in one pipeline
+	rt  time.Duration // RedisTimeout
 
 	mu      sync.Mutex
 	busy    bool      // a GET or a pipeline of GETs is in flight
@@ -51,6 +52,7 @@ type hitQueue struct {
 // abandoned (state 2), then the caller again, or the pool.
 type getReq struct {
 	name  string
+	enq   time.Time // when it was queued: its RedisTimeout runs from here
 	val   string
 	err   error
 	state atomic.Int32 // reqWaiting, reqAnswered, reqAbandoned
@@ -66,7 +68,7 @@ const (
 var reqPool = sync.Pool{New: func() any { return &getReq{done: make(chan struct{}, 1)} }}
 
 func putReq(r *getReq) {
-	r.name, r.val, r.err = "", "", nil
+	r.name, r.val, r.err, r.enq = "", "", nil, time.Time{}
 	r.state.Store(reqWaiting)
 	reqPool.Put(r)
 }
@@ -77,12 +79,7 @@ func newHitQueue(rdb redis.UniversalClient, o Options) *hitQueue {
 	if o.MaxHitBatch <= 1 || clientSideCaching(rdb) {
 		return nil
 	}
-	return &hitQueue{
-		rdb: rdb, max: o.MaxHitBatch,
-		tmo: func() (context.Context, context.CancelFunc) {
-			return context.WithTimeout(context.Background(), o.RedisTimeout)
-		},
-	}
+	return &hitQueue{rdb: rdb, max: o.MaxHitBatch, rt: o.RedisTimeout}
 }
 
 // clientSideCaching reports whether rdb was built with go-redis's
@@ -96,31 +93,46 @@ func clientSideCaching(rdb redis.UniversalClient) bool {
 	return o.ClientSideCacheConfig != nil || o.ClientSideCache != nil
 }
 
-// get returns the value of the Redis string name. rctx is the caller's
-// ctx bounded by RedisTimeout: the caller leaves when it ends, whether or
-// not its GET was sent.
-func (q *hitQueue) get(rctx context.Context, rdb redis.UniversalClient, name string) (string, error) {
-	if q == nil {
-		return rdb.Get(rctx, name).Result()
-	}
-	q.mu.Lock()
-	if !q.busy {
+// get returns the value of the Redis string name, within timeout
+// (RedisTimeout) of the call, or when ctx ends if that is sooner.
+//
+// A queued caller needs no timer of its own: batches go out in the order
+// their callers queued, each bounded by RedisTimeout from when its oldest
+// caller queued, so every round trip ahead of a caller, and its own, ends
+// within RedisTimeout of its queueing. It waits on its own ctx only, which
+// saves the context.WithTimeout (allocations and a timer) a lone caller
+// pays.
+func (q *hitQueue) get(ctx context.Context, rdb redis.UniversalClient, name string, timeout time.Duration) (string, error) {
+	if q != nil {
+		q.mu.Lock()
+		if q.busy {
+			r := reqPool.Get().(*getReq)
+			r.name, r.enq = name, time.Now()
+			q.q = append(q.q, r)
+			q.mu.Unlock()
+			return r.wait(ctx)
+		}
 		q.busy = true
 		q.mu.Unlock()
 		// Deferred: the queue must move on however this GET ends (a hook
 		// that panics, runtime.Goexit).
 		defer q.loneDone()
-		return rdb.Get(rctx, name).Result()
 	}
-	r := reqPool.Get().(*getReq)
-	r.name = name
-	q.q = append(q.q, r)
-	q.mu.Unlock()
+	if dl, has := ctx.Deadline(); !has || time.Until(dl) > timeout {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	return rdb.Get(ctx, name).Result()
+}
+
+// wait returns the answer to r, or ctx's error if the caller leaves first.
+func (r *getReq) wait(ctx context.Context) (string, error) {
 	select {
 	case <-r.done:
-	case <-rctx.Done():
+	case <-ctx.Done():
 		if r.state.CompareAndSwap(reqWaiting, reqAbandoned) {
-			return "", rctx.Err() // the flusher recycles r
+			return "", ctx.Err() // the flusher recycles r
 		}
 		<-r.done // answered as this caller gave up: take the answer
 	}
@@ -185,7 +197,9 @@ func (q *hitQueue) queued() int {
 
 // flush sends batch as one pipeline (or one GET) and answers its callers.
 func (q *hitQueue) flush(batch []*getReq) {
-	ctx, cancel := q.tmo()
+	// batch[0] queued first: this bound is within RedisTimeout of when
+	// each of the batch's callers queued.
+	ctx, cancel := context.WithDeadline(context.Background(), batch[0].enq.Add(q.rt))
 	defer cancel()
 	if len(batch) == 1 {
 		r := batch[0]
