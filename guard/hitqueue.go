@@ -175,10 +175,11 @@ func (q *hitQueue) drain() {
 		q.flush(batch)
 		clear(batch)
 		// The callers just answered are likely to call again at once: let
-		// them queue before the next flush takes the queue. Else those who
-		// queued during this flush go out alone, these queue behind them,
-		// and the callers settle into two cohorts, each in half-size
-		// batches. Yield while they keep coming, a few times at most.
+		// them queue before the next flush takes the queue. Else the next
+		// flush takes only those who queued during this one, these queue
+		// behind it, and the callers settle into two cohorts that
+		// alternate in half-size batches. Yield while they keep coming, a
+		// few times at most.
 		for range 4 {
 			n := q.queued()
 			runtime.Gosched()
