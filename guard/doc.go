@@ -21,7 +21,8 @@
 // # Code layout
 //
 // One file per stage of a call: do.go (Get, Do, the per-call value),
-// fasthit.go (a hinted hit by plain GET), flight.go (one read per key per
+// fasthit.go (a hinted hit by plain GET), hitqueue.go (the GETs of
+// concurrent hits batched into pipelines), flight.go (one read per key per
 // process), miss.go (waiting for another node's fill), load.go (the loader
 // slot and the fill), refresh.go (background and early refresh),
 // watchdog.go (lease renewal), breaker.go, redis.go (script I/O), entry.go
@@ -67,6 +68,50 @@
 // served at once and refreshed together in one background loader call.
 // Without Redis, a batch's keys load through this process alone, a key
 // already loading in it being joined.
+//
+// Concurrent hits share round trips: the GET of a hit that arrives while
+// another is in flight is queued, and the queue goes out as one pipeline
+// when the round trip in flight is back (group commit; on a
+// *redis.ClusterClient the pipeline is split by node). A lone hit is a
+// plain GET sent at once, so a single caller pays nothing for it. Each
+// queued caller still leaves on its own ctx, within RedisTimeout of its
+// call, and its own outcome counts for the breaker. The batching is the
+// guard's own (it needs only Pipeline, which every client has), not
+// go-redis's experimental AutoPipeline. MaxHitBatch caps a pipeline;
+// Disabled turns batching off.
+//
+// # A zero-round-trip tier
+//
+// Two ways take hits off the network:
+//
+//   - Options.LocalEntries keeps fresh values in process for up to LocalTTL.
+//     It works on every client, costs nothing per hit, and is bounded by
+//     time, not coherent: another node's Invalidate or refill is not seen
+//     here until LocalTTL ends (Invalidate drops only the calling node's
+//     copy).
+//   - go-redis client-side caching (a *redis.Client with Protocol 3 and
+//     ClientSideCacheConfig, go-redis v9.23, experimental there) is
+//     coherent: the guard's hit is a plain GET of the entry, which that
+//     cache serves locally, and Redis pushes an invalidation when any node
+//     writes or deletes the entry (a fill, a refresh, an Invalidate, the
+//     entry's expiry). The node serves the new state once go-redis has
+//     applied the push: at the next command on the connection that
+//     carries it, or at its background drainer's tick (5ms by default)
+//     when that connection is idle; CacheConfig.MaxStaleness bounds it if
+//     a push is lost. Hits on such a client are never batched, since
+//     go-redis pipelines bypass its cache.
+//
+// Either way the guard judges every entry it serves by its own fresh-until
+// on its estimate of the Redis clock: a cached entry is served only while
+// clearly fresh, and everything else goes to the read script on Redis, so
+// no value is served past its stale-until whatever a cache holds. Scripts,
+// the lease and the Pub/Sub wake-ups work unchanged under RESP3.
+//
+// go-redis v9.23 has client-side caching on *redis.Client only:
+// ClusterOptions has no such field, and NewUniversalClient drops
+// ClientSideCacheConfig when it builds a *redis.ClusterClient. On a cluster
+// client every hit is a GET (batched as above), coherent at once; use
+// LocalEntries there for a zero-round-trip tier.
 //
 // # Guarantees
 //

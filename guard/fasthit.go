@@ -68,10 +68,10 @@ func newHints() hints {
 // fastHit serves key with a plain GET when a hint says it is fresh with
 // room to spare. ok false means: take the script path. A Redis error is
 // returned as is, so the caller degrades without paying a second timeout.
-// It runs on the caller's goroutine and ctx (a hit has nothing worth
-// sharing with concurrent callers: each costs one round trip either way),
-// so it allocates little; a failure caused by ctx itself is returned
-// without counting against Redis's health.
+// It runs on the caller's goroutine and ctx, its GET batched with those of
+// concurrent callers (hitqueue.go), so it allocates little; a failure
+// caused by ctx itself is returned without counting against Redis's
+// health.
 func (g *Group) fastHit(ctx context.Context, key string) (e entry, now int64, ok bool, err error) {
 	h, hinted := g.hints.c.Peek(key)
 	if !hinted {
@@ -81,14 +81,8 @@ func (g *Group) fastHit(ctx context.Context, key string) (e entry, now int64, ok
 	if !known || h.freshUntil-now <= fastMargin.Milliseconds() {
 		return entry{}, 0, false, nil
 	}
-	rctx := ctx
-	if dl, has := ctx.Deadline(); !has || time.Until(dl) > g.opts.RedisTimeout {
-		var cancel context.CancelFunc
-		rctx, cancel = context.WithTimeout(ctx, g.opts.RedisTimeout)
-		defer cancel()
-	}
 	g.step(ctx, "hit")
-	s, err := g.rdb.Get(rctx, h.entry).Result()
+	s, err := g.hq.get(ctx, g.rdb, h.entry, g.opts.RedisTimeout)
 	switch {
 	case errors.Is(err, redis.Nil):
 		g.hints.c.Remove(key)

@@ -29,6 +29,7 @@ type Group struct {
 	firstLease time.Duration // lease taken by a read, before the watchdog extends it
 	clk        redisClock    // estimate of the Redis clock, for the fast hit path
 	hints      hints         // key → fresh-until seen lately, for the fast hit path
+	hq         *hitQueue     // batches the fast path's GETs; nil: one GET each
 
 	// Constant script arguments, boxed once.
 	leaseArg, chanArg, waitArg, keepArg any
@@ -94,6 +95,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 		hints:   newHints(),
 		br:      breaker{threshold: o.BreakerFailures, cooldown: o.BreakerCooldown, hook: o.Hooks.Breaker},
 	}
+	g.hq = newHitQueue(rdb, o)
 	g.firstLease = min(o.LockTTL, leaseGrace)
 	g.leaseArg = ms(g.firstLease)
 	g.chanArg = g.hub.Channel()
@@ -166,6 +168,7 @@ func (g *Group) Close() error {
 		close(g.closing)
 		g.mu.Unlock()
 		g.wd.Wait()
+		g.hq.wait()
 	})
 	return err
 }

@@ -10,7 +10,7 @@ import (
 
 // Options configures a Group. The zero value is ready to use, and a zero
 // field always means its documented default. The fields that can be turned
-// off (StaleFor, Jitter, NegativeFor) take Disabled for that; New rejects
+// off (StaleFor, Jitter, NegativeFor, MaxHitBatch) take Disabled for that; New rejects
 // every other negative value with an error.
 type Options struct {
 	// Namespace is prepended to every Redis key and channel of the Group. It
@@ -76,6 +76,14 @@ type Options struct {
 	// probes Redis again. Default: 1s.
 	BreakerCooldown time.Duration
 
+	// MaxHitBatch is how many concurrent hits may share one round trip: the
+	// GETs of the hits that arrive while another is in flight go out
+	// together as one pipeline when it is back. A lone hit is a plain GET,
+	// sent at once. On a client with go-redis client-side caching every hit
+	// is a plain GET (pipelines bypass that cache). Default: 256. Disabled:
+	// every hit sends its own GET.
+	MaxHitBatch int
+
 	// MaxValueBytes is the largest value stored in Redis. Larger values are
 	// returned to the callers but not stored. Default: 8 MiB.
 	MaxValueBytes int
@@ -111,7 +119,8 @@ const (
 )
 
 // Disabled turns off an Options field or call option that can be off
-// (StaleFor, Jitter, NegativeFor, WithStaleFor): zero means the default.
+// (StaleFor, Jitter, NegativeFor, MaxHitBatch, WithStaleFor): zero means
+// the default.
 const Disabled = -1
 
 // MaxKeyBytes is the longest key accepted.
@@ -172,6 +181,14 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.LockTTL < 3*time.Millisecond {
 		return o, fmt.Errorf("guard: LockTTL %v is below 3ms", o.LockTTL)
+	}
+	switch {
+	case o.MaxHitBatch == Disabled:
+		o.MaxHitBatch = 1
+	case o.MaxHitBatch < 0:
+		return o, fmt.Errorf("guard: negative MaxHitBatch %d (Disabled turns batching off)", o.MaxHitBatch)
+	case o.MaxHitBatch == 0:
+		o.MaxHitBatch = defaultHitBatch
 	}
 	if o.BreakerFailures < 0 || o.MaxValueBytes < 0 || o.LocalEntries < 0 || o.MaxBatch < 0 {
 		return o, errors.New("guard: negative BreakerFailures, MaxValueBytes, LocalEntries or MaxBatch")

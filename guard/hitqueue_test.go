@@ -1,0 +1,344 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stampede-go/stampede/internal/redistest"
+)
+
+// gateHook holds the plain GET of one Redis name until gate is closed, and
+// counts the pipelines the client sends.
+type gateHook struct {
+	name    string
+	entered chan struct{} // closed when the held GET reaches the hook
+	gate    chan struct{}
+	once    sync.Once
+	panics  bool         // the held GET panics when let go
+	pipes   atomic.Int64 // pipelines sent
+	piped   atomic.Int64 // GETs in them
+}
+
+func newGateHook(name string) *gateHook {
+	return &gateHook{name: name, entered: make(chan struct{}), gate: make(chan struct{})}
+}
+
+func (h *gateHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *gateHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if args := cmd.Args(); cmd.Name() == "get" && len(args) == 2 && args[1] == h.name {
+			h.once.Do(func() { close(h.entered) })
+			select {
+			case <-h.gate:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			if h.panics {
+				panic("hook panics")
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *gateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.pipes.Add(1)
+		for _, c := range cmds {
+			if c.Name() == "get" {
+				h.piped.Add(1)
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// hotKeys fills n keys through g, each with the value "v:"+key, and hits
+// each once so that its hint is taken.
+func hotKeys(t *testing.T, g *Group, n int) []string {
+	t.Helper()
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = redistest.Key(t, strconv.Itoa(i))
+		for _, want := range []Status{Miss, Hit} {
+			r, err := g.Do(ctxT(t), keys[i], valueOf(keys[i]))
+			if err != nil || r.Status != want {
+				t.Fatalf("warm-up of %s: %v %v, want %v", keys[i], r.Status, err, want)
+			}
+		}
+	}
+	return keys
+}
+
+func valueOf(key string) LoadFunc {
+	return func(context.Context) ([]byte, error) { return []byte("v:" + key), nil }
+}
+
+// queued waits until n callers are queued behind the GET in flight.
+func queued(t *testing.T, g *Group, n int) {
+	t.Helper()
+	redistest.Eventually(t, 10*time.Second, strconv.Itoa(n)+" callers queued", func() bool {
+		g.hq.mu.Lock()
+		defer g.hq.mu.Unlock()
+		return len(g.hq.q) == n
+	})
+}
+
+// TestHitBatching: the hits that arrive while a GET is in flight go out
+// together, as one pipeline, when it is back, and every caller gets its own
+// key's value; on a cluster the pipeline is split by node. Then many
+// callers hitting many keys at once each get their own values.
+func TestHitBatching(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
+		// Correctness is the claim here, not latency: a RedisTimeout that
+		// a loaded machine running -race cannot miss.
+		g := newGroup(t, rdb, Options{RedisTimeout: 10 * time.Second})
+		const n = 32
+		keys := hotKeys(t, g, n)
+		h := newGateHook(g.names(keys[0]).entry)
+		rdb.AddHook(h)
+
+		results := make([]Result, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		do := func(i int) {
+			wg.Go(func() { results[i], errs[i] = g.Do(ctxT(t), keys[i], nil2) })
+		}
+		do(0)
+		<-h.entered // the lone caller's GET is in flight, held
+		for i := 1; i < n; i++ {
+			do(i)
+		}
+		queued(t, g, n-1)
+		close(h.gate)
+		wg.Wait()
+		for i, r := range results {
+			if errs[i] != nil || r.Status != Hit || string(r.Value) != "v:"+keys[i] {
+				t.Errorf("caller %d: %v %q %v, want a hit of v:%s", i, r.Status, r.Value, errs[i], keys[i])
+			}
+		}
+		if got := h.piped.Load(); got != n-1 {
+			t.Errorf("%d GETs pipelined in %d pipelines, want the %d queued", got, h.pipes.Load(), n-1)
+		}
+
+		t.Run("herd", func(t *testing.T) {
+			var wg sync.WaitGroup
+			var bad atomic.Int64
+			for i := range 4 * n {
+				key := keys[i%n]
+				wg.Go(func() {
+					for range 50 {
+						r, err := g.Do(ctxT(t), key, nil2)
+						if err != nil || r.Status != Hit || string(r.Value) != "v:"+key {
+							if bad.Add(1) == 1 {
+								t.Errorf("%s: %v %q %v", key, r.Status, r.Value, err)
+							}
+						}
+					}
+				})
+			}
+			wg.Wait()
+		})
+	})
+}
+
+// TestHitBatchCallersLeave: queued callers whose ctx ends leave at once,
+// while the GET ahead of them is still held, without a breaker verdict;
+// the callers that stayed are answered, and the Group serves hits after.
+func TestHitBatchCallersLeave(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
+		var redisErrs atomic.Int64
+		g := newGroup(t, rdb, Options{Hooks: Hooks{RedisError: func(string, error) { redisErrs.Add(1) }}})
+		const n = 9
+		keys := hotKeys(t, g, n)
+		h := newGateHook(g.names(keys[0]).entry)
+		rdb.AddHook(h)
+
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			if r, err := g.Do(ctxT(t), keys[0], nil2); err != nil || r.Status != Hit {
+				t.Errorf("the held caller: %v %v", r.Status, err)
+			}
+		})
+		<-h.entered
+		ctx, cancel := context.WithCancel(ctxT(t))
+		errs := make([]error, n)
+		var left sync.WaitGroup
+		for i := 1; i < n; i++ {
+			if i%2 == 0 { // these stay
+				wg.Go(func() {
+					r, err := g.Do(ctxT(t), keys[i], nil2)
+					if err != nil || string(r.Value) != "v:"+keys[i] {
+						t.Errorf("caller %d that stayed: %q %v", i, r.Value, err)
+					}
+				})
+				continue
+			}
+			left.Go(func() { _, errs[i] = g.Do(ctx, keys[i], nil2) })
+		}
+		queued(t, g, n-1)
+		cancel()
+		left.Wait() // while the GET ahead is still held
+		for i := 1; i < n; i += 2 {
+			if !errors.Is(errs[i], context.Canceled) {
+				t.Errorf("caller %d that left: %v, want context.Canceled", i, errs[i])
+			}
+		}
+		close(h.gate)
+		wg.Wait()
+		if g.br.open() || redisErrs.Load() != 0 {
+			t.Fatalf("callers that left counted against Redis: breaker open %v, %d Redis errors", g.br.open(), redisErrs.Load())
+		}
+		for _, key := range keys {
+			if r, err := g.Do(ctxT(t), key, nil2); err != nil || r.Status != Hit {
+				t.Fatalf("after: %v %v", r.Status, err)
+			}
+		}
+	})
+}
+
+// TestHitBatchLonePanics: a lone caller's GET that panics (a hook) still
+// hands the callers queued behind it to a flusher.
+func TestHitBatchLonePanics(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	g := newGroup(t, rdb, Options{})
+	const n = 5
+	keys := hotKeys(t, g, n)
+	h := newGateHook(g.names(keys[0]).entry)
+	h.panics = true
+	rdb.AddHook(h)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("the hook's panic did not reach its caller")
+			}
+		}()
+		_, _ = g.Do(ctxT(t), keys[0], nil2)
+	})
+	<-h.entered
+	for i := 1; i < n; i++ {
+		wg.Go(func() {
+			if r, err := g.Do(ctxT(t), keys[i], nil2); err != nil || string(r.Value) != "v:"+keys[i] {
+				t.Errorf("caller %d queued behind the panic: %q %v", i, r.Value, err)
+			}
+		})
+	}
+	queued(t, g, n-1)
+	close(h.gate)
+	wg.Wait()
+}
+
+// TestHitBatchFrozenRedis: on a frozen server, callers queued behind a
+// stalled GET each leave within RedisTimeout of their own start (not after
+// the stalled GET and then their own batch), are served by the loader, and
+// the breaker opens; after the thaw, hits resume. No goroutine is left. On
+// a cluster one master is frozen: the pipeline of a batch spans the
+// masters, and its callers leave within the same bound.
+func TestHitBatchFrozenRedis(t *testing.T) {
+	t.Run("standalone", func(t *testing.T) {
+		srv := redistest.Start(t)
+		frozenHits(t, srv.Client(t), srv)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		cl := redistest.StartCluster(t, redistest.ClusterOptions{NodeTimeout: time.Minute})
+		rdb := cl.Client(t)
+		frozenHits(t, rdb, nil, func(keys []string) *redistest.Server { return cl.MasterFor(t, keys[0]) })
+	})
+}
+
+// frozenHits freezes srv, or the server pick returns for the keys.
+func frozenHits(t *testing.T, rdb redis.UniversalClient, srv *redistest.Server, pick ...func([]string) *redistest.Server) {
+	defer noLeaks(t)()
+	const timeout = 400 * time.Millisecond
+	var opened atomic.Int64
+	g, err := New(rdb, Options{
+		RedisTimeout: timeout, BreakerCooldown: 200 * time.Millisecond,
+		Hooks: Hooks{Breaker: func(open bool) {
+			if open {
+				opened.Add(1)
+			}
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	const n = 16
+	keys := hotKeys(t, g, n)
+	if srv == nil {
+		srv = pick[0](keys)
+	}
+
+	srv.Freeze(t)
+	took := make([]time.Duration, n)
+	results := make([]Result, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	do := func(i int) {
+		wg.Go(func() {
+			start := time.Now()
+			results[i], errs[i] = g.Do(ctxT(t), keys[i], valueOf(keys[i]))
+			took[i] = time.Since(start)
+		})
+	}
+	do(0) // keys[0] lives on the frozen server
+	redistest.Eventually(t, 10*time.Second, "the lone GET in flight", func() bool {
+		g.hq.mu.Lock()
+		defer g.hq.mu.Unlock()
+		return g.hq.busy
+	})
+	for i := 1; i < n; i++ {
+		do(i)
+	}
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil || string(results[i].Value) != "v:"+keys[i] {
+			t.Errorf("caller %d: %v %q %v, want the value", i, results[i].Status, results[i].Value, errs[i])
+		}
+		// The bound is RedisTimeout plus scheduling on a loaded machine; a
+		// caller that paid for the stalled GET ahead of it and then for its
+		// own batch would take twice RedisTimeout.
+		if took[i] >= 2*timeout {
+			t.Errorf("caller %d took %v on a frozen Redis, RedisTimeout %v", i, took[i], timeout)
+		}
+	}
+	if results[0].Status != Degraded || opened.Load() == 0 {
+		t.Errorf("the caller on the frozen server: %v; breaker opened %d times; want degraded and open", results[0].Status, opened.Load())
+	}
+	srv.Thaw(t)
+	redistest.Eventually(t, 10*time.Second, "hits after the thaw", func() bool {
+		r, err := g.Do(ctxT(t), keys[0], valueOf(keys[0]))
+		return err == nil && r.Status == Hit
+	})
+}
+
+// TestHitBatchOff: with MaxHitBatch Disabled, or on a client with go-redis
+// client-side caching (which pipelines bypass), every hit is a plain GET.
+func TestHitBatchOff(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	if g := newGroup(t, rdb, Options{MaxHitBatch: Disabled}); g.hq != nil {
+		t.Error("MaxHitBatch Disabled still batches")
+	}
+	if g := newGroup(t, rdb, Options{}); g.hq == nil || g.hq.max != defaultHitBatch {
+		t.Errorf("default MaxHitBatch: %+v, want a batcher of %d", g.hq, defaultHitBatch)
+	}
+	csc := redistest.Shared(t).Client(t, func(o *redis.Options) {
+		o.Protocol = 3
+		o.ClientSideCacheConfig = &redis.ClientSideCacheConfig{MaxEntries: 100}
+	})
+	if g := newGroup(t, csc, Options{}); g.hq != nil {
+		t.Error("a client-side caching client batches hits")
+	}
+	if _, err := New(rdb, Options{MaxHitBatch: -2}); err == nil {
+		t.Error("MaxHitBatch -2 accepted")
+	}
+}
