@@ -33,3 +33,9 @@ var adapter = conformance.Adapter{
 // TestRules runs the rules every HTTP adapter shares (package
 // middleware/internal/conformance) on standalone Redis and on a cluster.
 func TestRules(t *testing.T) { conformance.Rules(t, adapter) }
+
+// TestPoisoning runs the cache-poisoning suite (no input the key ignores
+// decides what another client is served) on miniredis and on a cluster.
+func TestPoisoning(t *testing.T) { conformance.Poisoning(t, adapter) }
+
+func TestPoisoningCluster(t *testing.T) { conformance.PoisoningCluster(t, adapter) }
