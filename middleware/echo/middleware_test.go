@@ -14,21 +14,12 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/stampede-go/stampede/guard"
-	"github.com/stampede-go/stampede/internal/redistest"
 	guardecho "github.com/stampede-go/stampede/middleware/echo"
+	"github.com/stampede-go/stampede/middleware/internal/conformance"
 )
 
 func newGroup(t *testing.T) *guard.Group {
-	t.Helper()
-	_, rdb := redistest.Mini(t)
-	// A generous RedisTimeout: a loaded machine must not turn an answer
-	// into a degraded one.
-	g, err := guard.New(rdb, guard.Options{FreshFor: time.Hour, RedisTimeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = g.Close() })
-	return g
+	return conformance.MiniGroup(t, guard.Options{FreshFor: time.Hour})
 }
 
 // app returns an echo app with the middleware and a counted route.

@@ -6,40 +6,19 @@ import (
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stampede-go/stampede/guard"
-	"github.com/stampede-go/stampede/internal/redistest"
+	"github.com/stampede-go/stampede/middleware/internal/conformance"
 )
 
-// newGroup returns a Group on rdb, closed when t ends.
+// newGroup and miniGroup are the shared tables' helpers.
 func newGroup(t testing.TB, rdb redis.UniversalClient, o guard.Options) *guard.Group {
-	t.Helper()
-	if o.Namespace == "" {
-		o.Namespace = redistest.Key(t) + ":"
-	}
-	if o.RedisTimeout == 0 {
-		// These tests are about the middleware, not Redis latency: a
-		// loaded machine (-race, packages in parallel) must not turn an
-		// answer into a degraded one.
-		o.RedisTimeout = 10 * time.Second
-	}
-	g, err := guard.New(rdb, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = g.Close() })
-	return g
+	return conformance.NewGroup(t, rdb, o)
 }
 
-// miniGroup returns a Group on a miniredis of its own.
-func miniGroup(t testing.TB, o guard.Options) *guard.Group {
-	t.Helper()
-	_, rdb := redistest.Mini(t)
-	return newGroup(t, rdb, o)
-}
+func miniGroup(t testing.TB, o guard.Options) *guard.Group { return conformance.MiniGroup(t, o) }
 
 // origin counts its calls; serve answers them (default: a 200 text body
 // naming the call and the request).

@@ -29,7 +29,7 @@ func coalescingAcrossServers(t *testing.T, a Adapter, top topology) {
 	}}
 	var urls []string
 	for range 2 {
-		g := newGroup(t, top.client(t), guard.Options{Namespace: ns})
+		g := NewGroup(t, top.client(t), guard.Options{Namespace: ns})
 		srv := httptest.NewServer(gt.in(a.New(g, Config{}, o)))
 		t.Cleanup(srv.Close)
 		urls = append(urls, srv.URL)
@@ -102,7 +102,7 @@ func followersRunTheirOwnHandler(t *testing.T, a Adapter, top topology) {
 			const n = 20
 			gt := newGate(n)
 			var coalesced atomic.Int64
-			g := newGroup(t, top.client(t), guard.Options{Hooks: guard.Hooks{Coalesced: func(string) { coalesced.Add(1) }}})
+			g := NewGroup(t, top.client(t), guard.Options{Hooks: guard.Hooks{Coalesced: func(string) { coalesced.Add(1) }}})
 			o := &origin{serve: func(w http.ResponseWriter, r *http.Request, _ int64) {
 				gt.wait(t)
 				answer(w, r.Header.Get("X-Req"))
@@ -142,7 +142,7 @@ func leaderDisconnect(t *testing.T, a Adapter, top topology) {
 	noLeaks(t)
 	const followers = 5
 	gt := newGate(1 + followers)
-	g := newGroup(t, top.client(t), guard.Options{})
+	g := NewGroup(t, top.client(t), guard.Options{})
 	started, release := make(chan struct{}), make(chan struct{})
 	handlerCtxErr := make(chan error, 1)
 	o := &origin{serve: func(w http.ResponseWriter, r *http.Request, n int64) {
@@ -188,7 +188,7 @@ func leaderDisconnect(t *testing.T, a Adapter, top topology) {
 // gets 503; http.ErrAbortHandler is re-panicked for net/http.
 func handlerPanic(t *testing.T, a Adapter, top topology) {
 	noLeaks(t)
-	g := newGroup(t, top.client(t), guard.Options{ErrorBackoff: time.Hour})
+	g := NewGroup(t, top.client(t), guard.Options{ErrorBackoff: time.Hour})
 	o := &origin{serve: func(w http.ResponseWriter, r *http.Request, _ int64) {
 		if r.URL.Path == "/abort" {
 			panic(http.ErrAbortHandler)
@@ -218,7 +218,7 @@ func panicFollowers(t *testing.T, a Adapter, top topology) {
 	const n = 10
 	gt := newGate(n)
 	var coalesced atomic.Int64
-	g := newGroup(t, top.client(t), guard.Options{ErrorBackoff: time.Hour, Hooks: guard.Hooks{Coalesced: func(string) { coalesced.Add(1) }}})
+	g := NewGroup(t, top.client(t), guard.Options{ErrorBackoff: time.Hour, Hooks: guard.Hooks{Coalesced: func(string) { coalesced.Add(1) }}})
 	o := &origin{serve: func(w http.ResponseWriter, r *http.Request, _ int64) {
 		gt.wait(t)
 		panic("boom")

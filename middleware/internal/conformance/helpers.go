@@ -30,9 +30,10 @@ var topologies = []topology{
 	{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.SharedCluster(t).Client(t) }},
 }
 
-// newGroup returns a Group on rdb, closed when t ends, in a namespace of its
-// own unless o names one.
-func newGroup(t testing.TB, rdb redis.UniversalClient, o guard.Options) *guard.Group {
+// NewGroup returns a Group on rdb, closed when t ends, in a namespace of its
+// own unless o names one, with a generous RedisTimeout unless o sets one.
+// Every adapter's tests build their Groups with it.
+func NewGroup(t testing.TB, rdb redis.UniversalClient, o guard.Options) *guard.Group {
 	t.Helper()
 	if o.Namespace == "" {
 		o.Namespace = redistest.Key(t) + ":"
@@ -49,6 +50,13 @@ func newGroup(t testing.TB, rdb redis.UniversalClient, o guard.Options) *guard.G
 	}
 	t.Cleanup(func() { _ = g.Close() })
 	return g
+}
+
+// MiniGroup returns NewGroup on a miniredis of its own.
+func MiniGroup(t testing.TB, o guard.Options) *guard.Group {
+	t.Helper()
+	_, rdb := redistest.Mini(t)
+	return NewGroup(t, rdb, o)
 }
 
 // noLeaks checks, when t ends (after the cleanups registered later), that

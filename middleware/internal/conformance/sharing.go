@@ -141,7 +141,7 @@ func sharing(t *testing.T, a Adapter, rdb redis.UniversalClient) {
 	for _, row := range rows {
 		t.Run(row.name, func(t *testing.T) {
 			t.Parallel()
-			g := newGroup(t, rdb, guard.Options{FreshFor: time.Hour})
+			g := NewGroup(t, rdb, guard.Options{FreshFor: time.Hour})
 			o := &origin{serve: row.serve}
 			h := a.New(g, row.cfg, o)
 			first := serve(h, row.req1)

@@ -30,7 +30,7 @@ func stale(t *testing.T, a Adapter) {
 		}
 	}}
 	node := func() (*guard.Group, http.Handler) {
-		g := newGroup(t, rdb, guard.Options{Namespace: ns, FreshFor: time.Minute, StaleFor: time.Hour, Jitter: guard.Disabled})
+		g := NewGroup(t, rdb, guard.Options{Namespace: ns, FreshFor: time.Minute, StaleFor: time.Hour, Jitter: guard.Disabled})
 		return g, a.New(g, Config{}, o)
 	}
 	_, h1 := node()
@@ -92,7 +92,7 @@ func staleServedWhileRefreshFails(t *testing.T, a Adapter) {
 				refresh(w)
 			}}
 			opts := guard.Options{Namespace: ns, FreshFor: time.Minute, StaleFor: time.Hour, Jitter: guard.Disabled}
-			h1 := a.New(newGroup(t, rdb, opts), Config{}, o)
+			h1 := a.New(NewGroup(t, rdb, opts), Config{}, o)
 			serve(h1, get("/a"))
 
 			mr.SetTime(now.Add(2 * time.Minute)) // stale, seen by a new node
@@ -103,7 +103,7 @@ func staleServedWhileRefreshFails(t *testing.T, a Adapter) {
 					t.Error("the refresh's handler did not answer")
 				}
 			}
-			g2 := newGroup(t, rdb, opts)
+			g2 := NewGroup(t, rdb, opts)
 			rec := serve(a.New(g2, Config{}, o), get("/a"))
 			if rec.Code != 200 || rec.Body.String() != "v1" || rec.Header().Get("Set-Cookie") != "" {
 				t.Errorf("got %d %q %v, want the stale 200 v1", rec.Code, rec.Body, rec.Header())
@@ -139,7 +139,7 @@ func upstreamWindows(t *testing.T, a Adapter) {
 		fmt.Fprintf(w, "v%d", n)
 	}}
 	node := func() http.Handler {
-		g := newGroup(t, rdb, guard.Options{Namespace: ns, FreshFor: time.Hour, StaleFor: time.Hour, Jitter: guard.Disabled})
+		g := NewGroup(t, rdb, guard.Options{Namespace: ns, FreshFor: time.Hour, StaleFor: time.Hour, Jitter: guard.Disabled})
 		return a.New(g, Config{UpstreamWindows: true}, o)
 	}
 	h := node()

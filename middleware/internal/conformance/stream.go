@@ -22,7 +22,7 @@ func largeBodyStreams(t *testing.T, a Adapter, top topology) {
 	for _, flush := range []bool{false, true} {
 		t.Run(fmt.Sprintf("flush=%v", flush), func(t *testing.T) {
 			noLeaks(t)
-			g := newGroup(t, top.client(t), guard.Options{})
+			g := NewGroup(t, top.client(t), guard.Options{})
 			proceed := make(chan struct{})
 			var once sync.Once
 			release := func() { once.Do(func() { close(proceed) }) }
@@ -73,7 +73,7 @@ func largeBodyStreams(t *testing.T, a Adapter, top topology) {
 // server goes on serving.
 func panicWhileStreaming(t *testing.T, a Adapter, top topology) {
 	noLeaks(t)
-	g := newGroup(t, top.client(t), guard.Options{})
+	g := NewGroup(t, top.client(t), guard.Options{})
 	o := &origin{serve: func(w http.ResponseWriter, r *http.Request, _ int64) {
 		if r.URL.Path == "/ok" {
 			fmt.Fprint(w, "ok")
@@ -111,7 +111,7 @@ func panicWhileStreaming(t *testing.T, a Adapter, top topology) {
 // own, while the handler is still running; it is never stored.
 func eventStream(t *testing.T, a Adapter, top topology) {
 	noLeaks(t)
-	g := newGroup(t, top.client(t), guard.Options{})
+	g := NewGroup(t, top.client(t), guard.Options{})
 	step := make(chan struct{})
 	o := &origin{serve: func(w http.ResponseWriter, r *http.Request, _ int64) {
 		w.Header().Set("Content-Type", "text/event-stream")
