@@ -45,6 +45,14 @@ type Config struct {
 	// key. Default: false.
 	UpstreamWindows bool
 
+	// RequireFreshness stores only responses that state their freshness
+	// (Cache-Control s-maxage or max-age, or Expires against Date), for
+	// exactly as long as they state. With UpstreamWindows and
+	// HonorClientNoCache it makes the middleware an RFC 9111 shared cache.
+	// Default: false (a response without freshness information is stored
+	// for the Group's windows).
+	RequireFreshness bool
+
 	// UnkeyedForwarding leaves the forwarding and override headers
 	// (ForwardingHeaders: X-Forwarded-Host, X-Forwarded-Proto, Forwarded,
 	// X-Original-URL...) out of the key. By default they are keyed: a
@@ -69,6 +77,7 @@ func Middleware(g *guard.Group, cfg Config) gin.HandlerFunc {
 		Statuses:           cfg.Statuses,
 		HonorClientNoCache: cfg.HonorClientNoCache,
 		UpstreamWindows:    cfg.UpstreamWindows,
+		RequireFreshness:   cfg.RequireFreshness,
 		UnkeyedForwarding:  cfg.UnkeyedForwarding,
 	})
 	return func(c *gin.Context) {

@@ -43,6 +43,14 @@ type Config struct {
 	// stale windows per key. Default: false (the guard's windows apply).
 	UpstreamWindows bool
 
+	// RequireFreshness stores only responses that state their freshness
+	// (Cache-Control s-maxage or max-age, or Expires against Date), for
+	// exactly as long as they state. With UpstreamWindows and
+	// HonorClientNoCache it makes the middleware an RFC 9111 shared cache.
+	// Default: false (a response without freshness information is stored
+	// for the Group's windows).
+	RequireFreshness bool
+
 	// UnkeyedForwarding leaves the forwarding and override headers
 	// (ForwardingHeaders: X-Forwarded-Host, Forwarded, X-Original-URL...)
 	// out of the key. By default they are keyed, because a client can send
@@ -68,6 +76,7 @@ func (c Config) options() httpcache.Options {
 		Statuses:           c.Statuses,
 		HonorClientNoCache: c.HonorClientNoCache,
 		UpstreamWindows:    c.UpstreamWindows,
+		RequireFreshness:   c.RequireFreshness,
 		UnkeyedForwarding:  c.UnkeyedForwarding,
 	}
 }

@@ -20,6 +20,7 @@ type Options struct {
 	Statuses           []int
 	HonorClientNoCache bool
 	UpstreamWindows    bool
+	RequireFreshness   bool
 	UnkeyedForwarding  bool
 }
 
