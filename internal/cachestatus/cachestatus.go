@@ -23,6 +23,10 @@ const (
 	Degraded = "stampede; fwd=miss; detail=degraded"
 	// Miss: the origin answered, nothing was stored.
 	Miss = "stampede; fwd=miss"
+	// Request: a stored response was found, but the request's own
+	// directives (max-age, min-fresh) did not allow its use (RFC 9211
+	// fwd=request).
+	Request = "stampede; fwd=request"
 	// Bypass: the request was not eligible for the cache.
 	Bypass = "stampede; fwd=bypass"
 )

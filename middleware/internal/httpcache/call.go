@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"sync"
+	"time"
 
 	"github.com/stampede-go/stampede/guard"
+	"github.com/stampede-go/stampede/internal/cachestatus"
 )
 
 // call is one request served through the guard. Its load may run in
@@ -25,6 +28,11 @@ type call struct {
 	key string
 	r   *http.Request
 	h   Handler
+	// vary: the key is a variant of the URL key primary, selected by these
+	// request headers (vary.go).
+	vary    []string
+	primary string
+	filled  string // the variant key this request's own load filled
 
 	mu        sync.Mutex
 	w         http.ResponseWriter // the client's writer; nil once Serve stops waiting
@@ -59,9 +67,12 @@ func (c *call) load(ctx context.Context) ([]byte, error) {
 	}()
 
 	req := c.r.Clone(ctx)
-	// HEAD shares GET's entry, so the entry must hold GET's body.
+	// HEAD shares GET's entry, so the entry must hold GET's body; the
+	// client's preconditions are answered from the entry, never stored.
 	req.Method = http.MethodGet
 	req.Body, req.GetBody, req.ContentLength = http.NoBody, nil, 0
+	stripConditionals(req.Header)
+	sent := time.Now()
 	herr := c.h(cw, req)
 	normal = true
 
@@ -81,23 +92,82 @@ func (c *call) load(ctx context.Context) ([]byte, error) {
 		cw.hold()
 		return nil, guard.NoStore(&notShared{reason: cw.why})
 	}
-	if c.e.upstream {
-		if win, ok := upstreamWindows(cw.snap); ok {
-			if win.freshSet && win.fresh == 0 {
-				cw.hold()
-				return nil, guard.NoStore(&notShared{reason: "max-age=0"})
-			}
-			// This response's own windows, from its first load on.
-			if err := guard.SetWindows(ctx, win.guardWindows()); err != nil {
-				cw.hold()
-				return nil, guard.NoStore(&notShared{reason: err.Error()})
-			}
-		}
+	return c.store(ctx, cw, responseFreshness(cw.snap, sent, cw.received))
+}
+
+// store encodes the captured response cw for its key with the windows its
+// freshness gives it: as a variant when it varies on headers the key does
+// not hold.
+func (c *call) store(ctx context.Context, cw *capture, f freshness) ([]byte, error) {
+	e := c.e
+	p := e.place(f)
+	names, star := e.varyNames(cw.snap)
+	switch {
+	case p.reason != "":
+	case star:
+		p.reason = "Vary: *"
+	case c.vary != nil && !slices.Equal(names, c.vary):
+		// The response no longer varies as the record says: drop the
+		// record, so the next request learns the new names.
+		p.reason = "Vary changed"
+		primary := c.primary
+		go func() {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = e.g.Invalidate(ctx, primary)
+		}()
+	}
+	if p.reason != "" {
+		cw.hold()
+		return nil, guard.NoStore(&notShared{reason: p.reason})
 	}
 	if _, ok := cw.snap["Content-Type"]; !ok && len(cw.buf) > 0 {
 		cw.snap["Content-Type"] = []string{http.DetectContentType(cw.buf)}
 	}
-	return encodeResponse(cw.status, cw.snap, cw.buf), nil
+	val := encodeResponse(cw.status, int64(f.initialAge/time.Second), cw.snap, cw.buf)
+	w := p.windows()
+	if c.vary == nil && len(names) > 0 {
+		rec := varyRecord{gen: newGeneration(), names: names}
+		c.fillVariant(ctx, variantKey(c.key, rec, c.r), val, w)
+		val = encodeRecord(rec)
+	}
+	if w != (guard.Windows{}) {
+		if err := guard.SetWindows(ctx, w); err != nil {
+			cw.hold()
+			return nil, guard.NoStore(&notShared{reason: err.Error()})
+		}
+	}
+	return val, nil
+}
+
+// fillVariant stores the variant val of a new record under key before the
+// record itself lands, so that the callers woken by the record find their
+// variant stored when it is this one, instead of calling the handler again.
+func (c *call) fillVariant(ctx context.Context, key string, val []byte, w guard.Windows) {
+	_, err := c.e.g.Do(ctx, key, func(ctx context.Context) ([]byte, error) {
+		if w != (guard.Windows{}) {
+			if err := guard.SetWindows(ctx, w); err != nil {
+				return nil, err
+			}
+		}
+		return val, nil
+	})
+	if err == nil {
+		c.mu.Lock()
+		c.filled = key
+		c.mu.Unlock()
+	}
+}
+
+// status is the Cache-Status of res served to c's request.
+func (c *call) status(res guard.Result) string {
+	c.mu.Lock()
+	filled := c.filled
+	c.mu.Unlock()
+	if res.Status == guard.Hit && filled != "" && filled == c.key {
+		return cachestatus.Stored
+	}
+	return cachestatus.Of(res.Status)
 }
 
 // detach is called when the guard answered: from now on the load writes

@@ -42,6 +42,7 @@ type Engine struct {
 	honorClient bool
 	forwarding  bool // forwarding headers are keyed
 	upstream    bool // the response's Cache-Control sets its windows
+	strict      bool // only responses with explicit freshness are stored
 }
 
 // New returns an Engine for g; it panics on a nil g (a programming error).
@@ -65,11 +66,13 @@ func New(g *guard.Group, o Options) *Engine {
 		st = DefaultStatuses
 	}
 	for _, s := range st {
-		if s >= 200 && s < 500 && s != http.StatusPartialContent {
+		// A 304 answers a conditional request: it is never a stored
+		// response (revalidation merges it into one).
+		if s >= 200 && s < 500 && s != http.StatusPartialContent && s != http.StatusNotModified {
 			e.statuses[s] = true
 		}
 	}
-	e.upstream = o.UpstreamWindows
+	e.upstream, e.strict = o.UpstreamWindows, o.RequireFreshness
 	return e
 }
 
@@ -117,9 +120,14 @@ func (e *Engine) ServeKey(w http.ResponseWriter, r *http.Request, key string, di
 }
 
 func (e *Engine) serve(w http.ResponseWriter, r *http.Request, key string, direct func() error, h Handler, again bool) error {
-	c := &call{e: e, key: key, w: w, r: r, h: h}
+	return e.serveCall(w, r, &call{e: e, key: key, w: w, r: r, h: h}, direct, again)
+}
+
+// serveCall serves c's request from c's key: the URL's key, or, with
+// c.vary set, one of its variants.
+func (e *Engine) serveCall(w http.ResponseWriter, r *http.Request, c *call, direct func() error, again bool) error {
 	ctx := r.Context()
-	res, err := e.g.Do(ctx, key, c.load)
+	res, err := e.g.Do(ctx, c.key, c.load)
 	if c.detach(ctx) {
 		// This call's own load streamed its response to w.
 		return c.outcome(w)
@@ -128,13 +136,28 @@ func (e *Engine) serve(w http.ResponseWriter, r *http.Request, key string, direc
 	var pe *guard.PanicError
 	switch {
 	case err == nil:
-		if e.write(w, r, res) {
-			return nil
+		switch {
+		case isRecord(res.Value) && c.vary == nil:
+			if rec, derr := decodeRecord(res.Value); derr == nil {
+				v := &call{e: e, key: variantKey(c.key, rec, r), w: w, r: r, h: c.h, vary: rec.names, primary: c.key}
+				v.filled = c.filled
+				return e.serveCall(w, r, v, direct, again)
+			}
+		default:
+			if sr, derr := decodeResponse(res.Value); derr == nil {
+				if st := c.status(res); e.usable(r, &sr, res) {
+					e.write(w, r, &sr, res, st)
+					return nil
+				}
+				w.Header().Set("Cache-Status", cachestatus.Request)
+				return direct()
+			}
 		}
 		// Garbage under the key: drop it and try once more; the guard
 		// coalesces the retries, so a corrupt entry is not a stampede.
-		if again && e.g.Invalidate(ctx, key) == nil {
-			return e.serve(w, r, key, direct, h, false)
+		if again && e.g.Invalidate(ctx, c.key) == nil {
+			c2 := &call{e: e, key: c.key, w: w, r: r, h: c.h, vary: c.vary, primary: c.primary}
+			return e.serveCall(w, r, c2, direct, false)
 		}
 	case errors.As(err, &ns):
 		if c.loaded() {
@@ -162,27 +185,57 @@ func (e *Engine) serve(w http.ResponseWriter, r *http.Request, key string, direc
 	return direct()
 }
 
-// write serves a stored response; false when it does not decode.
-func (e *Engine) write(w http.ResponseWriter, r *http.Request, res guard.Result) bool {
-	status, hdr, body, err := decodeResponse(res.Value)
-	if err != nil {
+// usable reports whether a client's request directives let it be served
+// sr (RFC 9111 §5.2.1); they are read only with HonorClientNoCache.
+func (e *Engine) usable(r *http.Request, sr *storedResponse, res guard.Result) bool {
+	if !e.honorClient || len(r.Header["Cache-Control"]) == 0 {
+		return true
+	}
+	cc := parseCacheControl(r.Header["Cache-Control"])
+	age := sr.initialAge + int64(res.Age/time.Second)
+	switch {
+	case cc.maxAge >= 0 && age > cc.maxAge && (res.Status != guard.Stale || cc.maxStale < 0):
+		return false
+	case cc.minFresh >= 0 && (res.Status == guard.Stale || freshFor(res) < time.Duration(cc.minFresh)*time.Second):
 		return false
 	}
+	return true
+}
+
+// freshFor is how much longer res is fresh.
+func freshFor(res guard.Result) time.Duration {
+	return 1<<63 - 1 // TODO(g1): res.Fresh
+}
+
+// write serves a stored response, or the 304 or 412 the request's
+// preconditions make of it.
+func (e *Engine) write(w http.ResponseWriter, r *http.Request, sr *storedResponse, res guard.Result, status string) {
+	age := strconv.FormatInt(min(sr.initialAge+int64(res.Age/time.Second), maxDelta), 10)
+	switch precondition(r, sr) {
+	case http.StatusNotModified:
+		writeNotModified(w, sr, age, status)
+		return
+	case http.StatusPreconditionFailed:
+		dst := w.Header()
+		dst["Cache-Status"] = []string{status}
+		dst["Content-Type"] = []string{"text/plain; charset=utf-8"}
+		w.WriteHeader(http.StatusPreconditionFailed)
+		return
+	}
 	dst := w.Header()
-	for k, v := range hdr {
+	for k, v := range sr.header {
 		dst[k] = v
 	}
-	dst["Age"] = []string{strconv.FormatInt(int64(res.Age/time.Second), 10)}
-	dst["Cache-Status"] = []string{cachestatus.Of(res.Status)}
-	withBody := status != http.StatusNoContent && status != http.StatusNotModified
+	dst["Age"] = []string{age}
+	dst["Cache-Status"] = []string{status}
+	withBody := sr.status != http.StatusNoContent && sr.status != http.StatusNotModified
 	if withBody {
-		dst["Content-Length"] = []string{strconv.Itoa(len(body))}
+		dst["Content-Length"] = []string{strconv.Itoa(len(sr.body))}
 	}
-	w.WriteHeader(status)
+	w.WriteHeader(sr.status)
 	if withBody && r.Method != http.MethodHead {
-		_, _ = w.Write(body)
+		_, _ = w.Write(sr.body)
 	}
-	return true
 }
 
 // notShared is the error a load wraps in guard.NoStore when its response is

@@ -119,30 +119,35 @@ func TestForwardingListFits(t *testing.T) {
 	}
 }
 
-// TestVaryOnForwarding: a response may vary on a forwarding header while
-// the key holds it whole; Forwarded is held without its for= pairs, so a
-// response varying on it is not shared unless KeyHeaders lists it.
+// TestVaryOnForwarding: a response may vary on a forwarding header that the
+// key holds whole and still be stored under the URL's key; Forwarded is held
+// without its for= pairs, so a response varying on it is stored per variant
+// unless KeyHeaders lists it.
 func TestVaryOnForwarding(t *testing.T) {
 	rows := []struct {
-		vary          string
-		forwarding    bool
-		keyHeaders    []string
-		wantShareable bool
+		vary        string
+		forwarding  bool
+		keyHeaders  []string
+		wantVariant bool
 	}{
-		{"X-Forwarded-Proto", true, nil, true},
-		{"x-forwarded-host", true, nil, true},
-		{"X-Forwarded-Proto", false, nil, false},
-		{"X-Forwarded-Proto", false, []string{"X-Forwarded-Proto"}, true},
-		{"Forwarded", true, nil, false},
-		{"Forwarded", true, []string{"Forwarded"}, true},
-		{"X-Forwarded-For", true, nil, false},
+		{"X-Forwarded-Proto", true, nil, false},
+		{"x-forwarded-host", true, nil, false},
+		{"X-Forwarded-Proto", false, nil, true},
+		{"X-Forwarded-Proto", false, []string{"X-Forwarded-Proto"}, false},
+		{"Forwarded", true, nil, true},
+		{"Forwarded", true, []string{"Forwarded"}, false},
+		{"X-Forwarded-For", true, nil, true},
 	}
 	for _, row := range rows {
 		e := &Engine{forwarding: row.forwarding, keyHeaders: canonicalHeaders(row.keyHeaders)}
 		e.statuses[200] = true
-		if got := e.shareable(200, http.Header{"Vary": {row.vary}}); got != row.wantShareable {
-			t.Errorf("Vary: %s, forwarding keyed %v, KeyHeaders %v: shareable %v, want %v",
-				row.vary, row.forwarding, row.keyHeaders, got, row.wantShareable)
+		if !e.shareable(200, http.Header{"Vary": {row.vary}}) {
+			t.Errorf("Vary: %s: not shareable", row.vary)
+		}
+		names, _ := e.varyNames(http.Header{"Vary": {row.vary}})
+		if got := len(names) > 0; got != row.wantVariant {
+			t.Errorf("Vary: %s, forwarding keyed %v, KeyHeaders %v: stored per variant %v, want %v",
+				row.vary, row.forwarding, row.keyHeaders, got, row.wantVariant)
 		}
 	}
 }

@@ -9,8 +9,13 @@ import (
 
 // A stored response is
 //
-//	"shr" version(1)  uvarint status  uvarint #headers
-//	  { str name  uvarint #values { str value } }  str body
+//	"shr" version(2)  uvarint status  uvarint initial age (seconds)
+//	  uvarint #headers  { str name  uvarint #values { str value } }  str body
+//
+// The initial age is the age the response had when the engine received it
+// (RFC 9111 §4.2.3, corrected_initial_age): the Age sent with it adds the
+// time it has been stored. Everything before the body is the head, which a
+// revalidation (a 304) replaces without moving the body.
 //
 // where str is a uvarint length then the bytes. Decoding checks every
 // length against what is left, bounds the counts, validates names and
@@ -18,7 +23,7 @@ import (
 // engine treats as a miss.
 const (
 	entryMagic   = "shr"
-	entryVersion = 1
+	entryVersion = 2
 	maxHeaders   = 1024
 	maxValues    = 1024
 )
@@ -49,13 +54,22 @@ func storedHeader(name string, conn []string) bool {
 	return true
 }
 
-func encodeResponse(status int, h http.Header, body []byte) []byte {
+// storedResponse is a decoded stored response; body aliases the entry.
+type storedResponse struct {
+	status     int
+	initialAge int64 // seconds
+	header     http.Header
+	body       []byte
+	headLen    int // bytes before the body: what a revalidation replaces
+}
+
+func encodeResponse(status int, initialAge int64, h http.Header, body []byte) []byte {
 	var conn []string
 	for _, v := range h["Connection"] {
 		conn = append(conn, strings.Split(v, ",")...)
 	}
 	n := 0
-	size := len(entryMagic) + 1 + 3 + 3 + len(body) + 5
+	size := len(entryMagic) + 1 + 3 + 5 + 3 + len(body) + 5
 	for k, vs := range h {
 		if !storedHeader(http.CanonicalHeaderKey(k), conn) || len(vs) == 0 {
 			continue
@@ -70,6 +84,7 @@ func encodeResponse(status int, h http.Header, body []byte) []byte {
 	b = append(b, entryMagic...)
 	b = append(b, entryVersion)
 	b = binary.AppendUvarint(b, uint64(status))
+	b = binary.AppendUvarint(b, uint64(initialAge))
 	b = binary.AppendUvarint(b, uint64(n))
 	for k, vs := range h {
 		if !storedHeader(http.CanonicalHeaderKey(k), conn) || len(vs) == 0 {
@@ -115,43 +130,46 @@ func (d *decoder) bytes() []byte {
 	return s
 }
 
-// decodeResponse parses a stored response. body aliases b.
-func decodeResponse(b []byte) (status int, h http.Header, body []byte, err error) {
+// decodeResponse parses a stored response. The body aliases b.
+func decodeResponse(b []byte) (storedResponse, error) {
+	var sr storedResponse
 	if len(b) < len(entryMagic)+1 || string(b[:len(entryMagic)]) != entryMagic || b[len(entryMagic)] != entryVersion {
-		return 0, nil, nil, errCorruptResponse
+		return sr, errCorruptResponse
 	}
 	d := decoder{b: b[len(entryMagic)+1:]}
-	status = int(d.uvarint(999))
-	if status < 200 {
-		return 0, nil, nil, errCorruptResponse
+	sr.status = int(d.uvarint(999))
+	sr.initialAge = int64(d.uvarint(maxDelta))
+	if sr.status < 200 {
+		return sr, errCorruptResponse
 	}
 	n := d.uvarint(maxHeaders)
-	h = make(http.Header, n)
+	h := make(http.Header, n)
 	for i := uint64(0); i < n && !d.bad; i++ {
 		name := d.bytes()
 		nv := d.uvarint(maxValues)
 		if d.bad || !validName(name) || nv == 0 {
-			return 0, nil, nil, errCorruptResponse
+			return sr, errCorruptResponse
 		}
 		vals := make([]string, 0, nv)
 		for j := uint64(0); j < nv && !d.bad; j++ {
 			v := d.bytes()
 			if !validValue(v) {
-				return 0, nil, nil, errCorruptResponse
+				return sr, errCorruptResponse
 			}
 			vals = append(vals, string(v))
 		}
 		k := string(name)
 		if _, dup := h[k]; dup || !storedHeader(http.CanonicalHeaderKey(k), nil) {
-			return 0, nil, nil, errCorruptResponse
+			return sr, errCorruptResponse
 		}
 		h[k] = vals
 	}
-	body = d.bytes()
+	body := d.bytes()
 	if d.bad || len(d.b) != 0 {
-		return 0, nil, nil, errCorruptResponse
+		return sr, errCorruptResponse
 	}
-	return status, h, body, nil
+	sr.header, sr.body, sr.headLen = h, body, len(b)-len(body)
+	return sr, nil
 }
 
 func validName(b []byte) bool {

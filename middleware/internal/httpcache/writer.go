@@ -2,6 +2,7 @@ package httpcache
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/stampede-go/stampede/internal/cachestatus"
 )
@@ -19,6 +20,7 @@ type capture struct {
 	unshared    bool // the response is not stored
 	streaming   bool // the response goes to the client as it is written
 	why         string
+	received    time.Time // when the status line arrived (RFC 9111 §4.2.3 response_time)
 }
 
 func (cw *capture) Header() http.Header { return cw.header }
@@ -27,7 +29,7 @@ func (cw *capture) WriteHeader(code int) {
 	if cw.wroteHeader || code < 200 {
 		return // informational responses are not forwarded
 	}
-	cw.wroteHeader, cw.status = true, code
+	cw.wroteHeader, cw.status, cw.received = true, code, time.Now()
 	cw.snap = canonical(cw.header)
 	if !cw.c.e.shareable(code, cw.snap) {
 		cw.unshare("response not shareable")

@@ -1,0 +1,183 @@
+package httpcache
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"net/http"
+	"slices"
+	"strings"
+)
+
+// Vary (RFC 9111 §4.1). A response whose Vary names request headers the key
+// does not hold is stored per variant. The URL's key then holds a record,
+// the list of those names and a generation; each variant lives under a key
+// derived from the URL's key, the generation and the request's normalised
+// values of the named headers, in the URL key's Redis Cluster hash slot
+// (the variant key carries the URL key's hash tag). A request reads the
+// record, then its variant: two round trips where a response that does not
+// vary (or varies on KeyHeaders only) costs one.
+//
+// The generation ties the variants to their record: invalidating the URL's
+// key drops the record, and the variants under the old generation are never
+// read again (they expire). A variant whose response no longer varies on
+// the record's names is served to its own request only, and the record is
+// dropped so that the next request learns the new names.
+//
+// A record is
+//
+//	"shv" version(1)  str generation  uvarint #names  { str name }
+const (
+	recordMagic   = "shv"
+	recordVersion = 1
+	maxVaryNames  = 64
+)
+
+type varyRecord struct {
+	gen   string
+	names []string
+}
+
+func encodeRecord(rec varyRecord) []byte {
+	b := make([]byte, 0, 32+16*len(rec.names))
+	b = append(b, recordMagic...)
+	b = append(b, recordVersion)
+	b = appendStr(b, rec.gen)
+	b = binary.AppendUvarint(b, uint64(len(rec.names)))
+	for _, n := range rec.names {
+		b = appendStr(b, n)
+	}
+	return b
+}
+
+func isRecord(b []byte) bool {
+	return len(b) > len(recordMagic) && string(b[:len(recordMagic)]) == recordMagic
+}
+
+// decodeRecord parses a record; names must be canonical, sorted, distinct.
+func decodeRecord(b []byte) (varyRecord, error) {
+	var rec varyRecord
+	if !isRecord(b) || b[len(recordMagic)] != recordVersion {
+		return rec, errCorruptResponse
+	}
+	d := decoder{b: b[len(recordMagic)+1:]}
+	gen := d.bytes()
+	n := d.uvarint(maxVaryNames)
+	if d.bad || len(gen) == 0 || n == 0 {
+		return rec, errCorruptResponse
+	}
+	rec.gen = string(gen)
+	rec.names = make([]string, 0, n)
+	for range n {
+		name := d.bytes()
+		if d.bad || !validName(name) || http.CanonicalHeaderKey(string(name)) != string(name) ||
+			(len(rec.names) > 0 && rec.names[len(rec.names)-1] >= string(name)) {
+			return rec, errCorruptResponse
+		}
+		rec.names = append(rec.names, string(name))
+	}
+	if len(d.b) != 0 {
+		return rec, errCorruptResponse
+	}
+	return rec, nil
+}
+
+// varyNames returns the request headers a response varies on that the key
+// does not hold: canonical, sorted, distinct. star reports Vary: * (or
+// more names than a record holds): such a response is never shared.
+func (e *Engine) varyNames(h http.Header) (names []string, star bool) {
+	for _, v := range h["Vary"] {
+		for f := range strings.SplitSeq(v, ",") {
+			f = strings.TrimSpace(f)
+			switch {
+			case f == "":
+			case f == "*" || !validName([]byte(f)):
+				return nil, true
+			default:
+				if name := http.CanonicalHeaderKey(f); !e.keyed(name) {
+					names = append(names, name)
+				}
+			}
+		}
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	return names, len(names) > maxVaryNames
+}
+
+func newGeneration() string {
+	var b [9]byte
+	_, _ = rand.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// variantKey is the key of r's variant of the URL key primary under rec.
+// It carries primary's hash tag, so that every variant of a URL shares the
+// slot of the URL's own names.
+func variantKey(primary string, rec varyRecord, r *http.Request) string {
+	b := make([]byte, 0, 256)
+	b = appendStr(b, primary)
+	b = appendStr(b, rec.gen)
+	b = binary.AppendUvarint(b, uint64(len(rec.names)))
+	for _, name := range rec.names {
+		b = appendStr(b, name)
+		b = appendVaryValue(b, name, r.Header[name])
+	}
+	sum := sha256.Sum256(b)
+	return "{" + hashTag(primary) + "}v:" + base64.RawURLEncoding.EncodeToString(sum[:])
+}
+
+// hashTag is the part of key Redis Cluster hashes: between the first '{'
+// and the first '}' after it when not empty, else the whole key. The guard
+// places a key's names in that slot.
+func hashTag(key string) string {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return key[i+1 : i+1+j]
+		}
+	}
+	return key
+}
+
+// listFields are the request fields defined as comma-separated lists,
+// whose members a variant is selected by, in order and trimmed; the value
+// is folded to lower case where the syntax makes case insignificant
+// (RFC 9110 §12.5, RFC 4647 language ranges). Any other field is compared
+// as its combined field lines, trimmed.
+var listFields = map[string]bool{
+	"Accept": false, "Accept-Encoding": true, "Accept-Language": true, "Accept-Charset": true,
+}
+
+// appendVaryValue appends the normalised value of one selecting header
+// (RFC 9111 §4.1): absent differs from present; field lines are combined;
+// in a list, whitespace around commas is dropped and case folded where it
+// is insignificant.
+func appendVaryValue(b []byte, name string, vals []string) []byte {
+	if len(vals) == 0 {
+		return append(b, 0)
+	}
+	b = append(b, 1)
+	fold, list := listFields[name]
+	if !list {
+		b = append(b, 0)
+		return appendStr(b, strings.Trim(strings.Join(vals, ", "), " \t"))
+	}
+	b = append(b, 1)
+	var members []string
+	for _, v := range vals {
+		for m := range strings.SplitSeq(v, ",") {
+			if m = strings.Trim(m, " \t"); m != "" {
+				members = append(members, m)
+			}
+		}
+	}
+	b = binary.AppendUvarint(b, uint64(len(members)))
+	for _, m := range members {
+		if fold {
+			m = strings.ToLower(m)
+		}
+		b = appendStr(b, m)
+	}
+	return b
+}
