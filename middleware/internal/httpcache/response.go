@@ -64,23 +64,39 @@ type storedResponse struct {
 }
 
 func encodeResponse(status int, initialAge int64, h http.Header, body []byte) []byte {
-	var conn []string
-	for _, v := range h["Connection"] {
-		conn = append(conn, strings.Split(v, ",")...)
-	}
-	n := 0
-	size := len(entryMagic) + 1 + 3 + 5 + 3 + len(body) + 5
+	b := appendHead(make([]byte, 0, headSize(h)+len(body)), status, initialAge, h, len(body))
+	return append(b, body...)
+}
+
+// encodeHead returns the head of a stored response: everything before a
+// body of bodyLen bytes.
+func encodeHead(status int, initialAge int64, h http.Header, bodyLen int) []byte {
+	return appendHead(make([]byte, 0, headSize(h)), status, initialAge, h, bodyLen)
+}
+
+// headSize is a close upper bound of the head's size.
+func headSize(h http.Header) int {
+	size := len(entryMagic) + 1 + 3 + 5 + 3 + 10
 	for k, vs := range h {
-		if !storedHeader(http.CanonicalHeaderKey(k), conn) || len(vs) == 0 {
-			continue
-		}
-		n++
 		size += len(k) + 4
 		for _, v := range vs {
 			size += len(v) + 3
 		}
 	}
-	b := make([]byte, 0, size)
+	return size
+}
+
+func appendHead(b []byte, status int, initialAge int64, h http.Header, bodyLen int) []byte {
+	var conn []string
+	for _, v := range h["Connection"] {
+		conn = append(conn, strings.Split(v, ",")...)
+	}
+	n := 0
+	for k, vs := range h {
+		if storedHeader(http.CanonicalHeaderKey(k), conn) && len(vs) > 0 {
+			n++
+		}
+	}
 	b = append(b, entryMagic...)
 	b = append(b, entryVersion)
 	b = binary.AppendUvarint(b, uint64(status))
@@ -96,8 +112,7 @@ func encodeResponse(status int, initialAge int64, h http.Header, body []byte) []
 			b = appendStr(b, v)
 		}
 	}
-	b = binary.AppendUvarint(b, uint64(len(body)))
-	return append(b, body...)
+	return binary.AppendUvarint(b, uint64(bodyLen))
 }
 
 // decoder reads a stored response; the first failure sticks.

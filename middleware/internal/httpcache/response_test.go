@@ -34,3 +34,22 @@ func FuzzDecodeResponse(f *testing.F) {
 		}
 	})
 }
+
+// TestEncodeHead: a head is exactly what precedes the body, so a
+// revalidation can replace it alone.
+func TestEncodeHead(t *testing.T) {
+	h := http.Header{"Etag": {`"a"`}, "Connection": {"X-Hop"}, "X-Hop": {"1"}, "Set-Cookie": {"s=1"}}
+	body := []byte("the body")
+	full := encodeResponse(200, 4, h, body)
+	head := encodeHead(200, 4, h, len(body))
+	if !bytes.Equal(full[:len(head)], head) || !bytes.Equal(full[len(head):], body) {
+		t.Fatalf("head %q is not the prefix of %q before the body", head, full)
+	}
+	sr, err := decodeResponse(full)
+	if err != nil || sr.headLen != len(head) {
+		t.Fatalf("decode: %v, head length %d, want %d", err, sr.headLen, len(head))
+	}
+	if _, ok := sr.header["X-Hop"]; ok {
+		t.Error("a field named in Connection was stored")
+	}
+}
