@@ -91,7 +91,7 @@ func Middleware(g *guard.Group, cfg Config) func(http.Handler) http.Handler {
 			return nil
 		}
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			err := eng.Serve(w, r, func() error { return run(w, r) }, run)
+			err := eng.Serve(w, r, nil, run)
 			if se := (*httpcache.StatusError)(nil); errors.As(err, &se) {
 				http.Error(w, http.StatusText(se.Code), se.Code)
 			}

@@ -26,13 +26,13 @@ func precondition(r *http.Request, sr *storedResponse) int {
 	if sr.status < 200 || sr.status > 299 || !hasConditional(h) {
 		return 0
 	}
-	etag := first(sr.header["Etag"])
+	etag := first(sr.get("Etag"))
 	if vals := h["If-Match"]; len(vals) > 0 {
 		if !matchAny(vals, etag, true) {
 			return http.StatusPreconditionFailed
 		}
 	} else if since, ok := httpDate(h["If-Unmodified-Since"]); ok {
-		if lm, ok := httpDate(sr.header["Last-Modified"]); ok && lm.After(since) {
+		if lm, ok := httpDate(sr.get("Last-Modified")); ok && lm.After(since) {
 			return http.StatusPreconditionFailed
 		}
 	}
@@ -43,9 +43,9 @@ func precondition(r *http.Request, sr *storedResponse) int {
 	} else if since, ok := httpDate(h["If-Modified-Since"]); ok {
 		// §4.3.2 of RFC 9111: without Last-Modified, the stored
 		// response's Date stands in.
-		lm, ok := httpDate(sr.header["Last-Modified"])
+		lm, ok := httpDate(sr.get("Last-Modified"))
 		if !ok {
-			lm, ok = httpDate(sr.header["Date"])
+			lm, ok = httpDate(sr.get("Date"))
 		}
 		if ok && !lm.After(since) {
 			return http.StatusNotModified
@@ -130,12 +130,12 @@ var notModifiedFields = [...]string{"Cache-Control", "Content-Location", "Date",
 func writeNotModified(w http.ResponseWriter, sr *storedResponse, age, status string) {
 	dst := w.Header()
 	for _, name := range notModifiedFields {
-		if v, ok := sr.header[name]; ok {
+		if v := sr.get(name); v != nil {
 			dst[name] = v
 		}
 	}
-	if _, ok := sr.header["Etag"]; !ok {
-		if v, ok := sr.header["Last-Modified"]; ok {
+	if sr.get("Etag") == nil {
+		if v := sr.get("Last-Modified"); v != nil {
 			dst["Last-Modified"] = v
 		}
 	}

@@ -14,10 +14,10 @@ func TestPrecondition(t *testing.T) {
 		before = "Mon, 31 Aug 2026 10:00:00 GMT"
 		after  = "Wed, 02 Sep 2026 10:00:00 GMT"
 	)
-	strong := storedResponse{status: 200, header: http.Header{"Etag": {`"v1"`}, "Last-Modified": {lm}}}
-	weak := storedResponse{status: 200, header: http.Header{"Etag": {`W/"v1"`}}}
-	dateOnly := storedResponse{status: 200, header: http.Header{"Date": {lm}}}
-	notFound := storedResponse{status: 404, header: http.Header{"Etag": {`"v1"`}}}
+	strong := stored(200, http.Header{"Etag": {`"v1"`}, "Last-Modified": {lm}})
+	weak := stored(200, http.Header{"Etag": {`W/"v1"`}})
+	dateOnly := stored(200, http.Header{"Date": {lm}})
+	notFound := stored(404, http.Header{"Etag": {`"v1"`}})
 	rows := []struct {
 		name string
 		sr   storedResponse
@@ -64,10 +64,10 @@ func TestPrecondition(t *testing.T) {
 // TestNotModifiedFields: a 304 carries the fields RFC 9110 §15.4.5 lists,
 // and no body or content metadata.
 func TestNotModifiedFields(t *testing.T) {
-	sr := storedResponse{status: 200, header: http.Header{
+	sr := stored(200, http.Header{
 		"Etag": {`"v1"`}, "Cache-Control": {"max-age=60"}, "Vary": {"Accept-Encoding"},
 		"Content-Type": {"text/plain"}, "Content-Encoding": {"gzip"}, "Last-Modified": {"Tue, 01 Sep 2026 10:00:00 GMT"},
-	}, body: []byte("body")}
+	})
 	rec := httptest.NewRecorder()
 	writeNotModified(rec, &sr, "3", "stampede; hit")
 	if rec.Code != 304 || rec.Body.Len() != 0 {
@@ -91,4 +91,13 @@ func TestStripConditionals(t *testing.T) {
 	if len(h) != 1 {
 		t.Errorf("left %v", h)
 	}
+}
+
+// stored decodes the stored response of status and h with body "body".
+func stored(status int, h http.Header) storedResponse {
+	sr, err := decodeResponse(encodeResponse(status, 0, h, []byte("body")))
+	if err != nil {
+		panic(err)
+	}
+	return sr
 }

@@ -93,7 +93,7 @@ func (e *StatusError) Error() string {
 func (e *StatusError) Unwrap() error { return e.Err }
 
 // Serve answers r on w. direct runs the handler for this request on w as it
-// is (for requests that are not shared); h runs the handler on a detached
+// is (for requests that are not shared); nil means h(w, r). h runs the handler on a detached
 // copy of r and a capturing writer, possibly in another goroutine and after
 // Serve returned, so it must not touch anything of this request but its
 // arguments. Serve returns the error of a handler run for this request, or
@@ -101,7 +101,7 @@ func (e *StatusError) Unwrap() error { return e.Err }
 func (e *Engine) Serve(w http.ResponseWriter, r *http.Request, direct func() error, h Handler) error {
 	if e.bypass(r) != "" {
 		w.Header().Set("Cache-Status", cachestatus.Bypass)
-		return direct()
+		return runDirect(direct, h, w, r)
 	}
 	if e.keyFunc != nil {
 		return e.ServeKey(w, r, e.keyFunc(r), direct, h)
@@ -114,9 +114,17 @@ func (e *Engine) Serve(w http.ResponseWriter, r *http.Request, direct func() err
 func (e *Engine) ServeKey(w http.ResponseWriter, r *http.Request, key string, direct func() error, h Handler) error {
 	if key == "" || e.bypass(r) != "" {
 		w.Header().Set("Cache-Status", cachestatus.Bypass)
-		return direct()
+		return runDirect(direct, h, w, r)
 	}
 	return e.serve(w, r, userKeyPrefix+key, direct, h, true)
+}
+
+// runDirect runs the handler for this request on w as it is.
+func runDirect(direct func() error, h Handler, w http.ResponseWriter, r *http.Request) error {
+	if direct == nil {
+		return h(w, r)
+	}
+	return direct()
 }
 
 func (e *Engine) serve(w http.ResponseWriter, r *http.Request, key string, direct func() error, h Handler, again bool) error {
@@ -132,10 +140,7 @@ func (e *Engine) serveCall(w http.ResponseWriter, r *http.Request, c *call, dire
 		// This call's own load streamed its response to w.
 		return c.outcome(w)
 	}
-	var ns *notShared
-	var pe *guard.PanicError
-	switch {
-	case err == nil:
+	if err == nil {
 		switch {
 		case isRecord(res.Value) && c.vary == nil:
 			if rec, derr := decodeRecord(res.Value); derr == nil {
@@ -150,7 +155,7 @@ func (e *Engine) serveCall(w http.ResponseWriter, r *http.Request, c *call, dire
 					return nil
 				}
 				w.Header().Set("Cache-Status", cachestatus.Request)
-				return direct()
+				return runDirect(direct, c.h, w, r)
 			}
 		}
 		// Garbage under the key: drop it and try once more; the guard
@@ -159,6 +164,17 @@ func (e *Engine) serveCall(w http.ResponseWriter, r *http.Request, c *call, dire
 			c2 := &call{e: e, key: c.key, w: w, r: r, h: c.h, vary: c.vary, primary: c.primary}
 			return e.serveCall(w, r, c2, direct, false)
 		}
+		w.Header().Set("Cache-Status", cachestatus.Miss)
+		return runDirect(direct, c.h, w, r)
+	}
+	return e.failed(w, r, c, err, direct)
+}
+
+// failed answers c's request when the guard returned err.
+func (e *Engine) failed(w http.ResponseWriter, r *http.Request, c *call, err error, direct func() error) error {
+	var ns *notShared
+	var pe *guard.PanicError
+	switch {
 	case errors.As(err, &ns):
 		if c.loaded() {
 			// This call's own load answered it: the response it held, or
@@ -178,11 +194,11 @@ func (e *Engine) serveCall(w http.ResponseWriter, r *http.Request, c *call, dire
 	case errors.Is(err, guard.ErrWaitTimeout):
 		w.Header().Set("Cache-Status", cachestatus.Miss)
 		return &StatusError{Code: http.StatusGatewayTimeout, Err: err}
-	case ctx.Err() != nil:
+	case r.Context().Err() != nil:
 		return nil // the client is gone
 	}
 	w.Header().Set("Cache-Status", cachestatus.Miss)
-	return direct()
+	return runDirect(direct, c.h, w, r)
 }
 
 // usable reports whether a client's request directives let it be served
@@ -223,14 +239,16 @@ func (e *Engine) write(w http.ResponseWriter, r *http.Request, sr *storedRespons
 		return
 	}
 	dst := w.Header()
-	for k, v := range sr.header {
-		dst[k] = v
+	for _, f := range sr.fields {
+		dst[f.name] = f.vals
 	}
-	dst["Age"] = []string{age}
-	dst["Cache-Status"] = []string{status}
+	// The room decodeResponse left: no allocation per field.
+	extra := sr.extra[:extraFields:extraFields]
+	extra[0], extra[1], extra[2] = age, status, sr.contentLength
+	dst["Age"], dst["Cache-Status"] = extra[0:1:1], extra[1:2:2]
 	withBody := sr.status != http.StatusNoContent && sr.status != http.StatusNotModified
 	if withBody {
-		dst["Content-Length"] = []string{strconv.Itoa(len(sr.body))}
+		dst["Content-Length"] = extra[2:3:3]
 	}
 	w.WriteHeader(sr.status)
 	if withBody && r.Method != http.MethodHead {

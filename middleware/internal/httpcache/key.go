@@ -129,15 +129,12 @@ type queryPair struct {
 	raw         bool
 }
 
-// canonicalQuery decodes raw into pairs sorted by name; the values of a
-// repeated name keep their order, which applications may rely on
-// (?tag=a&tag=b is a list). "a" and "a=" are the same pair, as every
+// canonicalQuery decodes raw into pairs sorted by name, appended to dst;
+// the values of a repeated name keep their order, which applications may
+// rely on (?tag=a&tag=b is a list). "a" and "a=" are the same pair, as every
 // framework reads them alike.
-func canonicalQuery(raw string) []queryPair {
-	if raw == "" {
-		return nil
-	}
-	var pairs []queryPair
+func canonicalQuery(dst []queryPair, raw string) []queryPair {
+	pairs := dst
 	for seg := range strings.SplitSeq(raw, "&") {
 		if seg == "" {
 			continue
@@ -155,20 +152,27 @@ func canonicalQuery(raw string) []queryPair {
 		}
 		pairs = append(pairs, queryPair{name: n, value: v})
 	}
-	slices.SortStableFunc(pairs, func(a, b queryPair) int {
-		if a.raw != b.raw {
-			if a.raw {
-				return 1
-			}
-			return -1
+	// A stable insertion sort: queries are short, and it needs no closure
+	// (which would move the pairs to the heap).
+	for i := 1; i < len(pairs); i++ {
+		for j := i; j > 0 && pairLess(pairs[j], pairs[j-1]); j-- {
+			pairs[j], pairs[j-1] = pairs[j-1], pairs[j]
 		}
-		return strings.Compare(a.name, b.name)
-	})
+	}
 	return pairs
 }
 
+// pairLess orders decoded pairs by name, raw pairs after them.
+func pairLess(a, b queryPair) bool {
+	if a.raw != b.raw {
+		return !a.raw
+	}
+	return a.name < b.name
+}
+
 func appendQuery(b []byte, raw string) []byte {
-	pairs := canonicalQuery(raw)
+	var stack [16]queryPair
+	pairs := canonicalQuery(stack[:0], raw)
 	b = binary.AppendUvarint(b, uint64(len(pairs)))
 	for _, p := range pairs {
 		if p.raw {

@@ -37,7 +37,7 @@ type fields struct {
 
 func fieldsOf(r *http.Request) fields {
 	target := url.URL{Scheme: r.URL.Scheme, Opaque: r.URL.Opaque, User: r.URL.User, Host: r.URL.Host}
-	return fields{r.TLS != nil, r.Host, rawPath(r.URL), target, canonicalQuery(r.URL.RawQuery), r.Header["Accept-Language"]}
+	return fields{r.TLS != nil, r.Host, rawPath(r.URL), target, canonicalQuery(nil, r.URL.RawQuery), r.Header["Accept-Language"]}
 }
 
 func equalFields(a, b fields) bool {

@@ -4,13 +4,15 @@ import (
 	"encoding/binary"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 )
 
 // A stored response is
 //
 //	"shr" version(2)  uvarint status  uvarint initial age (seconds)
-//	  uvarint #headers  { str name  uvarint #values { str value } }  str body
+//	  uvarint #headers  { str name  uvarint #values { str value } }
+//	  str body length (decimal)  body
 //
 // The initial age is the age the response had when the engine received it
 // (RFC 9111 §4.2.3, corrected_initial_age): the Age sent with it adds the
@@ -58,9 +60,38 @@ func storedHeader(name string, conn []string) bool {
 type storedResponse struct {
 	status     int
 	initialAge int64 // seconds
-	header     http.Header
+	fields     []storedField // in stored order; names are distinct
 	body       []byte
 	headLen    int // bytes before the body: what a revalidation replaces
+	// contentLength is the body's length in decimal; extra, room for the
+	// fields added when serving (decodeResponse).
+	contentLength string
+	extra         []string
+}
+
+// storedField is one header field of a stored response.
+type storedField struct {
+	name string
+	vals []string
+}
+
+// get returns the values of the field name (canonical), or nil.
+func (sr *storedResponse) get(name string) []string {
+	for _, f := range sr.fields {
+		if f.name == name {
+			return f.vals
+		}
+	}
+	return nil
+}
+
+// header returns the fields as a new http.Header.
+func (sr *storedResponse) header() http.Header {
+	h := make(http.Header, len(sr.fields))
+	for _, f := range sr.fields {
+		h[f.name] = f.vals
+	}
+	return h
 }
 
 func encodeResponse(status int, initialAge int64, h http.Header, body []byte) []byte {
@@ -112,7 +143,9 @@ func appendHead(b []byte, status int, initialAge int64, h http.Header, bodyLen i
 			b = appendStr(b, v)
 		}
 	}
-	return binary.AppendUvarint(b, uint64(bodyLen))
+	// The body's length in decimal: served as Content-Length as it is.
+	var digits [20]byte
+	return appendStr(b, string(strconv.AppendInt(digits[:0], int64(bodyLen), 10)))
 }
 
 // decoder reads a stored response; the first failure sticks.
@@ -145,46 +178,101 @@ func (d *decoder) bytes() []byte {
 	return s
 }
 
-// decodeResponse parses a stored response. The body aliases b.
+// decodeResponse parses a stored response. The body aliases b; the
+// header's names and values are substrings of one string and its value
+// lists share one array, whose spare room holds the fields the engine adds
+// when serving (extra), so that a hit costs few allocations.
 func decodeResponse(b []byte) (storedResponse, error) {
 	var sr storedResponse
-	if len(b) < len(entryMagic)+1 || string(b[:len(entryMagic)]) != entryMagic || b[len(entryMagic)] != entryVersion {
+	n, nv, headLen, ok := scanResponse(b)
+	if !ok {
 		return sr, errCorruptResponse
+	}
+	head := string(b[:headLen])
+	d := strDecoder{s: head[len(entryMagic)+1:]}
+	sr.status = int(d.uvarint())
+	sr.initialAge = int64(d.uvarint())
+	d.uvarint() // the header count: n
+	fields := make([]storedField, n)
+	vals := make([]string, nv+extraFields)
+	for i := range fields {
+		name := d.str()
+		if sr.get(name) != nil || !storedHeader(http.CanonicalHeaderKey(name), nil) {
+			return sr, errCorruptResponse
+		}
+		k := d.uvarint()
+		fields[i] = storedField{name: name, vals: vals[:k:k]}
+		for j := range k {
+			vals[j] = d.str()
+		}
+		vals = vals[k:]
+		sr.fields = fields[:i+1]
+	}
+	sr.contentLength = d.str()
+	sr.extra, sr.body, sr.headLen = vals, b[headLen:], headLen
+	return sr, nil
+}
+
+// extraFields is the room decodeResponse leaves for Age, Cache-Status and
+// Content-Length.
+const extraFields = 3
+
+// scanResponse validates a stored response, returning its header count,
+// value count and head length.
+func scanResponse(b []byte) (n, nv uint64, headLen int, ok bool) {
+	if len(b) < len(entryMagic)+1 || string(b[:len(entryMagic)]) != entryMagic || b[len(entryMagic)] != entryVersion {
+		return 0, 0, 0, false
 	}
 	d := decoder{b: b[len(entryMagic)+1:]}
-	sr.status = int(d.uvarint(999))
-	sr.initialAge = int64(d.uvarint(maxDelta))
-	if sr.status < 200 {
-		return sr, errCorruptResponse
+	if status := d.uvarint(999); status < 200 {
+		return 0, 0, 0, false
 	}
-	n := d.uvarint(maxHeaders)
-	h := make(http.Header, n)
+	d.uvarint(maxDelta)
+	n = d.uvarint(maxHeaders)
 	for i := uint64(0); i < n && !d.bad; i++ {
 		name := d.bytes()
-		nv := d.uvarint(maxValues)
-		if d.bad || !validName(name) || nv == 0 {
-			return sr, errCorruptResponse
+		k := d.uvarint(maxValues)
+		if d.bad || !validName(name) || k == 0 {
+			return 0, 0, 0, false
 		}
-		vals := make([]string, 0, nv)
-		for j := uint64(0); j < nv && !d.bad; j++ {
-			v := d.bytes()
-			if !validValue(v) {
-				return sr, errCorruptResponse
+		for j := uint64(0); j < k && !d.bad; j++ {
+			if !validValue(d.bytes()) {
+				return 0, 0, 0, false
 			}
-			vals = append(vals, string(v))
 		}
-		k := string(name)
-		if _, dup := h[k]; dup || !storedHeader(http.CanonicalHeaderKey(k), nil) {
-			return sr, errCorruptResponse
+		nv += k
+	}
+	digits := d.bytes()
+	if d.bad || !isDigits(string(digits)) || len(digits) > 1 && digits[0] == '0' {
+		return 0, 0, 0, false
+	}
+	bodyLen, err := strconv.Atoi(string(digits))
+	if err != nil || bodyLen != len(d.b) {
+		return 0, 0, 0, false
+	}
+	return n, nv, len(b) - bodyLen, true
+}
+
+// strDecoder reads a head that scanResponse validated.
+type strDecoder struct{ s string }
+
+func (d *strDecoder) uvarint() uint64 {
+	var v uint64
+	for shift := 0; ; shift += 7 {
+		c := d.s[0]
+		d.s = d.s[1:]
+		v |= uint64(c&0x7f) << shift
+		if c < 0x80 {
+			return v
 		}
-		h[k] = vals
 	}
-	body := d.bytes()
-	if d.bad || len(d.b) != 0 {
-		return sr, errCorruptResponse
-	}
-	sr.header, sr.body, sr.headLen = h, body, len(b)-len(body)
-	return sr, nil
+}
+
+func (d *strDecoder) str() string {
+	n := d.uvarint()
+	s := d.s[:n]
+	d.s = d.s[n:]
+	return s
 }
 
 func validName(b []byte) bool {
