@@ -59,7 +59,7 @@ func storedHeader(name string, conn []string) bool {
 // storedResponse is a decoded stored response; body aliases the entry.
 type storedResponse struct {
 	status     int
-	initialAge int64 // seconds
+	initialAge int64         // seconds
 	fields     []storedField // in stored order; names are distinct
 	body       []byte
 	headLen    int // bytes before the body: what a revalidation replaces
