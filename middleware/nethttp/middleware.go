@@ -92,6 +92,9 @@ func Middleware(g *guard.Group, cfg Config) func(http.Handler) http.Handler {
 		}
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			err := eng.Serve(w, r, nil, run)
+			if err == nil {
+				return
+			}
 			if se := (*httpcache.StatusError)(nil); errors.As(err, &se) {
 				http.Error(w, http.StatusText(se.Code), se.Code)
 			}
