@@ -30,9 +30,12 @@ func (e *Engine) bypass(r *http.Request) string {
 	return ""
 }
 
+// clientNoCache reports a request that asks for the origin's answer:
+// no-cache, no-store, max-age=0 (a reload, RFC 9111 §5.2.1.1) or, without
+// Cache-Control, Pragma: no-cache (§5.4).
 func clientNoCache(h http.Header) bool {
 	cc := parseCacheControl(h["Cache-Control"])
-	return cc.noCache || cc.noStore || (len(h["Cache-Control"]) == 0 && headerHasToken(h["Pragma"], "no-cache"))
+	return cc.noCache || cc.noStore || cc.maxAge == 0 || (len(h["Cache-Control"]) == 0 && headerHasToken(h["Pragma"], "no-cache"))
 }
 
 // shareable reports whether a response with this status and header may be
