@@ -144,7 +144,8 @@ func (g *Group) served(key string, e entry, now int64, st Status) (Result, error
 		}
 		g.keepLocal(key, e, now)
 	}
-	return Result{Value: e.value, Status: st, Age: age}, nil
+	fresh := time.Duration(e.freshUntil-now) * time.Millisecond
+	return Result{Value: e.value, Status: st, Age: age, Fresh: fresh}, nil
 }
 
 func (g *Group) keepLocal(key string, e entry, now int64) {

@@ -21,9 +21,11 @@ import (
 // early refresh) and fence the fencing number of the writer. stale_until is
 // not before fresh_until, and the Redis TTL of the key ends at stale_until.
 // flags is "" for a value, "n" for a negative entry (the loader said not
-// found; the payload is empty) or "e" for an error marker (a cold key's load
+// found; the payload is empty), "e" for an error marker (a cold key's load
 // failed; the payload is the error text and the entry lives only for the
-// back-off). Anything else is corrupt: formats evolve through the version,
+// back-off) or "r" for a value that is never served stale: between
+// fresh_until and stale_until it is only kept for the next load to
+// revalidate (Windows.MustRevalidate). Anything else is corrupt: formats evolve through the version,
 // not through unknown flags. The header, newline included, is at most
 // maxHeaderLen bytes.
 //
@@ -49,7 +51,10 @@ type entry struct {
 	fence      int64 // fencing number of the writer
 	negative   bool  // flag 'n': the loader said not found
 	errMark    bool  // flag 'e': value is the error text of a failed load
-	value      []byte
+	// flag 'r': a value never served stale; past fresh_until it is kept
+	// only to be revalidated by the next load (Windows.MustRevalidate).
+	mustRevalidate bool
+	value          []byte
 }
 
 // entryFields names the numeric header fields in order, for error details.
@@ -102,6 +107,8 @@ func decodeEntry(b []byte) (entry, error) {
 		e.negative = true
 	case "e":
 		e.errMark = true
+	case "r":
+		e.mustRevalidate = true
 	default:
 		return entry{}, corruptf("bad flags %q", h)
 	}
@@ -137,7 +144,8 @@ func corruptf(format string, args ...any) error {
 
 // encodeEntry encodes e in format v1. Negative numbers are written as 0 and
 // loadDur is truncated to microseconds (at most maxLoadMicros); the caller
-// keeps staleUntil >= freshUntil, sets at most one of negative and errMark,
+// keeps staleUntil >= freshUntil, sets at most one of negative, errMark and
+// mustRevalidate,
 // and leaves value empty when negative, or the result does not decode.
 func encodeEntry(e entry) []byte {
 	b := make([]byte, 0, len(entryMagic)+5*20+2+len(e.value))
@@ -152,6 +160,9 @@ func encodeEntry(e entry) []byte {
 	}
 	if e.errMark {
 		b = append(b, 'e')
+	}
+	if e.mustRevalidate {
+		b = append(b, 'r')
 	}
 	b = append(b, '\n')
 	return append(b, e.value...)

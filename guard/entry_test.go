@@ -88,6 +88,7 @@ func TestDecodeEntry(t *testing.T) {
 		{"~1,0,0,0,0,0,\n", entry{value: []byte{}}},
 		{"~1,5,5,5,0,1,n\n", entry{freshUntil: 5, staleUntil: 5, written: 5, fence: 1, negative: true, value: []byte{}}},
 		{"~1,5,9,5,1,2,e\nboom", entry{freshUntil: 5, staleUntil: 9, written: 5, loadDur: time.Microsecond, fence: 2, errMark: true, value: []byte("boom")}},
+		{"~1,5,9,5,1,2,r\nkept", entry{freshUntil: 5, staleUntil: 9, written: 5, loadDur: time.Microsecond, fence: 2, mustRevalidate: true, value: []byte("kept")}},
 		{ // the payload may hold anything, even a header
 			"~1,1,2,3,4,5,\n~1,6,7,8,9,10,\n\x00\xff",
 			entry{freshUntil: 1, staleUntil: 2, written: 3, loadDur: 4 * time.Microsecond, fence: 5, value: []byte("~1,6,7,8,9,10,\n\x00\xff")},
@@ -265,5 +266,5 @@ func FuzzDecodeEntry(f *testing.F) {
 func entriesEqual(a, b entry) bool {
 	return a.freshUntil == b.freshUntil && a.staleUntil == b.staleUntil && a.written == b.written &&
 		a.loadDur == b.loadDur && a.fence == b.fence && a.negative == b.negative && a.errMark == b.errMark &&
-		bytes.Equal(a.value, b.value)
+		a.mustRevalidate == b.mustRevalidate && bytes.Equal(a.value, b.value)
 }

@@ -30,6 +30,14 @@ var (
 	// returning. Like a panic, it is treated as a failed load: the lease is
 	// released and the key backs off.
 	ErrGoexit = errors.New("guard: loader called runtime.Goexit")
+
+	// ErrNoPrevious is wrapped by the error of a load that answered
+	// Revalidated with no previous value to revalidate (see Previous), or
+	// with a trim outside it.
+	ErrNoPrevious = errors.New("guard: Revalidated without a previous value")
+
+	// ErrNotCached is returned by Peek when no servable value is stored.
+	ErrNotCached = errors.New("guard: not cached")
 )
 
 // errLoadAbandoned is the outcome a load slot holds until its load ends; a

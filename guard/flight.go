@@ -121,14 +121,14 @@ func (g *Group) readOnce(ctx context.Context, c *call, fl *flight) (lookup, erro
 		}
 	case st == stale && rr.x > 0:
 		g.leaseHook(c.key, true)
-		g.refreshAsync(ctx, c, rr.x)
+		g.refreshAsync(ctx, c, rr.x, e)
 	case rr.x > 0:
 		// Missing, and this read won the lease: load right here, so every
 		// caller of this read shares the load, and the fleet gets its fill
 		// even if every caller leaves.
 		g.leaseHook(c.key, true)
 		fl.startLoading()
-		res, err := g.loadAndFill(ctx, c, rr.x, false)
+		res, err := g.loadAndFill(ctx, c, rr.x, false, kept(e))
 		return lookup{st: loaded, res: res, err: err, claimed: new(atomic.Bool)}, nil
 	case rr.x < 0:
 		g.leaseHook(c.key, false)
@@ -152,8 +152,21 @@ func (g *Group) classify(key string, rr readReply) (entry, state) {
 	switch {
 	case rr.now < e.freshUntil:
 		return e, fresh
+	case rr.now < e.staleUntil && e.mustRevalidate:
+		// Never served stale: missing to its callers, kept for the load
+		// that revalidates it (see kept).
+		return e, missing
 	case rr.now < e.staleUntil && !e.negative && !e.errMark:
 		return e, stale
 	}
 	return entry{}, missing
+}
+
+// kept returns the entry classify found missing yet kept for revalidation,
+// as the previous value of the load that replaces it, or nil.
+func kept(e entry) *entry {
+	if !e.mustRevalidate {
+		return nil
+	}
+	return &e
 }

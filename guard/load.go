@@ -3,8 +3,10 @@ package guard
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"runtime/debug"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -12,9 +14,10 @@ import (
 // loadAndFill calls the call's load under the lease fence (renewed by a
 // watchdog while the load runs) and stores the outcome in one round trip
 // that also releases the lease and wakes the waiters. refresh is true when
-// a stale value exists and keeps being served if the load fails.
-func (g *Group) loadAndFill(ctx context.Context, c *call, fence int64, refresh bool) (Result, error) {
-	o := g.loadLeased(ctx, c.key, c.nm, c.load, fence)
+// a stale value exists and keeps being served if the load fails. prev is
+// the entry the load replaces (Previous), or nil.
+func (g *Group) loadAndFill(ctx context.Context, c *call, fence int64, refresh bool, prev *entry) (Result, error) {
+	o := g.loadLeased(ctx, c.key, c.nm, c.load, fence, prev)
 	v, err := o.v, o.err
 	f := g.fillFor(c.co, fence, o, refresh)
 	g.step(ctx, "fill")
@@ -29,7 +32,7 @@ func (g *Group) loadAndFill(ctx context.Context, c *call, fence int64, refresh b
 	if err != nil {
 		return Result{Status: Miss}, err
 	}
-	return Result{Value: v, Status: Miss}, nil
+	return Result{Value: v, Status: Miss, Fresh: f.freshWindow()}, nil
 }
 
 // fillFor decides what a load's outcome stores.
@@ -42,6 +45,9 @@ func (g *Group) fillFor(co callOptions, fence int64, o outcome, refresh bool) fi
 	case err == nil && o.win != nil:
 		// The loader said how long this value lives: exactly that long.
 		f.value, f.fresh, f.stale = v, o.win.Fresh, o.win.Stale
+		if o.win.MustRevalidate {
+			f.flags = "r"
+		}
 		if f.fresh == 0 {
 			f.fresh = g.jittered(co.freshFor)
 		}
@@ -71,16 +77,20 @@ func (g *Group) fillFor(co callOptions, fence int64, o outcome, refresh bool) fi
 		// back off instead of calling the failing loader again.
 		f.mode, f.fresh, f.flags = "m", g.opts.ErrorBackoff, "e"
 	}
+	if o.reval != nil && f.mode == "w" {
+		// Only the new head travels; the script keeps the stored tail.
+		f.mode, f.value, f.trim, f.expect = "k", o.reval.head, o.reval.trim, o.reval.expect
+	}
 	return f
 }
 
 // loadLeased calls load while a watchdog keeps the lease fence alive
 // (fence 0: no lease). The watchdog stops however the load ends.
-func (g *Group) loadLeased(ctx context.Context, key string, nm names, load LoadFunc, fence int64) outcome {
+func (g *Group) loadLeased(ctx context.Context, key string, nm names, load LoadFunc, fence int64, prev *entry) outcome {
 	if fence > 0 {
 		defer g.renewLease(nm, fence)()
 	}
-	return g.callLoader(ctx, key, load, false)
+	return g.callLoader(ctx, key, load, false, prev)
 }
 
 // loadOnce returns load made to run at most once: later calls get the
@@ -116,6 +126,16 @@ type outcome struct {
 	err error
 	d   time.Duration // how long the load took
 	win *Windows      // the windows the loader set (SetWindows), or nil
+	// reval: the loader answered Revalidated; v is the new value, built
+	// here, and only the head goes to Redis.
+	reval *revalidation
+}
+
+// revalidation is a Revalidated answer checked against its previous entry.
+type revalidation struct {
+	head   []byte
+	trim   int
+	expect string // "fence,written" of the entry revalidated
 }
 
 // runningLoad is a load of one key in progress in this process; done is
@@ -134,7 +154,7 @@ type runningLoad struct {
 // running load to end and then loads anew, because a value whose load began
 // before the lease was taken must not be stored under the lease's fence (it
 // could be older than a fill that landed meanwhile).
-func (g *Group) callLoader(ctx context.Context, key string, load LoadFunc, join bool) outcome {
+func (g *Group) callLoader(ctx context.Context, key string, load LoadFunc, join bool, prev *entry) outcome {
 	g.lmu.Lock()
 	for {
 		r := g.loads[key]
@@ -162,7 +182,7 @@ func (g *Group) callLoader(ctx context.Context, key string, load LoadFunc, join 
 		g.lmu.Unlock()
 		close(r.done)
 	}()
-	o := g.runLoader(ctx, key, load)
+	o := g.runLoader(ctx, key, load, prev)
 	r.o = o
 	return o
 }
@@ -171,10 +191,10 @@ func (g *Group) callLoader(ctx context.Context, key string, load LoadFunc, join 
 // its own, so whatever way it ends reaches the flight as an outcome: a
 // value, an error, a panic (*PanicError) or runtime.Goexit (ErrGoexit),
 // which would otherwise end the flight's goroutine with nobody told.
-func (g *Group) runLoader(ctx context.Context, key string, load LoadFunc) outcome {
+func (g *Group) runLoader(ctx context.Context, key string, load LoadFunc, prev *entry) outcome {
 	ctx, cancel := context.WithTimeout(ctx, g.opts.LoadTimeout)
 	defer cancel()
-	slot := new(windowsSlot)
+	slot := &windowsSlot{prev: prev}
 	ctx = context.WithValue(ctx, windowsKey{}, slot)
 	var (
 		v   []byte
@@ -202,13 +222,34 @@ func (g *Group) runLoader(ctx context.Context, key string, load LoadFunc) outcom
 	if h := g.opts.Hooks.Load; h != nil {
 		h(key, d, err)
 	}
-	return outcome{v: v, err: err, d: d, win: slot.take()}
+	o := outcome{v: v, err: err, d: d, win: slot.take()}
+	var rv *revalidatedError
+	if errors.As(err, &rv) {
+		o.v, o.err, o.reval = revalidate(prev, rv)
+	}
+	return o
+}
+
+// revalidate builds the value of a Revalidated answer from the previous
+// entry: head followed by the previous value less its first trim bytes.
+func revalidate(prev *entry, rv *revalidatedError) ([]byte, error, *revalidation) {
+	if prev == nil {
+		return nil, ErrNoPrevious, nil
+	}
+	if rv.trim < 0 || rv.trim > len(prev.value) {
+		return nil, fmt.Errorf("%w: trim %d of a %d-byte value", ErrNoPrevious, rv.trim, len(prev.value)), nil
+	}
+	tail := prev.value[rv.trim:]
+	v := make([]byte, 0, len(rv.head)+len(tail))
+	v = append(append(v, rv.head...), tail...)
+	return v, nil, &revalidation{head: rv.head, trim: rv.trim,
+		expect: strconv.FormatInt(prev.fence, 10) + "," + strconv.FormatInt(prev.written, 10)}
 }
 
 // loadOnly loads without Redis, sharing a load of key already running in
 // this process.
 func (g *Group) loadOnly(ctx context.Context, key string, load LoadFunc, st Status) (Result, error) {
-	o := g.callLoader(ctx, key, load, true)
+	o := g.callLoader(ctx, key, load, true, nil)
 	return Result{Value: o.v, Status: st}, o.err
 }
 

@@ -71,7 +71,7 @@ func (g *Group) resolveMiss(ctx context.Context, c *call, x int64) (Result, erro
 	}
 	// Fence 0: stored only if nothing newer landed and nothing was
 	// invalidated meanwhile.
-	return g.loadAndFill(ctx, c, 0, false)
+	return g.loadAndFill(ctx, c, 0, false, nil)
 }
 
 // awaitFill waits for the fill notification or the fallback poll.
@@ -108,7 +108,7 @@ func (g *Group) afterWait(ctx context.Context, c *call, rr readReply, w *waitSta
 		return res, err, true
 	case rr.x > 0:
 		g.leaseHook(c.key, true)
-		res, err = g.loadAndFill(ctx, c, rr.x, false)
+		res, err = g.loadAndFill(ctx, c, rr.x, false, kept(e))
 		return res, err, true
 	case rr.x < 0:
 		w.holder = time.Duration(-rr.x) * time.Millisecond

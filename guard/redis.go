@@ -45,6 +45,25 @@ func (g *Group) read(ctx context.Context, nm names, force bool) (readReply, erro
 	return rr, err
 }
 
+// peekRead reads the entry and Redis's clock, trying no lease and
+// registering no waiter.
+func (g *Group) peekRead(ctx context.Context, nm names) (readReply, error) {
+	rctx, cancel := context.WithTimeout(ctx, g.opts.RedisTimeout)
+	defer cancel()
+	sent := g.clk.local()
+	v, err := scripts.GuardRead().Run(rctx, g.rdb, nm.keys[:4], 0, "", 0, g.keepArg, "0").Slice()
+	if err != nil {
+		g.redisFailed("peek", err)
+		return readReply{}, err
+	}
+	g.br.success()
+	rr, err := g.readReplyOf(nm, v, sent)
+	if err != nil {
+		g.redisFailed("peek", err)
+	}
+	return rr, err
+}
+
 // readReplyOf decodes a reply v of guard_read.lua for the key named nm,
 // sent at local time sent.
 func (g *Group) readReplyOf(nm names, v []any, sent int64) (readReply, error) {
@@ -72,8 +91,18 @@ type fillSpec struct {
 	fresh, stale time.Duration
 	loadDur      time.Duration
 	flags        string
-	mode         string // "w" write, "m" write if missing, "-" no write
+	mode         string // "w" write, "m" write if missing, "k" revalidated, "-" no write
 	keepLease    time.Duration
+	trim         int    // mode "k": stored payload bytes value replaces
+	expect       string // mode "k": "fence,written" of the entry revalidated
+}
+
+// freshWindow is how long a stored value is fresh, for Result.Fresh.
+func (f fillSpec) freshWindow() time.Duration {
+	if f.mode == "-" {
+		return 0
+	}
+	return f.fresh
 }
 
 // store runs guard_fill.lua: store (subject to the fence), settle the lease,
@@ -88,7 +117,7 @@ func (g *Group) store(ctx context.Context, key string, nm names, f fillSpec) {
 	defer cancel()
 	sent := g.clk.local()
 	reply, err := scripts.GuardFill().Run(rctx, g.rdb, nm.keys, f.fence, f.value, ms(fresh), ms(f.stale),
-		f.loadDur.Microseconds(), f.flags, f.mode, ms(f.keepLease), nm.entry, g.keepArg).Slice()
+		f.loadDur.Microseconds(), f.flags, f.mode, ms(f.keepLease), nm.entry, g.keepArg, f.trim, f.expect).Slice()
 	if err != nil {
 		g.redisFailed("fill", err)
 		return
@@ -113,7 +142,7 @@ func (g *Group) filled(key string, nm names, f fillSpec, reply []any, sent int64
 		if h := g.opts.Hooks.FillRejected; h != nil {
 			h(key)
 		}
-	case written == 1 && f.flags == "":
+	case written == 1 && (f.flags == "" || f.flags == "r"):
 		g.hint(key, nm.entry, now+ms(f.fresh))
 	}
 }

@@ -7,14 +7,14 @@ import (
 	"time"
 )
 
-// refreshAsync reloads a stale key in the background under the lease the
-// caller's read won. It is detached from the caller and bounded by
-// LoadTimeout; Close waits for it.
-func (g *Group) refreshAsync(ctx context.Context, c *call, fence int64) {
+// refreshAsync reloads the stale entry prev in the background under the
+// lease the caller's read won. It is detached from the caller and bounded
+// by LoadTimeout; Close waits for it.
+func (g *Group) refreshAsync(ctx context.Context, c *call, fence int64, prev entry) {
 	detached := context.WithoutCancel(ctx)
 	g.goBackground(func() {
 		g.step(detached, "refresh")
-		_, _ = g.loadAndFill(detached, c, fence, true)
+		_, _ = g.loadAndFill(detached, c, fence, true, &prev)
 	})
 }
 
@@ -28,7 +28,11 @@ func (g *Group) refreshEarly(ctx context.Context, c *call) {
 			return
 		}
 		g.leaseHook(c.key, true)
-		_, _ = g.loadAndFill(detached, c, rr.x, true)
+		var prev *entry
+		if e, err := decodeEntry(rr.raw); rr.present && err == nil && !e.negative && !e.errMark {
+			prev = &e
+		}
+		_, _ = g.loadAndFill(detached, c, rr.x, true, prev)
 	})
 }
 

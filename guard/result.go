@@ -54,4 +54,10 @@ type Result struct {
 	// Age is the time since the value was loaded, judged on the Redis clock
 	// (0 for a value this call loaded).
 	Age time.Duration
+	// Fresh is how much longer the value is fresh, judged on the Redis
+	// clock when it was read: its whole fresh window for a value this
+	// call's flight stored, zero or less for a stale value (minus how long
+	// it has been stale), zero for a value that was not stored (Degraded,
+	// or a load the guard did not store).
+	Fresh time.Duration
 }

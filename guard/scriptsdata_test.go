@@ -107,6 +107,14 @@ func TestFilledEntryDecodes(t *testing.T) {
 		if got := storedEntry(t, rdb, n); !entriesEqual(got, want) {
 			t.Errorf("error marker: decoded %+v, want %+v", got, want)
 		}
+
+		n = newScriptNames(t)
+		_, now = scriptFill(t, rdb, n, f, []byte("kept"), 1000, 3000, 0, "r", "w")
+		want = entry{freshUntil: now + 1000, staleUntil: now + 4000, written: now,
+			fence: f, mustRevalidate: true, value: []byte("kept")}
+		if got := storedEntry(t, rdb, n); !entriesEqual(got, want) {
+			t.Errorf("must revalidate: decoded %+v, want %+v", got, want)
+		}
 	})
 }
 
@@ -144,6 +152,7 @@ func TestScriptsAcceptValid(t *testing.T) {
 			{freshUntil: far, staleUntil: far + 1, written: 1, loadDur: time.Second, fence: 1 << 40, value: []byte{}},
 			{freshUntil: far, staleUntil: far, fence: 1<<62 + 7, negative: true},
 			{freshUntil: far, staleUntil: math.MaxInt64, fence: 1<<53 + 1, errMark: true, value: []byte("boom")},
+			{freshUntil: far, staleUntil: far + 5, fence: 3, mustRevalidate: true, value: []byte("kept")},
 			{freshUntil: far, staleUntil: far, fence: math.MaxInt64, value: bytes.Repeat([]byte("~1,\n"), 100)},
 			{freshUntil: math.MaxInt64, staleUntil: math.MaxInt64, written: math.MaxInt64,
 				loadDur: time.Duration(maxLoadMicros) * time.Microsecond, fence: 9},

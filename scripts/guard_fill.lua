@@ -11,14 +11,22 @@
 -- ARGV[3] fresh window in milliseconds (0 to 10^15)
 -- ARGV[4] stale window in milliseconds (0 to 10^15); fresh + stale > 0 when writing
 -- ARGV[5] duration of the load in microseconds (decimal, 0 to 9223372036854775)
--- ARGV[6] flags: "" value, "n" negative (payload must be empty), "e" error marker
+-- ARGV[6] flags: "" value, "n" negative (payload must be empty), "e" error
+--         marker, "r" value never served stale (kept past fresh to revalidate)
 -- ARGV[7] write mode: "w" write, "m" write only when no entry exists (never
---         overwrite a value with an error marker), "-" do not write
+--         overwrite a value with an error marker), "k" write ARGV[2] followed
+--         by the stored payload less its first ARGV[11] bytes (a
+--         revalidation: the unchanged tail does not travel), "-" do not write
 -- ARGV[8] keep-lease in milliseconds: 0 releases the lease when it is the
 --         caller's; > 0 keeps it that long when it is the caller's (back-off)
 -- ARGV[9] notification payload, PUBLISHed to every waiter channel
 -- ARGV[10] fence retention in milliseconds (TTL of the fence key); needed
 --         when fence is 0 and the script writes
+-- ARGV[11] with write mode "k" (keep the tail of a revalidated entry): the
+--         number of payload bytes of the stored entry replaced by ARGV[2]
+-- ARGV[12] with write mode "k": "fence,written" of the stored entry the
+--         load revalidated; the script writes only if the entry is still
+--         that one (so the tail it keeps is the one the loader confirmed)
 --
 -- A write is rejected (not done) when a fence above the caller's was minted
 -- after its lease was taken (another node took the lease over, or an
@@ -65,7 +73,7 @@ end
 if not (string.match(mine, '^%d+$') and int(mine, '9223372036854775807')) then
   return redis.error_reply('ERR guard_fill: bad fence ' .. mine)
 end
-if mode ~= 'w' and mode ~= 'm' and mode ~= '-' then
+if mode ~= 'w' and mode ~= 'm' and mode ~= 'k' and mode ~= '-' then
   return redis.error_reply('ERR guard_fill: bad write mode ' .. mode)
 end
 if not natural(hold) then
@@ -79,8 +87,12 @@ if mode ~= '-' then
   if not (string.match(loadus, '^%d+$') and int(loadus, '9223372036854775')) then
     return redis.error_reply('ERR guard_fill: bad load duration ' .. loadus)
   end
-  if not (flags == '' or flags == 'e' or (flags == 'n' and payload == '')) then
+  if not (flags == '' or flags == 'e' or flags == 'r' or (flags == 'n' and payload == '')) then
     return redis.error_reply('ERR guard_fill: bad flags ' .. flags)
+  end
+  if mode == 'k' and not (natural(tonumber(ARGV[11])) and string.match(ARGV[12] or '', '^%d+,%d+$')
+      and (flags == '' or flags == 'r')) then
+    return redis.error_reply('ERR guard_fill: bad revalidation ' .. tostring(ARGV[11]) .. ' ' .. tostring(ARGV[12]))
   end
   if mine == '0' and not (keep and keep > 0 and keep % 1 == 0) then
     return redis.error_reply('ERR guard_fill: bad fence retention ' .. tostring(ARGV[10]))
@@ -108,9 +120,21 @@ if mode ~= '-' then
       ok = false
     end
   end
+  local tail = nil
   if ok then
     if mode == 'm' then
       ok = redis.call('EXISTS', entry) == 0
+    elseif mode == 'k' then
+      -- The entry must still be the one revalidated: same writer fence and
+      -- written time. Its tail is copied inside Redis, never sent.
+      local cur = redis.call('GET', entry)
+      local _, f, fl, w, hl = parse(cur, cur and #cur or 0)
+      local trim = tonumber(ARGV[11])
+      if not f or fl == 'n' or fl == 'e' or f .. ',' .. w ~= ARGV[12] or hl + trim > #cur then
+        ok = false
+      else
+        tail = string.sub(cur, hl + trim + 1)
+      end
     else
       -- Only the header is needed: do not copy a large payload into Lua.
       local _, f = parse(redis.call('GETRANGE', entry, 0, 127), redis.call('STRLEN', entry))
@@ -126,7 +150,7 @@ if mode ~= '-' then
     end
     local header = string.format('~1,%d,%d,%d,%s,%s,%s\n',
       now + fresh, now + fresh + stale, now, loadus, f, flags)
-    redis.call('SET', entry, header .. payload, 'PX', string.format('%d', fresh + stale))
+    redis.call('SET', entry, header .. payload .. (tail or ''), 'PX', string.format('%d', fresh + stale))
     written = 1
   end
 end

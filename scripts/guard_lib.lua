@@ -16,8 +16,8 @@ end
 
 -- parse applies the rules of decodeEntry (guard/entry.go) to an entry whose
 -- first bytes (at least 128, or all) are v and whose length is n; it returns
--- the fresh_until and fence fields (decimal strings) of a valid v1 entry, or
--- nil.
+-- the fresh_until, fence and flags fields (strings) of a valid v1 entry,
+-- then its written field and the length of its header, or nil.
 local function parse(v, n)
   if not v then
     return nil
@@ -35,10 +35,10 @@ local function parse(v, n)
   if #su < #fu or (#su == #fu and su < fu) then
     return nil
   end
-  if not (fl == '' or fl == 'e' or (fl == 'n' and n == #h)) then
+  if not (fl == '' or fl == 'e' or fl == 'r' or (fl == 'n' and n == #h)) then
     return nil
   end
-  return fu, f
+  return fu, f, fl, w, #h
 end
 
 -- notify publishes msg to every channel in the set waiters, then deletes

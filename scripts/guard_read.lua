@@ -28,7 +28,8 @@
 -- that is not a valid v1 entry counts as missing (the lease is tried, waiters
 -- are registered) but is still returned so the caller can report it. Only a
 -- caller that finds no usable entry registers as a waiter; one that finds a
--- stale entry is served that.
+-- stale entry is served that, unless it is flagged 'r' (never served stale:
+-- kept only for the next load to revalidate), which counts as missing.
 local entry, lease, fence, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local leasems, channel = tonumber(ARGV[1]), ARGV[2]
 local wait, keep = tonumber(ARGV[3]), ARGV[4]
@@ -45,7 +46,10 @@ end
 
 local now = nowms()
 local v = redis.call('GET', entry)
-local fu = v and parse(v, #v)
+local fu, _, fl = nil, nil, nil
+if v then
+  fu, _, fl = parse(v, #v)
+end
 if fu and tonumber(fu) > now and ARGV[5] ~= '1' then
   return {v, now, 0}
 end
@@ -71,7 +75,7 @@ end
 if pttl < 1 then
   pttl = 1
 end
-if not fu and channel ~= '' then
+if (not fu or fl == 'r') and channel ~= '' then
   redis.call('SADD', waiters, channel)
   if redis.call('PTTL', waiters) < wait then
     redis.call('PEXPIRE', waiters, wait)
