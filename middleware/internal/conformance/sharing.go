@@ -128,10 +128,16 @@ func sharing(t *testing.T, a Adapter, rdb redis.UniversalClient) {
 					t.Errorf("HEAD Content-Length %q, want 13", got)
 				}
 			}},
-		{name: "behaviour/HEAD fills the GET entry with GET's body", req1: httptest.NewRequest(http.MethodHead, "/a", nil), req2: get("/a"), wantCalls: 1,
+		// A HEAD with nothing stored is the handler's to answer, as a
+		// HEAD (RFC 9110 §9.3.2): it is not turned into a GET to fill
+		// the entry, and its answer is not stored.
+		{name: "behaviour/HEAD with nothing stored reaches the handler as HEAD", req1: httptest.NewRequest(http.MethodHead, "/a", nil), req2: get("/a"), wantCalls: 2,
 			check: func(t *testing.T, first, second *httptest.ResponseRecorder) {
-				if got := second.Body.String(); got != "call 1 GET /a" {
+				if got := second.Body.String(); got != "call 2 GET /a" {
 					t.Errorf("GET after HEAD got %q", got)
+				}
+				if got := first.Header().Get("Cache-Status"); got != "stampede; fwd=miss" {
+					t.Errorf("HEAD Cache-Status %q", got)
 				}
 			}},
 		{name: "behaviour/stored headers keep content, drop hop-by-hop", serve: respond(200, "b", "X-Kept", "1", "Connection", "X-Hop", "X-Hop", "h", "Keep-Alive", "timeout=5"), req1: get("/a"), req2: get("/a"), wantCalls: 1,

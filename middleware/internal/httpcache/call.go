@@ -66,12 +66,21 @@ func (c *call) load(ctx context.Context) ([]byte, error) {
 		close(c.done)
 	}()
 
+	old, record := c.previous(ctx)
+	if record {
+		normal = true
+		return keepRecord(ctx)
+	}
 	req := c.r.Clone(ctx)
 	// HEAD shares GET's entry, so the entry must hold GET's body; the
 	// client's preconditions are answered from the entry, never stored.
 	req.Method = http.MethodGet
 	req.Body, req.GetBody, req.ContentLength = http.NoBody, nil, 0
 	stripConditionals(req.Header)
+	if old != nil {
+		askConditionally(req.Header, old)
+		cw.revalidating = true
+	}
 	sent := time.Now()
 	herr := c.h(cw, req)
 	normal = true
@@ -87,6 +96,9 @@ func (c *call) load(ctx context.Context) ([]byte, error) {
 	}
 	if !cw.wroteHeader {
 		cw.WriteHeader(http.StatusOK)
+	}
+	if old != nil && cw.status == http.StatusNotModified {
+		return c.revalidated(ctx, cw, old, sent)
 	}
 	if cw.unshared {
 		cw.hold()
@@ -129,7 +141,7 @@ func (c *call) store(ctx context.Context, cw *capture, f freshness) ([]byte, err
 	if c.vary == nil && len(names) > 0 {
 		rec := varyRecord{gen: newGeneration(), names: names}
 		c.fillVariant(ctx, variantKey(c.key, rec, c.r), val, w)
-		val = encodeRecord(rec)
+		val, w = encodeRecord(rec), recordWindows
 	}
 	if w != (guard.Windows{}) {
 		if err := guard.SetWindows(ctx, w); err != nil {

@@ -128,7 +128,42 @@ func runDirect(direct func() error, h Handler, w http.ResponseWriter, r *http.Re
 }
 
 func (e *Engine) serve(w http.ResponseWriter, r *http.Request, key string, direct func() error, h Handler, again bool) error {
+	if r.Method == http.MethodHead || (e.honorClient && onlyIfCached(r.Header)) {
+		return e.peek(w, r, key, direct, h)
+	}
 	return e.serveCall(w, r, &call{e: e, key: key, w: w, r: r, h: h}, direct, again)
+}
+
+// peek serves r from what is stored under key, loading nothing: a HEAD,
+// which its handler answers cheaply itself when nothing is stored (RFC 9110
+// §9.3.2: it is not turned into a GET to fill the entry), and a client's
+// only-if-cached (RFC 9111 §5.2.1.7: 504 when nothing is stored).
+func (e *Engine) peek(w http.ResponseWriter, r *http.Request, key string, direct func() error, h Handler) error {
+	ctx := r.Context()
+	res, err := e.g.Peek(ctx, key)
+	if err == nil && isRecord(res.Value) {
+		var rec varyRecord
+		if rec, err = decodeRecord(res.Value); err == nil {
+			res, err = e.g.Peek(ctx, variantKey(key, rec, r))
+		}
+	}
+	if err == nil {
+		if sr, derr := decodeResponse(res.Value); derr == nil && e.usable(r, &sr, res) {
+			e.write(w, r, &sr, res, cachestatus.Of(res.Status))
+			return nil
+		}
+	}
+	w.Header().Set("Cache-Status", cachestatus.Miss)
+	if r.Method != http.MethodHead {
+		return &StatusError{Code: http.StatusGatewayTimeout, Err: errNotStored}
+	}
+	return runDirect(direct, h, w, r)
+}
+
+var errNotStored = errors.New("httpcache: only-if-cached, and nothing usable is stored")
+
+func onlyIfCached(h http.Header) bool {
+	return len(h["Cache-Control"]) > 0 && parseCacheControl(h["Cache-Control"]).onlyIfCached
 }
 
 // serveCall serves c's request from c's key: the URL's key, or, with
@@ -212,15 +247,10 @@ func (e *Engine) usable(r *http.Request, sr *storedResponse, res guard.Result) b
 	switch {
 	case cc.maxAge >= 0 && age > cc.maxAge && (res.Status != guard.Stale || cc.maxStale < 0):
 		return false
-	case cc.minFresh >= 0 && (res.Status == guard.Stale || freshFor(res) < time.Duration(cc.minFresh)*time.Second):
+	case cc.minFresh >= 0 && (res.Status == guard.Stale || res.Fresh < time.Duration(cc.minFresh)*time.Second):
 		return false
 	}
 	return true
-}
-
-// freshFor is how much longer res is fresh.
-func freshFor(res guard.Result) time.Duration {
-	return 1<<63 - 1 // TODO(g1): res.Fresh
 }
 
 // write serves a stored response, or the 304 or 412 the request's

@@ -200,9 +200,7 @@ type placement struct {
 // windows are p's windows as the guard takes them.
 func (p placement) windows() guard.Windows {
 	w := p.w
-	if p.mustRevalidate {
-		w.Stale = guard.Disabled // TODO(g2): keep with MustRevalidate
-	}
+	w.MustRevalidate = p.mustRevalidate
 	return w
 }
 

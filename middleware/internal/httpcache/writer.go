@@ -21,6 +21,9 @@ type capture struct {
 	streaming   bool // the response goes to the client as it is written
 	why         string
 	received    time.Time // when the status line arrived (RFC 9111 §4.2.3 response_time)
+	// revalidating: the request carried the stored response's validators,
+	// so a 304 is the answer to merge, not a response to refuse.
+	revalidating bool
 }
 
 func (cw *capture) Header() http.Header { return cw.header }
@@ -31,6 +34,9 @@ func (cw *capture) WriteHeader(code int) {
 	}
 	cw.wroteHeader, cw.status, cw.received = true, code, time.Now()
 	cw.snap = canonical(cw.header)
+	if code == http.StatusNotModified && cw.revalidating {
+		return
+	}
 	if !cw.c.e.shareable(code, cw.snap) {
 		cw.unshare("response not shareable")
 	}

@@ -1,0 +1,99 @@
+package httpcache
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/stampede-go/stampede/guard"
+)
+
+// Revalidation (RFC 9111 §4.3). When the guard refreshes an entry (a stale
+// one, or one kept past its freshness to be revalidated), the load sees the
+// stored response (guard.Previous). A vary record is kept as it is: the
+// variants check their names themselves. A response with a validator is
+// asked for conditionally: the handler's 304 freshens the stored response,
+// its fields replacing the stored ones (§4.3.4), and only the new head goes
+// to Redis: the body stays where it is (guard.Revalidated).
+
+// recordWindows are the windows of a vary record: as long-lived as a kept
+// response, refreshed for free (no handler call).
+var recordWindows = guard.Windows{Fresh: minKeep, Stale: maxKeep, MustRevalidate: true}
+
+// previous returns the stored response a load refreshes, when it has a
+// validator to ask the handler with; rec reports a vary record (kept as is).
+func (c *call) previous(ctx context.Context) (old *storedResponse, rec bool) {
+	prev, ok := guard.Previous(ctx)
+	if !ok {
+		return nil, false
+	}
+	if isRecord(prev) {
+		return nil, c.vary == nil
+	}
+	sr, err := decodeResponse(prev)
+	if err != nil || (sr.get("Etag") == nil && sr.get("Last-Modified") == nil) {
+		return nil, false
+	}
+	return &sr, false
+}
+
+// askConditionally adds old's validators to the request that refreshes it.
+func askConditionally(h http.Header, old *storedResponse) {
+	if v := old.get("Etag"); len(v) > 0 {
+		h["If-None-Match"] = v[:1]
+	}
+	if v := old.get("Last-Modified"); len(v) > 0 {
+		h["If-Modified-Since"] = v[:1]
+	}
+}
+
+// keepRecord refreshes a vary record without calling the handler.
+func keepRecord(ctx context.Context) ([]byte, error) {
+	if err := guard.SetWindows(ctx, recordWindows); err != nil {
+		return nil, err
+	}
+	return nil, guard.Revalidated(nil, 0)
+}
+
+// revalidated merges the handler's 304 into old (§4.3.4) and answers the
+// guard with the new head; old's body is not sent again.
+func (c *call) revalidated(ctx context.Context, cw *capture, old *storedResponse, sent time.Time) ([]byte, error) {
+	h := updatedHeader(old.header(), cw.snap)
+	f := responseFreshness(h, sent, cw.received)
+	p := c.e.place(f)
+	names, star := c.e.varyNames(h)
+	if p.reason == "" && (!c.e.shareable(old.status, h) || star || (c.vary != nil && !slices.Equal(names, c.vary)) || (c.vary == nil && len(names) > 0)) {
+		p.reason = "revalidated response not shareable"
+	}
+	if p.reason != "" {
+		// The caller gets the response the 304 confirmed, with its new
+		// fields; nobody else does.
+		full := &capture{c: c, snap: h, status: old.status, wroteHeader: true, buf: old.body}
+		full.hold()
+		return nil, guard.NoStore(&notShared{reason: p.reason})
+	}
+	if err := guard.SetWindows(ctx, p.windows()); err != nil {
+		return nil, guard.NoStore(&notShared{reason: err.Error()})
+	}
+	return nil, guard.Revalidated(encodeHead(old.status, int64(f.initialAge/time.Second), h, len(old.body)), old.headLen)
+}
+
+// updatedHeader is stored updated by the fields of a 304 (RFC 9111 §3.2):
+// each replaces the stored field of its name, except the fields never
+// stored and Content-Length (the body is the stored one).
+func updatedHeader(stored, fresh http.Header) http.Header {
+	h := stored // a copy already (storedResponse.header)
+	var conn []string
+	for _, v := range fresh["Connection"] {
+		conn = append(conn, strings.Split(v, ",")...)
+	}
+	for k, v := range fresh {
+		if k == "Content-Length" || k == "Content-Range" || !storedHeader(k, conn) || len(v) == 0 {
+			continue
+		}
+		h[k] = v
+	}
+	return h
+}
