@@ -57,8 +57,14 @@ func (g *Group) fillFor(co callOptions, fence int64, o outcome, refresh bool) fi
 		case Disabled:
 			f.stale = 0
 		}
-		if f.fresh == Disabled {
+		switch f.fresh {
+		case Disabled:
 			f.mode = "-" // served to the callers of this flight, not stored
+		case Expired:
+			f.fresh = 0
+			if f.stale == 0 {
+				f.mode = "-" // neither served stale nor kept: useless
+			}
 		}
 	case err == nil:
 		f.value, f.fresh, f.stale = v, g.jittered(co.freshFor), co.staleFor

@@ -25,6 +25,13 @@ type Windows struct {
 	MustRevalidate bool
 }
 
+// Expired, as Windows.Fresh, stores a value already past its freshness:
+// with a stale window it is served stale, and refreshed, from its first
+// read on; with MustRevalidate it is only kept for the next load to
+// revalidate. (The HTTP middleware keeps so a response that arrives stale,
+// or says no-cache.) With neither, the value is not stored.
+const Expired = -2
+
 // SetWindows sets the windows of the value a loader is about to return,
 // decided after the load: an HTTP response's max-age, an OAuth token's
 // expires_in, a price valid until the market closes. ctx must be the ctx
@@ -40,8 +47,8 @@ func SetWindows(ctx context.Context, w Windows) error {
 	switch {
 	case slot == nil:
 		return errors.New("guard: SetWindows outside a loader (pass it the ctx the loader was given)")
-	case w.Fresh < 0 && w.Fresh != Disabled:
-		return fmt.Errorf("guard: negative Windows.Fresh %v (Disabled: serve, do not store)", w.Fresh)
+	case w.Fresh < 0 && w.Fresh != Disabled && w.Fresh != Expired:
+		return fmt.Errorf("guard: negative Windows.Fresh %v (Disabled: serve, do not store; Expired: stale from the start)", w.Fresh)
 	case w.Stale < 0 && w.Stale != Disabled:
 		return fmt.Errorf("guard: negative Windows.Stale %v (Disabled: no stale window)", w.Stale)
 	}

@@ -31,6 +31,9 @@ func TestSetWindows(t *testing.T) {
 			{"fresh only, call's stale", Windows{Fresh: 2 * time.Second}, []CallOption{WithStaleFor(7 * time.Second)}, true, 2 * time.Second, 7 * time.Second},
 			{"no stale window", Windows{Fresh: 2 * time.Second, Stale: Disabled}, nil, true, 2 * time.Second, 0},
 			{"serve, do not store", Windows{Fresh: Disabled}, nil, false, 0, 0},
+			{"expired, served stale", Windows{Fresh: Expired, Stale: 3 * time.Second}, nil, true, 0, 3 * time.Second},
+			{"expired, kept to revalidate", Windows{Fresh: Expired, Stale: 3 * time.Second, MustRevalidate: true}, nil, true, 0, 3 * time.Second},
+			{"expired, nothing to keep", Windows{Fresh: Expired, Stale: Disabled}, nil, false, 0, 0},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				key := redistest.Key(t)

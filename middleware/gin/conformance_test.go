@@ -23,6 +23,7 @@ var adapter = conformance.Adapter{
 			Statuses:           cfg.Statuses,
 			HonorClientNoCache: cfg.HonorClientNoCache,
 			UpstreamWindows:    cfg.UpstreamWindows,
+			RequireFreshness:   cfg.RequireFreshness,
 			UnkeyedForwarding:  cfg.UnkeyedForwarding,
 		}))
 		r.Any("/*path", gin.WrapH(origin))
@@ -33,6 +34,10 @@ var adapter = conformance.Adapter{
 // TestRules runs the rules every HTTP adapter shares (package
 // middleware/internal/conformance) on standalone Redis and on a cluster.
 func TestRules(t *testing.T) { conformance.Rules(t, adapter) }
+
+// TestRFC9111 runs the HTTP-cache table (package
+// middleware/internal/conformance) on standalone Redis and on a cluster.
+func TestRFC9111(t *testing.T) { conformance.RFC9111(t, adapter) }
 
 // TestPoisoning runs the cache-poisoning suite (no input the key ignores
 // decides what another client is served) on miniredis and on a cluster.

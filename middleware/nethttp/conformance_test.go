@@ -20,6 +20,7 @@ var adapter = conformance.Adapter{
 			Statuses:           cfg.Statuses,
 			HonorClientNoCache: cfg.HonorClientNoCache,
 			UpstreamWindows:    cfg.UpstreamWindows,
+			RequireFreshness:   cfg.RequireFreshness,
 			UnkeyedForwarding:  cfg.UnkeyedForwarding,
 		})(origin)
 	},
@@ -28,6 +29,10 @@ var adapter = conformance.Adapter{
 // TestRules runs the rules every HTTP adapter shares (package
 // middleware/internal/conformance) on standalone Redis and on a cluster.
 func TestRules(t *testing.T) { conformance.Rules(t, adapter) }
+
+// TestRFC9111 runs the HTTP-cache table (package
+// middleware/internal/conformance) on standalone Redis and on a cluster.
+func TestRFC9111(t *testing.T) { conformance.RFC9111(t, adapter) }
 
 // TestKeyFunc holds the rows of net/http's own Config.KeyFunc, which takes
 // an *http.Request: each row sends two requests and counts handler calls.

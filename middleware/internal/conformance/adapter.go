@@ -22,6 +22,7 @@ type Config struct {
 	Statuses           []int
 	HonorClientNoCache bool
 	UpstreamWindows    bool
+	RequireFreshness   bool
 	// UnkeyedForwarding leaves the forwarding headers out of the key (the
 	// adapters' Config field of the same name).
 	UnkeyedForwarding bool

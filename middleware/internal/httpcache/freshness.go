@@ -214,10 +214,11 @@ func (e *Engine) place(f freshness) placement {
 	}
 	if !f.explicit {
 		switch {
+		case f.noCache:
+			// Never used without revalidation: its lifetime is moot.
+			return e.revalidateEachUse(f, maxKeep)
 		case e.strict:
 			return placement{reason: "no explicit freshness"}
-		case f.noCache:
-			return e.revalidateEachUse(f, maxKeep)
 		case f.swrSet:
 			// The Group's fresh window, the response's stale one.
 			return placement{w: guard.Windows{Stale: orDisabled(f.serveStale)}}
@@ -232,7 +233,7 @@ func (e *Engine) place(f freshness) placement {
 	if staleOnArrival {
 		// Stored only to be served stale, where it may be, or to be
 		// revalidated.
-		overrun, fresh = -fresh, time.Millisecond
+		overrun, fresh = -fresh, guard.Expired
 	}
 	w := guard.Windows{Fresh: fresh}
 	if s := f.serveStale - overrun; !f.noServeStale && s > 0 {
@@ -256,9 +257,9 @@ func (e *Engine) revalidateEachUse(f freshness, lifetime time.Duration) placemen
 	if !f.validator {
 		return placement{reason: "no-cache without a validator"}
 	}
-	// Fresh for a millisecond: the requests collapsed into the one
-	// revalidation (RFC 9111 §4 lets a cache collapse them) share it.
-	return placement{w: guard.Windows{Fresh: time.Millisecond, Stale: keepFor(lifetime)}, mustRevalidate: true}
+	// The requests collapsed into one revalidation (RFC 9111 §4 lets a
+	// cache collapse them) share its answer; any later one revalidates.
+	return placement{w: guard.Windows{Fresh: guard.Expired, Stale: keepFor(lifetime)}, mustRevalidate: true}
 }
 
 func keepFor(lifetime time.Duration) time.Duration {
