@@ -15,7 +15,7 @@ type names struct {
 }
 
 func (g *Group) names(key string) names {
-	b := hashtag.Base(g.opts.Namespace, key)
+	b := hashtag.KeyBase(g.opts.Namespace, key)
 	// One allocation for the five names: substrings of one string.
 	all := b + b + ":lease" + b + ":fence" + b + ":w" + b + ":inv"
 	n := len(b)

@@ -8,7 +8,10 @@
 // the tag ends at our '}' and is the same for every suffix.
 package hashtag
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+)
 
 // Escape returns key with '%' and '}' percent-encoded, and "%00" for the
 // empty key, so that the result is never empty, holds no '}' and different
@@ -40,6 +43,35 @@ func Escape(key string) string {
 // or '}'; ValidPrefix checks that.
 func Base(prefix, key string) string {
 	return prefix + "{" + Escape(key) + "}"
+}
+
+// Tag returns the hash tag key holds by Redis Cluster's rule: the bytes
+// between its first '{' and the first '}' after it, when not empty.
+func Tag(key string) (string, bool) {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return key[i+1 : i+1+j], true
+		}
+	}
+	return "", false
+}
+
+// KeyBase is Base for a key that may carry a hash tag of its own: the
+// names of a key with tag T hash to T's slot, as a Redis user expects
+// ("{user:42}:profile" and "{user:42}:friends" share a slot), and those of
+// a key without a tag to the key's own, Base's. They are
+//
+//	prefix + "{" + Escape(T) + "}/" + len(key) + ":" + key
+//
+// so that no two keys, nor a key with a tag and one without, share a name,
+// whatever suffix follows: what comes after the '}' is "/" only for tagged
+// keys, and the length delimits the key.
+func KeyBase(prefix, key string) string {
+	tag, ok := Tag(key)
+	if !ok {
+		return Base(prefix, key)
+	}
+	return prefix + "{" + Escape(tag) + "}/" + strconv.Itoa(len(key)) + ":" + key
 }
 
 // ValidPrefix reports whether prefix can be used with Base.

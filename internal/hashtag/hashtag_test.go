@@ -83,3 +83,51 @@ func FuzzEscape(f *testing.F) {
 		}
 	})
 }
+
+func TestTag(t *testing.T) {
+	for key, want := range map[string]string{"abc": "", "{a}b": "a", "x{a}{b}": "a", "{}a": "", "a{b": "", "a}{b}": "b", "{a{b}": "a{b"} {
+		got, ok := Tag(key)
+		if got != want || ok != (want != "") {
+			t.Errorf("Tag(%q) = %q, %v; want %q", key, got, ok, want)
+		}
+	}
+}
+
+// TestKeyBase: a key with a tag of its own is named in its tag's slot, a key
+// without one as Base names it, and the names stay apart.
+func TestKeyBase(t *testing.T) {
+	if got := KeyBase("ns:", "plain"); got != Base("ns:", "plain") {
+		t.Errorf("an untagged key: %q, want Base's %q", got, Base("ns:", "plain"))
+	}
+	a, b := KeyBase("ns:", "{user:42}:profile"), KeyBase("ns:", "{user:42}:friends")
+	if slot(a) != slot(b) || slot(a) != slot("user:42") {
+		t.Errorf("keys of one tag in slots %d, %d; want %d", slot(a), slot(b), slot("user:42"))
+	}
+	if slot(KeyBase("ns:", "{h2:abc}v:1")) != slot(KeyBase("ns:", "h2:abc")) {
+		t.Error("a key tagged with another key is not in that key's slot")
+	}
+}
+
+// FuzzKeyBase: two distinct keys never share a name, whatever suffixes the
+// guard appends; a key's names share one slot.
+func FuzzKeyBase(f *testing.F) {
+	for _, p := range [][2]string{{"{a}b", "{a}b:lease"}, {"{a}", "a"}, {"{a}1:x", "{a}"}, {"x", "{x}"}, {"{%}", "{%25}"}} {
+		f.Add(p[0], p[1])
+	}
+	suffixes := []string{"", ":lease", ":fence", ":w", ":inv"}
+	f.Fuzz(func(t *testing.T, a, b string) {
+		for _, sa := range suffixes {
+			na := KeyBase("ns:", a) + sa
+			if slot(na) != slot(KeyBase("ns:", a)) {
+				t.Fatalf("%q: names in two slots", a)
+			}
+			for _, sb := range suffixes {
+				if a != b || sa != sb {
+					if nb := KeyBase("ns:", b) + sb; na == nb {
+						t.Fatalf("%q%s and %q%s share the name %q", a, sa, b, sb, na)
+					}
+				}
+			}
+		}
+	})
+}

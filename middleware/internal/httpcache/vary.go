@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+
+	"github.com/stampede-go/stampede/internal/hashtag"
 )
 
 // Vary (RFC 9111 §4.1). A response whose Vary names request headers the key
@@ -128,14 +130,11 @@ func variantKey(primary string, rec varyRecord, r *http.Request) string {
 	return "{" + hashTag(primary) + "}v:" + base64.RawURLEncoding.EncodeToString(sum[:])
 }
 
-// hashTag is the part of key Redis Cluster hashes: between the first '{'
-// and the first '}' after it when not empty, else the whole key. The guard
-// places a key's names in that slot.
+// hashTag is the part of key Redis Cluster hashes as the guard names it:
+// its own hash tag, else the whole key (hashtag.KeyBase).
 func hashTag(key string) string {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			return key[i+1 : i+1+j]
-		}
+	if tag, ok := hashtag.Tag(key); ok {
+		return tag
 	}
 	return key
 }
