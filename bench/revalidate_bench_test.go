@@ -105,4 +105,3 @@ func (a *argBytes) count(cmd redis.Cmder) {
 		}
 	}
 }
-
