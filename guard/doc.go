@@ -18,6 +18,10 @@
 // a fill at one round trip each; a separate lock would add a round trip to
 // each. Both mint fences by the same rule (see package scripts).
 //
+// A key that holds a Redis Cluster hash tag of its own ("{user:42}:profile")
+// is named in that tag's slot, so the keys of one tag share a slot; any
+// other key is its own tag.
+//
 // # Code layout
 //
 // One file per stage of a call: do.go (Get, Do, the per-call value),
@@ -26,7 +30,8 @@
 // process), miss.go (waiting for another node's fill), load.go (the loader
 // slot and the fill), refresh.go (background and early refresh),
 // watchdog.go (lease renewal), breaker.go, redis.go (script I/O), entry.go
-// (the entry format), typed.go (Fetch, Wrap), group.go (lifecycle).
+// (the entry format), windows.go (SetWindows, Previous, Revalidated),
+// peek.go, typed.go (Fetch, Wrap), group.go (lifecycle).
 //
 // # Serving rules
 //
@@ -41,6 +46,14 @@
 //	            also releases the lease and wakes the waiters); everyone
 //	            else waits for the fill notification up to WaitTimeout,
 //	            then applies WaitTimeoutPolicy
+//	kept      → (Windows.MustRevalidate, past fresh-until) as missing, but
+//	            the winner's load sees the kept value (Previous) and may
+//	            answer Revalidated: the value is stored fresh again, and
+//	            only its new head travels to Redis
+//
+// A refresh (stale or early) also sees the value it replaces through
+// Previous. Peek reads an entry without any of this: no load, no lease, no
+// waiting.
 //
 // Waiters wake on the fill's Pub/Sub message, on one subscription per
 // Group, with a bounded polling fallback for lost messages and expired

@@ -55,3 +55,37 @@ func BenchmarkHitCallerDeadline(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkHitSize is BenchmarkHit with the value sizes of the HTTP
+// middleware's hit benchmark, for comparing the two side by side:
+//
+//	go test -run '^$' -bench 'HitSize' -benchmem ./guard
+//	go test -run '^$' -bench 'Hit' -benchmem ./middleware/nethttp
+func BenchmarkHitSize(b *testing.B) {
+	for _, size := range []struct {
+		name string
+		n    int
+	}{{"1KB", 1 << 10}, {"100KB", 100 << 10}} {
+		b.Run(size.name, func(b *testing.B) {
+			rdb := redistest.Shared(b).Client(b)
+			g, err := New(rdb, Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer g.Close()
+			ctx := context.Background()
+			load := func(context.Context) ([]byte, error) { return make([]byte, size.n), nil }
+			key := redistest.Key(b)
+			if _, err := g.Do(ctx, key, load); err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(size.n))
+			b.ReportAllocs()
+			for b.Loop() {
+				if r, err := g.Do(ctx, key, load); err != nil || r.Status != Hit {
+					b.Fatal(r.Status, err)
+				}
+			}
+		})
+	}
+}

@@ -39,7 +39,8 @@
 // header (X-HTTP-Method-Override, X-Method-Override, X-HTTP-Method) is
 // not shared. Other request headers are not keyed unless listed in
 // Config.KeyHeaders: a response that depends on one must name it in Vary,
-// and is then stored only if it is keyed. docs/security.md has the table
+// and is then stored per value of that header (a variant), so no client is
+// served a variant selected by another's value. docs/security.md has the table
 // of every input and what it gets.
 //
 // Never shared, with the zero Config:
@@ -49,8 +50,9 @@
 //     the handler runs for them directly, the guard is not consulted; so a
 //     private page on a path that looks static (/account/x.css) is never
 //     stored for the next client;
-//   - responses with Set-Cookie, Cache-Control private, no-store or
-//     no-cache, Vary: * or a Vary on a header outside KeyHeaders, a status
+//   - responses with Set-Cookie, Cache-Control private or no-store,
+//     no-cache (unless the response's own windows rule, see below), Vary: *
+//     (a Vary on other headers selects a variant), a status
 //     outside Config.Statuses (never 206 or 5xx), Content-Type
 //     text/event-stream, or a body over MaxBodyBytes. Such a response goes
 //     to the client whose request ran the handler and is stored nowhere;
@@ -71,8 +73,11 @@
 // "stampede; fwd=stale" (served stale while one node refreshes),
 // "stampede; fwd=miss; stored" (this request's handler call filled the
 // entry), "stampede; fwd=miss; collapsed" (another request's did),
-// "stampede; fwd=miss" (not shared), "stampede; fwd=bypass". The key is
-// never shown.
+// "stampede; fwd=miss" (not shared), "stampede; fwd=request" (a stored
+// response the request's own directives refused), "stampede; fwd=bypass".
+// The key is never shown. Age is the response's age when it arrived (its
+// Age field, or the time since its Date, RFC 9111 §4.2.3) plus the time
+// it has been stored.
 //
 // The handler of a shared request runs detached from its client
 // (context.WithoutCancel of the request's context, bounded by the guard's
@@ -82,14 +87,47 @@
 // the process survives; a panic with http.ErrAbortHandler aborts their
 // connections, as net/http does.
 //
-// With Config.UpstreamWindows, the handler's Cache-Control max-age or
-// s-maxage sets how long a response is fresh, and stale-while-revalidate or
-// stale-if-error how long it may then be served stale (RFC 5861), from the
-// first response on: the handler's call sets the windows of the response it
-// returns (guard.SetWindows), in the fill's one round trip. A response with
-// max-age=0 is not stored.
+// # As an HTTP cache
 //
-// Stored responses are a versioned binary encoding of status, headers (all
-// but hop-by-hop fields and Set-Cookie) and body; an entry that does not
-// decode is dropped and loaded again.
+// In every configuration, a request's preconditions (RFC 9110 §13) are
+// answered from the stored response: If-None-Match (weak comparison, lists,
+// "*") and If-Modified-Since with 304 and the fields RFC 9110 §15.4.5
+// lists, a failing If-Match or If-Unmodified-Since with 412. They never
+// reach the handler call that fills an entry. A response whose Vary names
+// request headers the key does not hold is stored per variant, selected by
+// the normalised values of those headers (RFC 9111 §4.1); the URL's key
+// then holds the list of names, and each variant lives in the URL key's
+// hash slot (two round trips for a hit where one suffices otherwise).
+// HEAD is served from the GET entry; with nothing stored it reaches the
+// handler as a HEAD and is not stored.
+//
+// With Config.UpstreamWindows, the response decides how long it is served
+// (RFC 9111 §4.2): s-maxage, else max-age, else Expires against Date, less
+// the age it arrived with; stale-while-revalidate or stale-if-error how long
+// it may then be served stale while refreshed (RFC 5861), from the first
+// response on (the handler's call sets the windows of the response it
+// returns, guard.SetWindows, in the fill's one round trip). A stored
+// response with a validator (ETag, Last-Modified) is revalidated when it
+// expires (RFC 9111 §4.3): the refresh asks the handler with If-None-Match
+// and If-Modified-Since, and a 304 freshens the stored response, its fields
+// replacing the stored ones (RFC 9111 §3.2), without the body travelling
+// to Redis again (guard.Revalidated). Responses with must-revalidate,
+// proxy-revalidate or s-maxage are never served stale; they are kept past
+// their freshness, like any response with a validator and no stale window,
+// only to be revalidated, and the requests that find them so wait for the
+// fleet's one revalidation. A response with Cache-Control no-cache is stored
+// and revalidated before each use (without a validator, not stored).
+//
+// Config.RequireFreshness stores only responses that state their freshness,
+// for exactly as long as they state; with UpstreamWindows and
+// HonorClientNoCache the middleware is an RFC 9111 shared cache, which also
+// honours a client's no-cache, max-age (max-age=0 asks the origin),
+// min-fresh, max-stale and only-if-cached (504 when nothing is stored). The
+// zero Config is the app-centric default: a response without freshness
+// information is stored for the Group's windows, and a client cannot make
+// the origin answer (any client could then stampede it).
+//
+// Stored responses are a versioned binary encoding of status, the age the
+// response arrived with, headers (all but hop-by-hop fields and Set-Cookie)
+// and body; an entry that does not decode is dropped and loaded again.
 package guardhttp

@@ -171,12 +171,16 @@ func (c *call) fillVariant(ctx context.Context, key string, val []byte, w guard.
 	}
 }
 
+// filledKey is the variant key c's own load filled, or "".
+func (c *call) filledKey() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.filled
+}
+
 // status is the Cache-Status of res served to c's request.
 func (c *call) status(res guard.Result) string {
-	c.mu.Lock()
-	filled := c.filled
-	c.mu.Unlock()
-	if res.Status == guard.Hit && filled != "" && filled == c.key {
+	if filled := c.filledKey(); res.Status == guard.Hit && filled != "" && filled == c.key {
 		return cachestatus.Stored
 	}
 	return cachestatus.Of(res.Status)

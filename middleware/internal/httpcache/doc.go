@@ -27,6 +27,13 @@
 //     the client waits; if that happens before the guard answered, a caller
 //     about to be served from the cache gets its own response instead.
 //
+// As an HTTP cache (RFC 9111): freshness.go reads a response's own
+// freshness and places it (its guard windows, or why it is not stored);
+// conditional.go answers a request's preconditions from the stored
+// response; revalidate.go asks the handler conditionally when the guard
+// refreshes a stored response with a validator, and merges its 304; vary.go
+// stores responses per variant under the URL key's hash tag.
+//
 // A caller never receives a response produced for another caller unless
 // that response was judged shareable first, and two requests share a key
 // only if the frameworks hand their handlers the same inputs, as far as a

@@ -180,7 +180,7 @@ func (e *Engine) serveCall(w http.ResponseWriter, r *http.Request, c *call, dire
 		case isRecord(res.Value) && c.vary == nil:
 			if rec, derr := decodeRecord(res.Value); derr == nil {
 				v := &call{e: e, key: variantKey(c.key, rec, r), w: w, r: r, h: c.h, vary: rec.names, primary: c.key}
-				v.filled = c.filled
+				v.filled = c.filledKey()
 				return e.serveCall(w, r, v, direct, again)
 			}
 		default:
