@@ -46,35 +46,6 @@ func entryOf(t *testing.T, rdb redis.UniversalClient, g *Group, key string) entr
 	return e
 }
 
-// sentBytes counts the bytes of the script arguments a client sends.
-type sentBytes struct{ n atomic.Int64 }
-
-func (s *sentBytes) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (s *sentBytes) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		s.count(cmd)
-		return next(ctx, cmd)
-	}
-}
-func (s *sentBytes) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, c := range cmds {
-			s.count(c)
-		}
-		return next(ctx, cmds)
-	}
-}
-func (s *sentBytes) count(cmd redis.Cmder) {
-	for _, a := range cmd.Args() {
-		switch v := a.(type) {
-		case string:
-			s.n.Add(int64(len(v)))
-		case []byte:
-			s.n.Add(int64(len(v)))
-		}
-	}
-}
-
 // TestPrevious: a loader sees the value its load replaces on a refresh of
 // a stale value, an early refresh and a value kept for revalidation, and
 // nothing on a miss or without Redis.
@@ -163,12 +134,12 @@ func TestRevalidated(t *testing.T) {
 		tail := bytes.Repeat([]byte("b"), 100<<10)
 		old := append([]byte("head1:"), tail...)
 		t.Run("tail kept, not sent", func(t *testing.T) {
-			var sent sentBytes
-			rdb.AddHook(&sent)
+			sent := &cmdCounter{}
+			rdb.AddHook(sent)
 			g := newGroup(t, rdb, Options{})
 			key := redistest.Key(t)
 			putKept(t, rdb, g, key, old, 1000, 60_000, 1)
-			sent.n.Store(0)
+			sent.bytes.Store(0)
 			load := func(ctx context.Context) ([]byte, error) {
 				if err := SetWindows(ctx, Windows{Fresh: time.Minute, Stale: 2 * time.Minute, MustRevalidate: true}); err != nil {
 					return nil, err
@@ -183,7 +154,7 @@ func TestRevalidated(t *testing.T) {
 			if r.Fresh != time.Minute {
 				t.Errorf("Result.Fresh %v, want the window stored, 1m", r.Fresh)
 			}
-			if n := sent.n.Load(); n > 1024 {
+			if n := sent.bytes.Load(); n > 1024 {
 				t.Errorf("%d bytes sent to Redis for a revalidation of a %d-byte value", n, len(old))
 			}
 			e := entryOf(t, rdb, g, key)

@@ -14,9 +14,10 @@ import (
 )
 
 // cmdCounter counts the commands a client sends (each is one round trip
-// here: the guard never pipelines).
+// here: the guard never pipelines), and the bytes of their arguments.
 type cmdCounter struct {
 	n     atomic.Int64
+	bytes atomic.Int64
 	mu    sync.Mutex
 	names []string // every command counted, for failure messages
 }
@@ -27,6 +28,14 @@ type cmdCounter struct {
 func (h *cmdCounter) add(cmd redis.Cmder) {
 	if name := cmd.Name(); name != "hello" && name != "client" {
 		h.n.Add(1)
+		for _, a := range cmd.Args() {
+			switch v := a.(type) {
+			case string:
+				h.bytes.Add(int64(len(v)))
+			case []byte:
+				h.bytes.Add(int64(len(v)))
+			}
+		}
 		h.mu.Lock()
 		h.names = append(h.names, name)
 		h.mu.Unlock()
