@@ -122,12 +122,7 @@ func (c *call) store(ctx context.Context, cw *capture, f freshness) ([]byte, err
 		// The response no longer varies as the record says: drop the
 		// record, so the next request learns the new names.
 		p.reason = "Vary changed"
-		primary := c.primary
-		go func() {
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			_ = e.g.Invalidate(ctx, primary)
-		}()
+		_ = e.g.Invalidate(ctx, c.primary)
 	}
 	if p.reason != "" {
 		cw.hold()
