@@ -68,8 +68,10 @@ func (c *call) revalidated(ctx context.Context, cw *capture, old *storedResponse
 		p.reason = "revalidated response not shareable"
 	}
 	if p.reason != "" {
-		// The caller gets the response the 304 confirmed, with its new
-		// fields; nobody else does.
+		// The stored response may no longer be served (the 304 made it
+		// private, say): drop it. The caller gets the response the 304
+		// confirmed, with its new fields; nobody else does.
+		_ = c.e.g.Invalidate(ctx, c.key)
 		full := &capture{c: c, snap: h, status: old.status, wroteHeader: true, buf: old.body}
 		full.hold()
 		return nil, guard.NoStore(&notShared{reason: p.reason})
