@@ -105,7 +105,7 @@ type step struct {
 	// until: a background refresh of an earlier step decides this one's
 	// answer; the request is repeated (up to 10 s) until its body is body.
 	until bool
-	check      func(t *testing.T, resp *http.Response, seen []*http.Request)
+	check func(t *testing.T, resp *http.Response, seen []*http.Request)
 }
 
 func text(s string) *string { return &s }
