@@ -82,7 +82,7 @@ func (g *Group) fastHit(ctx context.Context, key string) (e entry, now int64, ok
 		return entry{}, 0, false, nil
 	}
 	g.step(ctx, "hit")
-	s, err := g.hq.get(ctx, g.rdb, h.entry, g.opts.RedisTimeout)
+	s, err := g.hq.get(ctx, g.rdb, h.entry, g.opts.RedisTimeout, &g.hitDeadline)
 	switch {
 	case errors.Is(err, redis.Nil):
 		g.hints.c.Remove(key)

@@ -26,10 +26,11 @@ type Group struct {
 	br   breaker
 	loc  *expirable.LRU[string, localEntry] // nil when the local tier is off
 
-	firstLease time.Duration // lease taken by a read, before the watchdog extends it
-	clk        redisClock    // estimate of the Redis clock, for the fast hit path
-	hints      hints         // key → fresh-until seen lately, for the fast hit path
-	hq         *hitQueue     // batches the fast path's GETs; nil: one GET each
+	firstLease  time.Duration  // lease taken by a read, before the watchdog extends it
+	clk         redisClock     // estimate of the Redis clock, for the fast hit path
+	hints       hints          // key → fresh-until seen lately, for the fast hit path
+	hq          *hitQueue      // batches the fast path's GETs; nil: one GET each
+	hitDeadline sharedDeadline // bounds lone hits' GETs (deadline.go)
 
 	// Constant script arguments, boxed once.
 	leaseArg, chanArg, waitArg, keepArg any

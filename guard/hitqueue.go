@@ -102,7 +102,7 @@ func clientSideCaching(rdb redis.UniversalClient) bool {
 // within RedisTimeout of its queueing. It waits on its own ctx only, which
 // saves the context.WithTimeout (allocations and a timer) a lone caller
 // pays.
-func (q *hitQueue) get(ctx context.Context, rdb redis.UniversalClient, name string, timeout time.Duration) (string, error) {
+func (q *hitQueue) get(ctx context.Context, rdb redis.UniversalClient, name string, timeout time.Duration, sd *sharedDeadline) (string, error) {
 	if q != nil {
 		q.mu.Lock()
 		if q.busy {
@@ -119,9 +119,7 @@ func (q *hitQueue) get(ctx context.Context, rdb redis.UniversalClient, name stri
 		defer q.loneDone()
 	}
 	if dl, has := ctx.Deadline(); !has || time.Until(dl) > timeout {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
+		ctx = sd.bounded(ctx, timeout)
 	}
 	return rdb.Get(ctx, name).Result()
 }
