@@ -155,6 +155,17 @@ func nil2Loader(t *testing.T) LoadFunc {
 // wantWindows checks the fresh and stale windows of key's stored entry.
 func wantWindows(t *testing.T, rdb redis.UniversalClient, g *Group, key string, fresh, stale time.Duration) {
 	t.Helper()
+	e := entryOf(t, rdb, g, key)
+	gotFresh := time.Duration(e.freshUntil-e.written) * time.Millisecond
+	gotStale := time.Duration(e.staleUntil-e.freshUntil) * time.Millisecond
+	if gotFresh != fresh || gotStale != stale {
+		t.Fatalf("stored windows fresh %v, stale %v; want %v, %v", gotFresh, gotStale, fresh, stale)
+	}
+}
+
+// entryOf reads and decodes key's entry.
+func entryOf(t *testing.T, rdb redis.UniversalClient, g *Group, key string) entry {
+	t.Helper()
 	raw, err := rdb.Get(ctxT(t), g.names(key).entry).Bytes()
 	if err != nil {
 		t.Fatal(err)
@@ -163,9 +174,5 @@ func wantWindows(t *testing.T, rdb redis.UniversalClient, g *Group, key string, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	gotFresh := time.Duration(e.freshUntil-e.written) * time.Millisecond
-	gotStale := time.Duration(e.staleUntil-e.freshUntil) * time.Millisecond
-	if gotFresh != fresh || gotStale != stale {
-		t.Fatalf("stored windows fresh %v, stale %v; want %v, %v", gotFresh, gotStale, fresh, stale)
-	}
+	return e
 }

@@ -32,20 +32,6 @@ func putKept(t *testing.T, rdb redis.UniversalClient, g *Group, key string, valu
 	return e
 }
 
-// entryOf reads and decodes key's entry.
-func entryOf(t *testing.T, rdb redis.UniversalClient, g *Group, key string) entry {
-	t.Helper()
-	raw, err := rdb.Get(ctxT(t), g.names(key).entry).Bytes()
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := decodeEntry(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return e
-}
-
 // TestPrevious: a loader sees the value its load replaces on a refresh of
 // a stale value, an early refresh and a value kept for revalidation, and
 // nothing on a miss or without Redis.
