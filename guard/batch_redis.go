@@ -36,7 +36,19 @@ type scriptCall struct {
 // cache is empty: a restart, a failover) is sent again as EVAL in a second
 // pipeline, once per server.
 func (g *Group) pipeline(ctx context.Context, gets []string, s *redis.Script, calls []scriptCall) ([]*redis.StringCmd, []*redis.Cmd) {
-	pipe := g.rdb.Pipeline()
+	return pipelineWith(ctx, g.rdb, gets, s, calls)
+}
+
+// pipelineScripts calls s once for each of calls, in one pipeline.
+func pipelineScripts(ctx context.Context, rdb redis.UniversalClient, s *redis.Script, calls []scriptCall) []*redis.Cmd {
+	_, cmds := pipelineWith(ctx, rdb, nil, s, calls)
+	return cmds
+}
+
+// pipelineWith is pipeline on rdb: EVALSHA for every call, then EVAL for
+// those a server did not know the script for.
+func pipelineWith(ctx context.Context, rdb redis.UniversalClient, gets []string, s *redis.Script, calls []scriptCall) ([]*redis.StringCmd, []*redis.Cmd) {
+	pipe := rdb.Pipeline()
 	getCmds := make([]*redis.StringCmd, len(gets))
 	for i, name := range gets {
 		getCmds[i] = pipe.Get(ctx, name)
@@ -53,7 +65,7 @@ func (g *Group) pipeline(ctx context.Context, gets []string, s *redis.Script, ca
 		}
 	}
 	if len(again) > 0 {
-		pipe := g.rdb.Pipeline()
+		pipe := rdb.Pipeline()
 		for _, i := range again {
 			callCmds[i] = s.Eval(ctx, pipe, calls[i].keys, calls[i].args...)
 		}

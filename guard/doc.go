@@ -31,7 +31,8 @@
 // slot and the fill), refresh.go (background and early refresh),
 // watchdog.go (lease renewal), breaker.go, redis.go (script I/O), entry.go
 // (the entry format), windows.go (SetWindows, Previous, Revalidated),
-// peek.go, typed.go (Fetch, Wrap), group.go (lifecycle).
+// peek.go, scriptqueue.go (concurrent scripts batched), deadline.go (the
+// hits' shared deadline), typed.go (Fetch, Wrap), group.go (lifecycle).
 //
 // # Serving rules
 //
@@ -90,8 +91,9 @@
 // queued caller still leaves on its own ctx, within RedisTimeout of its
 // call, and its own outcome counts for the breaker. The batching is the
 // guard's own (it needs only Pipeline, which every client has), not
-// go-redis's experimental AutoPipeline. MaxHitBatch caps a pipeline;
-// Disabled turns batching off.
+// go-redis's experimental AutoPipeline. The read and fill scripts of
+// concurrent misses are batched the same way (a herd of cold keys shares
+// round trips). MaxHitBatch caps a pipeline; Disabled turns batching off.
 //
 // # A zero-round-trip tier
 //

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/stampede-go/stampede/internal/notify"
+	"github.com/stampede-go/stampede/scripts"
 )
 
 // Group guards the keys of one namespace. It is safe for concurrent use.
@@ -31,6 +32,8 @@ type Group struct {
 	hints       hints          // key → fresh-until seen lately, for the fast hit path
 	hq          *hitQueue      // batches the fast path's GETs; nil: one GET each
 	hitDeadline sharedDeadline // bounds lone hits' GETs (deadline.go)
+	readQ       *scriptQueue   // batches concurrent read scripts; nil: one call each
+	fillQ       *scriptQueue   // batches concurrent fill scripts; nil: one call each
 
 	// Constant script arguments, boxed once.
 	leaseArg, chanArg, waitArg, keepArg any
@@ -97,6 +100,8 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 		br:      breaker{threshold: o.BreakerFailures, cooldown: o.BreakerCooldown, hook: o.Hooks.Breaker},
 	}
 	g.hq = newHitQueue(rdb, o)
+	g.readQ = newScriptQueue(rdb, scripts.GuardRead, o)
+	g.fillQ = newScriptQueue(rdb, scripts.GuardFill, o)
 	g.firstLease = min(o.LockTTL, leaseGrace)
 	g.leaseArg = ms(g.firstLease)
 	g.chanArg = g.hub.Channel()
@@ -170,6 +175,8 @@ func (g *Group) Close() error {
 		g.mu.Unlock()
 		g.wd.Wait()
 		g.hq.wait()
+		g.readQ.wait()
+		g.fillQ.wait()
 	})
 	return err
 }

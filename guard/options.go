@@ -76,12 +76,14 @@ type Options struct {
 	// probes Redis again. Default: 1s.
 	BreakerCooldown time.Duration
 
-	// MaxHitBatch is how many concurrent hits may share one round trip: the
+	// MaxHitBatch is how many concurrent calls may share one round trip: the
 	// GETs of the hits that arrive while another is in flight go out
-	// together as one pipeline when it is back. A lone hit is a plain GET,
-	// sent at once. On a client with go-redis client-side caching every hit
-	// is a plain GET (pipelines bypass that cache). Default: 256. Disabled:
-	// every hit sends its own GET.
+	// together as one pipeline when it is back, and so do the read and the
+	// fill scripts of concurrent misses (scriptqueue.go). A lone call is
+	// sent at once, on its own. On a client with go-redis client-side
+	// caching every hit is a plain GET (pipelines bypass that cache).
+	// Default: 256. Disabled: every hit and every script call is a round
+	// trip of its own.
 	MaxHitBatch int
 
 	// MaxValueBytes is the largest value stored in Redis. Larger values are

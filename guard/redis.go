@@ -25,14 +25,13 @@ type readReply struct {
 // refresh lease. A caller that finds nothing usable is registered as a
 // waiter for the fill.
 func (g *Group) read(ctx context.Context, nm names, force bool) (readReply, error) {
-	rctx, cancel := context.WithTimeout(ctx, g.opts.RedisTimeout)
-	defer cancel()
 	forceArg := "0"
 	if force {
 		forceArg = "1"
 	}
 	sent := g.clk.local()
-	v, err := scripts.GuardRead().Run(rctx, g.rdb, nm.keys[:4], g.leaseArg, g.chanArg, g.waitArg, g.keepArg, forceArg).Slice()
+	v, err := g.callScript(ctx, g.readQ, scripts.GuardRead,
+		scriptCall{nm.keys[:4], []any{g.leaseArg, g.chanArg, g.waitArg, g.keepArg, forceArg}})
 	if err != nil {
 		g.redisFailed("read", err)
 		return readReply{}, err
@@ -113,11 +112,10 @@ func (g *Group) store(ctx context.Context, key string, nm names, f fillSpec) {
 	if f.mode == "-" {
 		fresh = time.Millisecond // windows are not used, but must be valid
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.opts.RedisTimeout)
-	defer cancel()
 	sent := g.clk.local()
-	reply, err := scripts.GuardFill().Run(rctx, g.rdb, nm.keys, f.fence, f.value, ms(fresh), ms(f.stale),
-		f.loadDur.Microseconds(), f.flags, f.mode, ms(f.keepLease), nm.entry, g.keepArg, f.trim, f.expect).Slice()
+	reply, err := g.callScript(context.WithoutCancel(ctx), g.fillQ, scripts.GuardFill,
+		scriptCall{nm.keys, []any{f.fence, f.value, ms(fresh), ms(f.stale),
+			f.loadDur.Microseconds(), f.flags, f.mode, ms(f.keepLease), nm.entry, g.keepArg, f.trim, f.expect}})
 	if err != nil {
 		g.redisFailed("fill", err)
 		return

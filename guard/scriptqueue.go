@@ -1,0 +1,150 @@
+package guard
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The read and fill scripts of concurrent misses, batched like hits
+// (hitqueue.go): a call that arrives while another call of the same script
+// is in flight is queued, and the queue goes out as one pipeline when the
+// call in flight is back (group commit). A lone call is sent at once, as
+// before; a herd of misses on different keys (a cold start, a flushed
+// Redis) shares round trips, so its socket reads and writes no longer grow
+// with the number of keys. Each queued call is answered within
+// RedisTimeout of when it queued (batches go out in queue order, each
+// bounded by RedisTimeout from its oldest call), and its caller judges its
+// own outcome, so the breaker sees every call as before. On a
+// *redis.ClusterClient the pipeline is split by node.
+
+// scriptQueue batches concurrent calls of one script. A nil *scriptQueue
+// sends every call on its own.
+type scriptQueue struct {
+	rdb    redis.UniversalClient
+	script func() *redis.Script
+	max    int           // most calls in one pipeline
+	rt     time.Duration // RedisTimeout
+
+	mu      sync.Mutex
+	busy    bool
+	q       []*scriptReq
+	flushes sync.WaitGroup
+
+	testQueued func(n int) // tests: called, under mu, with the queue's length after a call queued
+}
+
+// scriptReq is one queued call; see getReq for who owns it when.
+type scriptReq struct {
+	call  scriptCall
+	enq   time.Time
+	val   []any
+	err   error
+	state atomic.Int32 // reqWaiting, reqAnswered, reqAbandoned
+	done  chan struct{}
+}
+
+// newScriptQueue returns the batcher of script's calls, or nil when
+// MaxHitBatch turns batching off.
+func newScriptQueue(rdb redis.UniversalClient, script func() *redis.Script, o Options) *scriptQueue {
+	if o.MaxHitBatch <= 1 {
+		return nil
+	}
+	return &scriptQueue{rdb: rdb, script: script, max: o.MaxHitBatch, rt: o.RedisTimeout}
+}
+
+// callScript calls script with c, through q (nil: on its own), within
+// RedisTimeout of the call or when ctx ends, if that is sooner.
+func (g *Group) callScript(ctx context.Context, q *scriptQueue, script func() *redis.Script, c scriptCall) ([]any, error) {
+	if q != nil {
+		q.mu.Lock()
+		if q.busy {
+			r := &scriptReq{call: c, enq: time.Now(), done: make(chan struct{}, 1)}
+			q.q = append(q.q, r)
+			if q.testQueued != nil {
+				q.testQueued(len(q.q))
+			}
+			q.mu.Unlock()
+			return r.wait(ctx)
+		}
+		q.busy = true
+		q.mu.Unlock()
+		// Deferred: the queue must move on however this call ends.
+		defer q.loneDone()
+	}
+	rctx, cancel := context.WithTimeout(ctx, g.opts.RedisTimeout)
+	defer cancel()
+	return script().Run(rctx, g.rdb, c.keys, c.args...).Slice()
+}
+
+// wait returns the answer to r, or ctx's error if the caller leaves first.
+func (r *scriptReq) wait(ctx context.Context) ([]any, error) {
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		if r.state.CompareAndSwap(reqWaiting, reqAbandoned) {
+			return nil, ctx.Err()
+		}
+		<-r.done
+	}
+	return r.val, r.err
+}
+
+// loneDone hands the calls queued behind a lone call to a flusher.
+func (q *scriptQueue) loneDone() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.q) == 0 {
+		q.busy = false
+		return
+	}
+	q.flushes.Add(1)
+	go q.drain()
+}
+
+// drain flushes the queue until it is empty.
+func (q *scriptQueue) drain() {
+	defer q.flushes.Done()
+	for {
+		q.mu.Lock()
+		n := min(len(q.q), q.max)
+		if n == 0 {
+			q.busy = false
+			q.mu.Unlock()
+			return
+		}
+		batch := append([]*scriptReq(nil), q.q[:n]...)
+		rest := copy(q.q, q.q[n:])
+		clear(q.q[rest:])
+		q.q = q.q[:rest]
+		q.mu.Unlock()
+		q.flush(batch)
+	}
+}
+
+// flush sends batch as one pipeline and answers its callers.
+func (q *scriptQueue) flush(batch []*scriptReq) {
+	ctx, cancel := context.WithDeadline(context.Background(), batch[0].enq.Add(q.rt))
+	defer cancel()
+	calls := make([]scriptCall, len(batch))
+	for i, r := range batch {
+		calls[i] = r.call
+	}
+	for i, c := range pipelineScripts(ctx, q.rdb, q.script(), calls) {
+		r := batch[i]
+		r.val, r.err = c.Slice()
+		if r.state.CompareAndSwap(reqWaiting, reqAnswered) {
+			r.done <- struct{}{}
+		}
+	}
+}
+
+// wait waits for the flushes running.
+func (q *scriptQueue) wait() {
+	if q != nil {
+		q.flushes.Wait()
+	}
+}
