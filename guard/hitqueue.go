@@ -2,7 +2,6 @@ package guard
 
 import (
 	"context"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,14 +36,9 @@ const defaultHitBatch = 256
 // hitQueue batches concurrent fast-path GETs. A nil *hitQueue sends every
 // GET on its own.
 type hitQueue struct {
+	commitQueue[*getReq]
 	rdb redis.UniversalClient
-	max int           // most GETs in one pipeline
 	rt  time.Duration // RedisTimeout
-
-	mu      sync.Mutex
-	busy    bool      // a GET or a pipeline of GETs is in flight
-	q       []*getReq // waiting for the next flush
-	flushes sync.WaitGroup
 }
 
 // getReq is one queued GET. Its owner is the caller until it is queued,
@@ -79,7 +73,9 @@ func newHitQueue(rdb redis.UniversalClient, o Options) *hitQueue {
 	if o.MaxHitBatch <= 1 || clientSideCaching(rdb) {
 		return nil
 	}
-	return &hitQueue{rdb: rdb, max: o.MaxHitBatch, rt: o.RedisTimeout}
+	q := &hitQueue{rdb: rdb, rt: o.RedisTimeout}
+	q.max, q.flush, q.yield = o.MaxHitBatch, q.flushGets, true
+	return q
 }
 
 // clientSideCaching reports whether rdb was built with go-redis's
@@ -108,7 +104,7 @@ func (q *hitQueue) get(ctx context.Context, rdb redis.UniversalClient, name stri
 		if q.busy {
 			r := reqPool.Get().(*getReq)
 			r.name, r.enq = name, time.Now()
-			q.q = append(q.q, r)
+			q.queue(r)
 			q.mu.Unlock()
 			return r.wait(ctx)
 		}
@@ -139,63 +135,9 @@ func (r *getReq) wait(ctx context.Context) (string, error) {
 	return s, err
 }
 
-// loneDone is called when a lone caller's GET is back: the callers that
-// queued meanwhile get a flusher goroutine of their own, so that this
-// caller returns now.
-func (q *hitQueue) loneDone() {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if len(q.q) == 0 {
-		q.busy = false
-		return
-	}
-	q.flushes.Add(1)
-	go q.drain()
-}
-
-// drain flushes the queue until it is empty.
-func (q *hitQueue) drain() {
-	defer q.flushes.Done()
-	var batch []*getReq
-	for {
-		q.mu.Lock()
-		n := min(len(q.q), q.max)
-		if n == 0 {
-			q.busy = false
-			q.mu.Unlock()
-			return
-		}
-		batch = append(batch[:0], q.q[:n]...)
-		rest := copy(q.q, q.q[n:])
-		clear(q.q[rest:])
-		q.q = q.q[:rest]
-		q.mu.Unlock()
-		q.flush(batch)
-		clear(batch)
-		// The callers just answered are likely to call again at once: let
-		// them queue before the next flush takes the queue. Else the next
-		// flush takes only those who queued during this one, these queue
-		// behind it, and the callers settle into two cohorts that
-		// alternate in half-size batches. Yield while they keep coming, a
-		// few times at most.
-		for range 4 {
-			n := q.queued()
-			runtime.Gosched()
-			if q.queued() == n {
-				break
-			}
-		}
-	}
-}
-
-func (q *hitQueue) queued() int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.q)
-}
-
-// flush sends batch as one pipeline (or one GET) and answers its callers.
-func (q *hitQueue) flush(batch []*getReq) {
+// flushGets sends batch as one pipeline (or one GET) and answers its
+// callers.
+func (q *hitQueue) flushGets(batch []*getReq) {
 	// batch[0] queued first: this bound is within RedisTimeout of when
 	// each of the batch's callers queued.
 	ctx, cancel := context.WithDeadline(context.Background(), batch[0].enq.Add(q.rt))
@@ -230,6 +172,6 @@ func answer(r *getReq) {
 // wait waits for the flushes running.
 func (q *hitQueue) wait() {
 	if q != nil {
-		q.flushes.Wait()
+		q.commitQueue.wait()
 	}
 }

@@ -2,7 +2,6 @@ package guard
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -24,17 +23,10 @@ import (
 // scriptQueue batches concurrent calls of one script. A nil *scriptQueue
 // sends every call on its own.
 type scriptQueue struct {
+	commitQueue[*scriptReq]
 	rdb    redis.UniversalClient
 	script func() *redis.Script
-	max    int           // most calls in one pipeline
 	rt     time.Duration // RedisTimeout
-
-	mu      sync.Mutex
-	busy    bool
-	q       []*scriptReq
-	flushes sync.WaitGroup
-
-	testQueued func(n int) // tests: called, under mu, with the queue's length after a call queued
 }
 
 // scriptReq is one queued call; see getReq for who owns it when.
@@ -53,7 +45,9 @@ func newScriptQueue(rdb redis.UniversalClient, script func() *redis.Script, o Op
 	if o.MaxHitBatch <= 1 {
 		return nil
 	}
-	return &scriptQueue{rdb: rdb, script: script, max: o.MaxHitBatch, rt: o.RedisTimeout}
+	q := &scriptQueue{rdb: rdb, script: script, rt: o.RedisTimeout}
+	q.max, q.flush = o.MaxHitBatch, q.flushScripts
+	return q
 }
 
 // callScript calls script with c, through q (nil: on its own), within
@@ -63,10 +57,7 @@ func (g *Group) callScript(ctx context.Context, q *scriptQueue, script func() *r
 		q.mu.Lock()
 		if q.busy {
 			r := &scriptReq{call: c, enq: time.Now(), done: make(chan struct{}, 1)}
-			q.q = append(q.q, r)
-			if q.testQueued != nil {
-				q.testQueued(len(q.q))
-			}
+			q.queue(r)
 			q.mu.Unlock()
 			return r.wait(ctx)
 		}
@@ -93,40 +84,8 @@ func (r *scriptReq) wait(ctx context.Context) ([]any, error) {
 	return r.val, r.err
 }
 
-// loneDone hands the calls queued behind a lone call to a flusher.
-func (q *scriptQueue) loneDone() {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if len(q.q) == 0 {
-		q.busy = false
-		return
-	}
-	q.flushes.Add(1)
-	go q.drain()
-}
-
-// drain flushes the queue until it is empty.
-func (q *scriptQueue) drain() {
-	defer q.flushes.Done()
-	for {
-		q.mu.Lock()
-		n := min(len(q.q), q.max)
-		if n == 0 {
-			q.busy = false
-			q.mu.Unlock()
-			return
-		}
-		batch := append([]*scriptReq(nil), q.q[:n]...)
-		rest := copy(q.q, q.q[n:])
-		clear(q.q[rest:])
-		q.q = q.q[:rest]
-		q.mu.Unlock()
-		q.flush(batch)
-	}
-}
-
-// flush sends batch as one pipeline and answers its callers.
-func (q *scriptQueue) flush(batch []*scriptReq) {
+// flushScripts sends batch as one pipeline and answers its callers.
+func (q *scriptQueue) flushScripts(batch []*scriptReq) {
 	ctx, cancel := context.WithDeadline(context.Background(), batch[0].enq.Add(q.rt))
 	defer cancel()
 	calls := make([]scriptCall, len(batch))
@@ -145,6 +104,6 @@ func (q *scriptQueue) flush(batch []*scriptReq) {
 // wait waits for the flushes running.
 func (q *scriptQueue) wait() {
 	if q != nil {
-		q.flushes.Wait()
+		q.commitQueue.wait()
 	}
 }

@@ -1,0 +1,98 @@
+package guard
+
+import (
+	"runtime"
+	"sync"
+)
+
+// commitQueue is group commit for one kind of Redis call, shared by the
+// hits' GETs (hitqueue.go) and the misses' scripts (scriptqueue.go). A call
+// that finds the queue idle marks it busy and is sent at once, on its
+// caller's goroutine; a call that finds it busy is appended to q (both
+// under mu, by the user of the queue). When the lone call is back,
+// loneDone hands what queued meanwhile to a flusher goroutine, which sends
+// it in batches of at most max, one batch at a time, until the queue is
+// empty and idle again.
+type commitQueue[R any] struct {
+	max   int       // most calls in one batch
+	flush func([]R) // sends one batch and answers its callers
+	// yield: after a batch, let the callers it answered queue again before
+	// the next batch takes the queue (see drain).
+	yield bool
+
+	mu      sync.Mutex
+	busy    bool // a call or a batch is in flight
+	q       []R  // waiting for the next batch
+	flushes sync.WaitGroup
+
+	testQueued func(n int) // tests: called under mu with len(q) after a call queued
+}
+
+// queue appends r, with mu held.
+func (c *commitQueue[R]) queue(r R) {
+	c.q = append(c.q, r)
+	if c.testQueued != nil {
+		c.testQueued(len(c.q))
+	}
+}
+
+// loneDone is called when a lone call is back: the calls that queued
+// meanwhile get a flusher goroutine of their own, so that the lone caller
+// returns now.
+func (c *commitQueue[R]) loneDone() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.q) == 0 {
+		c.busy = false
+		return
+	}
+	c.flushes.Add(1)
+	go c.drain()
+}
+
+// drain flushes the queue until it is empty.
+func (c *commitQueue[R]) drain() {
+	defer c.flushes.Done()
+	var batch []R
+	for {
+		c.mu.Lock()
+		n := min(len(c.q), c.max)
+		if n == 0 {
+			c.busy = false
+			c.mu.Unlock()
+			return
+		}
+		batch = append(batch[:0], c.q[:n]...)
+		rest := copy(c.q, c.q[n:])
+		clear(c.q[rest:])
+		c.q = c.q[:rest]
+		c.mu.Unlock()
+		c.flush(batch)
+		clear(batch)
+		if !c.yield {
+			continue
+		}
+		// The callers just answered are likely to call again at once: let
+		// them queue before the next flush takes the queue. Else the next
+		// flush takes only those who queued during this one, these queue
+		// behind it, and the callers settle into two cohorts that
+		// alternate in half-size batches. Yield while they keep coming, a
+		// few times at most.
+		for range 4 {
+			n := c.queued()
+			runtime.Gosched()
+			if c.queued() == n {
+				break
+			}
+		}
+	}
+}
+
+func (c *commitQueue[R]) queued() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.q)
+}
+
+// wait waits for the flushes running.
+func (c *commitQueue[R]) wait() { c.flushes.Wait() }
