@@ -61,20 +61,26 @@ func (g *Group) Do(ctx context.Context, key string, load LoadFunc, opts ...CallO
 // load → fill flow needs. Its ctx travels beside it, first, as Go has it;
 // the stages that outlive the caller run on context.WithoutCancel of it.
 type call struct {
-	key  string
-	nm   names       // the Redis names of key
-	load LoadFunc    // runs at most once, whichever stages ask for it
-	co   callOptions // the windows of the value it loads
+	key   string
+	nm    names       // the Redis names of key
+	load  LoadFunc    // runs at most once, whichever stages ask for it
+	co    callOptions // the windows of the value it loads
+	start time.Time   // bounds the turns it waits for (private.go)
 }
 
 func (g *Group) newCall(key string, load LoadFunc, co callOptions) *call {
-	return &call{key: key, nm: g.names(key), load: loadOnce(load), co: co}
+	return &call{key: key, nm: g.names(key), load: loadOnce(load), co: co, start: time.Now()}
 }
 
 // readPath answers a call the fast path could not: one read of the key for
 // all its callers in this process, then a fresh or stale answer, the
-// load the read's flight ran, or the miss flight.
+// load the read's flight ran, or the miss flight; again when the flight
+// ended with another caller's private answer (private.go).
 func (g *Group) readPath(ctx context.Context, c *call) (Result, error) {
+	return g.takeTurns(ctx, c, func() (Result, error) { return g.readPathOnce(ctx, c) })
+}
+
+func (g *Group) readPathOnce(ctx context.Context, c *call) (Result, error) {
 	lk, err := g.lookup(ctx, c)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -87,11 +93,13 @@ func (g *Group) readPath(ctx context.Context, c *call) (Result, error) {
 		return g.served(c.key, lk.e, lk.now, Hit)
 	case stale:
 		return g.served(c.key, lk.e, lk.now, Stale)
+	case passing:
+		return g.passLoad(ctx, c, lk.e)
 	case loaded:
 		if !lk.missSeen {
 			g.missHook(c.key)
 		}
-		return g.claim(c.key, lk.res, lk.claimed), lk.err
+		return g.claim(c.key, lk.res, lk.claimed), mine(c, lk.owner, lk.err)
 	}
 	g.missHook(c.key)
 	return g.missFlight(ctx, c, lk.x)

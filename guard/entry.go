@@ -23,9 +23,12 @@ import (
 // flags is "" for a value, "n" for a negative entry (the loader said not
 // found; the payload is empty), "e" for an error marker (a cold key's load
 // failed; the payload is the error text and the entry lives only for the
-// back-off) or "r" for a value that is never served stale: between
+// back-off), "r" for a value that is never served stale: between
 // fresh_until and stale_until it is only kept for the next load to
-// revalidate (Windows.MustRevalidate). Anything else is corrupt: formats evolve through the version,
+// revalidate (Windows.MustRevalidate), "f" for a failing marker (no
+// payload: the key's loads fail for their own callers, who take turns,
+// see Private) or "p" for a pass marker (no payload: until fresh_until
+// each call runs its own load, see Pass). Anything else is corrupt: formats evolve through the version,
 // not through unknown flags. The header, newline included, is at most
 // maxHeaderLen bytes.
 //
@@ -54,8 +57,17 @@ type entry struct {
 	// flag 'r': a value never served stale; past fresh_until it is kept
 	// only to be revalidated by the next load (Windows.MustRevalidate).
 	mustRevalidate bool
-	value          []byte
+	// flag 'f': no value; the key's loads are failing for their own
+	// callers (Private), who take turns under the lease.
+	failing bool
+	// flag 'p': no value; until fresh_until each call runs its own load
+	// (Pass).
+	pass  bool
+	value []byte
 }
+
+// marker reports an entry that holds no value: failing or pass.
+func (e *entry) marker() bool { return e.failing || e.pass }
 
 // entryFields names the numeric header fields in order, for error details.
 var entryFields = [...]string{"fresh_until", "stale_until", "written", "load_us", "fence"}
@@ -109,6 +121,11 @@ func decodeEntry(b []byte) (entry, error) {
 		e.errMark = true
 	case "r":
 		e.mustRevalidate = true
+	case "f", "p":
+		if len(e.value) != 0 {
+			return entry{}, corruptf("%s marker with a %d-byte payload", h, len(e.value))
+		}
+		e.failing, e.pass = string(h) == "f", string(h) == "p"
 	default:
 		return entry{}, corruptf("bad flags %q", h)
 	}
@@ -163,6 +180,12 @@ func encodeEntry(e entry) []byte {
 	}
 	if e.mustRevalidate {
 		b = append(b, 'r')
+	}
+	if e.failing {
+		b = append(b, 'f')
+	}
+	if e.pass {
+		b = append(b, 'p')
 	}
 	b = append(b, '\n')
 	return append(b, e.value...)

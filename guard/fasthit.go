@@ -96,7 +96,7 @@ func (g *Group) fastHit(ctx context.Context, key string) (e entry, now int64, ok
 	g.br.success()
 	e, derr := decodeEntry(unsafe.Slice(unsafe.StringData(s), len(s)))
 	now, _ = g.clk.now()
-	if derr != nil || e.freshUntil-now <= fastMargin.Milliseconds() {
+	if derr != nil || e.marker() || e.freshUntil-now <= fastMargin.Milliseconds() {
 		// Undecodable, or no longer clearly fresh: let the script judge
 		// (and report a corrupt entry).
 		g.hints.c.Remove(key)

@@ -18,6 +18,7 @@ type lookup struct {
 	res     Result
 	err     error
 	claimed *atomic.Bool // the first caller to look claims the Miss
+	owner   *call        // whose load it was (see mine)
 
 	missSeen bool // this caller's Miss hook already ran
 }
@@ -28,7 +29,8 @@ const (
 	missing state = iota
 	fresh
 	stale
-	loaded // by the read's own flight, which won the lease
+	loaded  // by the read's own flight, which won the lease
+	passing // a pass marker (Pass): each caller runs its own load
 )
 
 // flight is what the waiting callers of one read flight share besides its
@@ -129,7 +131,7 @@ func (g *Group) readOnce(ctx context.Context, c *call, fl *flight) (lookup, erro
 		g.leaseHook(c.key, true)
 		fl.startLoading()
 		res, err := g.loadAndFill(ctx, c, rr.x, false, kept(e))
-		return lookup{st: loaded, res: res, err: err, claimed: new(atomic.Bool)}, nil
+		return lookup{st: loaded, res: res, err: err, claimed: new(atomic.Bool), owner: c}, nil
 	case rr.x < 0:
 		g.leaseHook(c.key, false)
 	}
@@ -150,6 +152,13 @@ func (g *Group) classify(key string, rr readReply) (entry, state) {
 		return entry{}, missing
 	}
 	switch {
+	case e.failing:
+		// No value: its callers take turns (Private).
+		return e, missing
+	case e.pass && rr.now < e.freshUntil:
+		return e, passing
+	case e.pass:
+		return entry{}, missing
 	case rr.now < e.freshUntil:
 		return e, fresh
 	case rr.now < e.staleUntil && e.mustRevalidate:

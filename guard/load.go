@@ -68,6 +68,8 @@ func (g *Group) fillFor(co callOptions, fence int64, o outcome, refresh bool) fi
 		}
 	case err == nil:
 		f.value, f.fresh, f.stale = v, g.jittered(co.freshFor), co.staleFor
+	case privateOf(err) != nil:
+		f.private(g, privateOf(err), co, refresh)
 	case isNoStore(err):
 		f.mode = "-" // the lease is released; nothing is stored or backed off
 	case errors.Is(err, ErrNotFound) && g.opts.NegativeFor > 0:
@@ -96,7 +98,8 @@ func (g *Group) loadLeased(ctx context.Context, key string, nm names, load LoadF
 	if fence > 0 {
 		defer g.renewLease(nm, fence)()
 	}
-	return g.callLoader(ctx, key, load, false, prev)
+	o, _ := g.callLoader(ctx, key, load, false, prev)
+	return o
 }
 
 // loadOnce returns load made to run at most once: later calls get the
@@ -160,7 +163,9 @@ type runningLoad struct {
 // running load to end and then loads anew, because a value whose load began
 // before the lease was taken must not be stored under the lease's fence (it
 // could be older than a fill that landed meanwhile).
-func (g *Group) callLoader(ctx context.Context, key string, load LoadFunc, join bool, prev *entry) outcome {
+//
+// own is false when the outcome is that of a load another caller started.
+func (g *Group) callLoader(ctx context.Context, key string, load LoadFunc, join bool, prev *entry) (o outcome, own bool) {
 	g.lmu.Lock()
 	for {
 		r := g.loads[key]
@@ -170,7 +175,7 @@ func (g *Group) callLoader(ctx context.Context, key string, load LoadFunc, join 
 		g.lmu.Unlock()
 		<-r.done // bounded by that load's LoadTimeout
 		if join {
-			return r.o
+			return r.o, false
 		}
 		g.lmu.Lock()
 	}
@@ -188,9 +193,9 @@ func (g *Group) callLoader(ctx context.Context, key string, load LoadFunc, join 
 		g.lmu.Unlock()
 		close(r.done)
 	}()
-	o := g.runLoader(ctx, key, load, prev)
+	o = g.runLoader(ctx, key, load, prev)
 	r.o = o
-	return o
+	return o, true
 }
 
 // runLoader calls load once; see callLoader. load runs on a goroutine of
@@ -253,24 +258,38 @@ func revalidate(prev *entry, rv *revalidatedError) ([]byte, error, *revalidation
 }
 
 // loadOnly loads without Redis, sharing a load of key already running in
-// this process.
+// this process, unless that load's answer was its own caller's (Private,
+// Pass): then errTurn, and the caller goes again.
 func (g *Group) loadOnly(ctx context.Context, key string, load LoadFunc, st Status) (Result, error) {
-	o := g.callLoader(ctx, key, load, true, nil)
+	o, own := g.callLoader(ctx, key, load, true, nil)
+	if !own && privateOf(o.err) != nil {
+		return Result{}, errTurn
+	}
 	return Result{Value: o.v, Status: st}, o.err
 }
 
 // degraded serves a caller while Redis is unavailable: one loader call per
-// key in this process at a time, no Redis.
+// key in this process at a time, no Redis. A load's private answer reaches
+// its own caller only; the others take turns.
 func (g *Group) degraded(ctx context.Context, c *call) (Result, error) {
 	detached := context.WithoutCancel(ctx)
-	ch := g.sf.DoChan("d"+c.key, func() (any, error) {
-		return g.loadOnly(detached, c.key, c.load, Degraded)
+	return g.takeTurns(ctx, c, func() (Result, error) {
+		ch := g.sf.DoChan("d"+c.key, func() (any, error) {
+			res, err := g.loadOnly(detached, c.key, c.load, Degraded)
+			return degradedOutcome{res: res, owner: c}, err
+		})
+		select {
+		case r := <-ch:
+			d, _ := r.Val.(degradedOutcome)
+			return d.res, mine(c, d.owner, r.Err)
+		case <-ctx.Done():
+			return Result{}, ctx.Err()
+		}
 	})
-	select {
-	case r := <-ch:
-		res, _ := r.Val.(Result)
-		return res, r.Err
-	case <-ctx.Done():
-		return Result{}, ctx.Err()
-	}
+}
+
+// degradedOutcome is a degraded flight's answer and whose load it was.
+type degradedOutcome struct {
+	res   Result
+	owner *call
 }

@@ -11,6 +11,8 @@ import (
 type missOutcome struct {
 	res     Result
 	claimed *atomic.Bool
+	owner   *call // whose load it was (see mine)
+	marker  entry // with errPassing: the pass marker read
 }
 
 // missFlight joins the miss flight of the call's key (one per process);
@@ -18,13 +20,18 @@ type missOutcome struct {
 func (g *Group) missFlight(ctx context.Context, c *call, x int64) (Result, error) {
 	detached := context.WithoutCancel(ctx)
 	ch := g.sf.DoChan("m"+c.key, func() (any, error) {
-		res, err := g.resolveMiss(detached, c, x)
-		return missOutcome{res: res, claimed: new(atomic.Bool)}, err
+		mo := missOutcome{claimed: new(atomic.Bool), owner: c}
+		var err error
+		mo.res, err = g.resolveMiss(detached, c, x, &mo.marker)
+		return mo, err
 	})
 	select {
 	case r := <-ch:
 		mo, _ := r.Val.(missOutcome)
-		return g.claim(c.key, mo.res, mo.claimed), r.Err
+		if r.Err == errPassing {
+			return g.passLoad(ctx, c, mo.marker)
+		}
+		return g.claim(c.key, mo.res, mo.claimed), mine(c, mo.owner, r.Err)
 	case <-ctx.Done():
 		return Result{}, ctx.Err()
 	}
@@ -36,13 +43,17 @@ type waitState struct {
 	poll   time.Duration // the fallback poll, doubling up to LockTTL
 	holder time.Duration // the holder's remaining lease, when known
 	force  bool          // read at once, trying the lease even if "fresh"
+	// failing: the last read found a failing marker (Private): after
+	// WaitTimeout no load outside the lease, whatever the policy.
+	failing bool
+	marker  *entry // where a pass marker found is handed to the callers
 }
 
 // resolveMiss is the body of a miss flight: wait for another node's fill
 // (woken by its notification, or by a fallback poll for lost messages and
 // expired leases), load under a lease a later read wins, or, after
 // WaitTimeout, apply WaitTimeoutPolicy.
-func (g *Group) resolveMiss(ctx context.Context, c *call, x int64) (Result, error) {
+func (g *Group) resolveMiss(ctx context.Context, c *call, x int64, marker *entry) (Result, error) {
 	wake := make(chan struct{}, 1)
 	defer g.hub.Register(c.nm.entry, wake)()
 	// The first poll is short: a fill can land between the read and the
@@ -50,7 +61,7 @@ func (g *Group) resolveMiss(ctx context.Context, c *call, x int64) (Result, erro
 	// did not decode (or it was an expired negative entry); read again at
 	// once, trying the lease.
 	w := waitState{start: time.Now(), poll: 50 * time.Millisecond,
-		holder: time.Duration(-x) * time.Millisecond, force: x == 0}
+		holder: time.Duration(-x) * time.Millisecond, force: x == 0, marker: marker}
 	deadline := w.start.Add(g.opts.WaitTimeout)
 	for remaining := time.Until(deadline); remaining > 0; remaining = time.Until(deadline) {
 		if !w.force {
@@ -65,6 +76,9 @@ func (g *Group) resolveMiss(ctx context.Context, c *call, x int64) (Result, erro
 		if res, err, done := g.afterWait(ctx, c, rr, &w); done {
 			return res, err
 		}
+	}
+	if w.failing {
+		return Result{}, turnTimeout(c.key)
 	}
 	if g.opts.WaitTimeoutPolicy == ReturnError {
 		return Result{}, ErrWaitTimeout
@@ -99,7 +113,11 @@ func (g *Group) awaitFill(ctx context.Context, key string, w *waitState, wake <-
 // node won the lease, or the wait goes on (done false).
 func (g *Group) afterWait(ctx context.Context, c *call, rr readReply, w *waitState) (res Result, err error, done bool) {
 	e, st := g.classify(c.key, rr)
+	w.failing = e.failing
 	switch {
+	case st == passing:
+		*w.marker = e
+		return Result{}, errPassing, true
 	case st == fresh:
 		res, err = g.served(c.key, e, rr.now, Shared)
 		return res, err, true

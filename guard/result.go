@@ -27,6 +27,9 @@ const (
 	// Degraded: Redis was unavailable; the value was loaded through this
 	// process's singleflight alone.
 	Degraded
+	// Passed: the key is marked pass (a load answered Pass lately): this
+	// call ran its own load, shared with no caller (see Pass).
+	Passed
 )
 
 func (s Status) String() string {
@@ -41,6 +44,8 @@ func (s Status) String() string {
 		return "shared"
 	case Degraded:
 		return "degraded"
+	case Passed:
+		return "passed"
 	}
 	return "Status(" + strconv.Itoa(int(s)) + ")"
 }

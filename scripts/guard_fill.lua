@@ -12,11 +12,16 @@
 -- ARGV[4] stale window in milliseconds (0 to 10^15); fresh + stale > 0 when writing
 -- ARGV[5] duration of the load in microseconds (decimal, 0 to 9223372036854775)
 -- ARGV[6] flags: "" value, "n" negative (payload must be empty), "e" error
---         marker, "r" value never served stale (kept past fresh to revalidate)
--- ARGV[7] write mode: "w" write, "m" write only when no entry exists (never
---         overwrite a value with an error marker), "k" write ARGV[2] followed
---         by the stored payload less its first ARGV[11] bytes (a
---         revalidation: the unchanged tail does not travel), "-" do not write
+--         marker, "r" value never served stale (kept past fresh to
+--         revalidate), "f" failing marker, "p" pass marker (both with an
+--         empty payload)
+-- ARGV[7] write mode: "w" write, "m" write only when no value is stored (no
+--         entry, or a failing or pass marker: never overwrite a value with a
+--         marker), "k" write ARGV[2] followed by the stored payload less its
+--         first ARGV[11] bytes (a revalidation: the unchanged tail does not
+--         travel), "c" write only if the stored entry is still the one whose
+--         "fence,written" is ARGV[12] (a pass marker a call of its window
+--         read; fence 0: a fence is minted), "-" do not write
 -- ARGV[8] keep-lease in milliseconds: 0 releases the lease when it is the
 --         caller's; > 0 keeps it that long when it is the caller's (back-off)
 -- ARGV[9] notification payload, PUBLISHed to every waiter channel
@@ -24,9 +29,11 @@
 --         when fence is 0 and the script writes
 -- ARGV[11] with write mode "k" (keep the tail of a revalidated entry): the
 --         number of payload bytes of the stored entry replaced by ARGV[2]
--- ARGV[12] with write mode "k": "fence,written" of the stored entry the
---         load revalidated; the script writes only if the entry is still
---         that one (so the tail it keeps is the one the loader confirmed)
+-- ARGV[12] with write mode "k" or "c": "fence,written" of the stored entry
+--         the load revalidated (or the pass marker it read); the script
+--         writes only if the entry is still that one (so the tail it keeps
+--         is the one the loader confirmed, and a load of a pass window
+--         never lands after anything written since)
 --
 -- A write is rejected (not done) when a fence above the caller's was minted
 -- after its lease was taken (another node took the lease over, or an
@@ -73,7 +80,7 @@ end
 if not (string.match(mine, '^%d+$') and int(mine, '9223372036854775807')) then
   return redis.error_reply('ERR guard_fill: bad fence ' .. mine)
 end
-if mode ~= 'w' and mode ~= 'm' and mode ~= 'k' and mode ~= '-' then
+if mode ~= 'w' and mode ~= 'm' and mode ~= 'k' and mode ~= 'c' and mode ~= '-' then
   return redis.error_reply('ERR guard_fill: bad write mode ' .. mode)
 end
 if not natural(hold) then
@@ -87,14 +94,18 @@ if mode ~= '-' then
   if not (string.match(loadus, '^%d+$') and int(loadus, '9223372036854775')) then
     return redis.error_reply('ERR guard_fill: bad load duration ' .. loadus)
   end
-  if not (flags == '' or flags == 'e' or flags == 'r' or (flags == 'n' and payload == '')) then
+  if not (flags == '' or flags == 'e' or flags == 'r'
+      or ((flags == 'n' or flags == 'f' or flags == 'p') and payload == '')) then
     return redis.error_reply('ERR guard_fill: bad flags ' .. flags)
   end
   if mode == 'k' and not (natural(tonumber(ARGV[11])) and string.match(ARGV[12] or '', '^%d+,%d+$')
       and (flags == '' or flags == 'r')) then
     return redis.error_reply('ERR guard_fill: bad revalidation ' .. tostring(ARGV[11]) .. ' ' .. tostring(ARGV[12]))
   end
-  if mine == '0' and not (keep and keep > 0 and keep % 1 == 0) then
+  if mode == 'c' and not (string.match(ARGV[12] or '', '^%d+,%d+$') and (flags == '' or flags == 'r')) then
+    return redis.error_reply('ERR guard_fill: bad compare ' .. tostring(ARGV[12]))
+  end
+  if (mine == '0' or mode == 'c') and not (keep and keep > 0 and keep % 1 == 0) then
     return redis.error_reply('ERR guard_fill: bad fence retention ' .. tostring(ARGV[10]))
   end
 end
@@ -102,7 +113,19 @@ end
 local now = nowms()
 local written = 0
 local foreign = {}
-if mode ~= '-' then
+if mode == 'c' then
+  -- The pass marker read is still there: nothing was written or
+  -- invalidated since (an invalidation deletes the entry, and a marker's
+  -- fence and written time are its own). The fence counter and the
+  -- invalidation marker need no check.
+  local _, f, fl, w = parse(redis.call('GETRANGE', entry, 0, 127), redis.call('STRLEN', entry))
+  if f and (fl == 'p' or fl == 'f') and f .. ',' .. w == ARGV[12] then
+    local header = string.format('~1,%d,%d,%d,%s,%d,%s\n',
+      now + fresh, now + fresh + stale, now, loadus, mint(fence, keep), flags)
+    redis.call('SET', entry, header .. payload, 'PX', string.format('%d', fresh + stale))
+    written = 1
+  end
+elseif mode ~= '-' then
   local ok = true
   local gen = redis.pcall('GET', inv)
   if type(gen) == 'table' and gen.err then
@@ -123,7 +146,8 @@ if mode ~= '-' then
   local tail = nil
   if ok then
     if mode == 'm' then
-      ok = redis.call('EXISTS', entry) == 0
+      local _, _, fl = parse(redis.call('GETRANGE', entry, 0, 127), redis.call('STRLEN', entry))
+      ok = redis.call('EXISTS', entry) == 0 or fl == 'f' or fl == 'p'
     elseif mode == 'k' then
       -- The entry must still be the one revalidated: same writer fence and
       -- written time. Its tail is copied inside Redis, never sent.

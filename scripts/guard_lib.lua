@@ -35,7 +35,8 @@ local function parse(v, n)
   if #su < #fu or (#su == #fu and su < fu) then
     return nil
   end
-  if not (fl == '' or fl == 'e' or fl == 'r' or (fl == 'n' and n == #h)) then
+  if not (fl == '' or fl == 'e' or fl == 'r'
+      or ((fl == 'n' or fl == 'f' or fl == 'p') and n == #h)) then
     return nil
   end
   return fu, f, fl, w, #h

@@ -29,7 +29,10 @@
 -- are registered) but is still returned so the caller can report it. Only a
 -- caller that finds no usable entry registers as a waiter; one that finds a
 -- stale entry is served that, unless it is flagged 'r' (never served stale:
--- kept only for the next load to revalidate), which counts as missing.
+-- kept only for the next load to revalidate), which counts as missing, as
+-- does a failing marker ('f': no value; the key's loads fail for their own
+-- callers, who take turns under the lease). A fresh pass marker ('p') is
+-- returned like any fresh entry: each caller then runs its own load.
 local entry, lease, fence, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local leasems, channel = tonumber(ARGV[1]), ARGV[2]
 local wait, keep = tonumber(ARGV[3]), ARGV[4]
@@ -75,7 +78,7 @@ end
 if pttl < 1 then
   pttl = 1
 end
-if (not fu or fl == 'r') and channel ~= '' then
+if (not fu or fl == 'r' or fl == 'f') and channel ~= '' then
   redis.call('SADD', waiters, channel)
   if redis.call('PTTL', waiters) < wait then
     redis.call('PEXPIRE', waiters, wait)

@@ -1,0 +1,163 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Outcomes that belong to one caller. A load runs for the flight of its
+// caller, but what it reads may be more than the key: an HTTP handler reads
+// the request's headers, a gRPC handler its metadata. When such a load
+// fails, or answers something that cannot be shared, its answer is its
+// caller's alone, and the other callers of the flight must neither receive
+// it nor all call the origin at once:
+//
+//   - Private: the load failed for its own caller. The others take turns:
+//     each runs its own load under the key's lease, one at a time across
+//     the fleet, until one load's value is stored, which every caller still
+//     waiting then shares. A caller whose turn does not come within
+//     WaitTimeout gets ErrBackoff (it is not handed the failure of another
+//     caller's load).
+//   - Pass: the load's answer may not be shared, for reasons of the answer
+//     (an HTTP response that is private, say). The key is marked "pass" for
+//     a while, fleet-wide: callers in that window run their own load at
+//     once, with no flight, no lease and no waiting (hit-for-pass); the
+//     first of them whose load returns a value stores it, which ends the
+//     window (so the window never hides a shareable value for long).
+
+// Private marks err, returned by a loader, as its own caller's: the guard
+// returns it to the caller whose load it was and to no one else. Nothing is
+// stored and the key's lease is released at once: the other callers of the
+// flight, in this process and on other nodes, take turns, each running its
+// own load, one at a time across the fleet, until one load's value is
+// stored and shared with everyone still waiting. A caller whose turn has
+// not come within Options.WaitTimeout of its call gets an error wrapping
+// ErrBackoff. While turns go on, the key holds a "failing" marker (no
+// value), so that no node loads it outside the lease after WaitTimeout.
+//
+// A stale value is still served while a refresh fails with Private, as for
+// any failure (stale-if-error): the refresh's failure reaches no caller.
+func Private(err error) error {
+	if err == nil {
+		err = errors.New("guard: private failure")
+	}
+	return &privateError{err: err}
+}
+
+// Pass marks err, returned by a loader, as its own caller's (as Private)
+// and marks the key "pass" for d, fleet-wide: calls of the key in that
+// window run their own load at once, with no flight, no lease and no
+// waiting, and get Status Pass. The first of those loads to return a value
+// stores it (if nothing else changed the key meanwhile), which ends the
+// window; their errors reach only their own callers. Every call in the
+// window gets Status Passed. d is capped at the call's FreshFor; 0 or less
+// marks nothing, and the other callers take turns as with Private. A
+// refresh's Pass (a stale value exists) stores nothing and marks nothing:
+// the stale value keeps being served, and the next caller refreshes.
+func Pass(err error, d time.Duration) error {
+	if err == nil {
+		err = errors.New("guard: not shared")
+	}
+	return &privateError{err: err, pass: d}
+}
+
+type privateError struct {
+	err  error
+	pass time.Duration // > 0: mark the key pass for this long
+}
+
+func (e *privateError) Error() string { return e.err.Error() }
+func (e *privateError) Unwrap() error { return e.err }
+
+// privateOf returns the Private or Pass mark err carries, or nil.
+func privateOf(err error) *privateError {
+	var pe *privateError
+	if errors.As(err, &pe) {
+		return pe
+	}
+	return nil
+}
+
+// errTurn tells a caller that its flight ended with another caller's
+// Private or Pass answer: it goes again, to take its own turn.
+var errTurn = errors.New("guard: another caller's private answer")
+
+// errPassing tells the callers of a miss flight that the key turned out to
+// be marked pass: each runs its own load.
+var errPassing = errors.New("guard: key marked pass")
+
+// mine turns the outcome of a flight whose load was owner's into c's:
+// another caller's Private or Pass answer becomes errTurn.
+func mine(c, owner *call, err error) error {
+	if owner != c && privateOf(err) != nil {
+		return errTurn
+	}
+	return err
+}
+
+// takeTurns runs step, one pass of a call's read path, again as long as it
+// ends with another caller's private answer, within WaitTimeout of the
+// call's start.
+func (g *Group) takeTurns(ctx context.Context, c *call, step func() (Result, error)) (Result, error) {
+	for {
+		res, err := step()
+		if err != errTurn {
+			return res, err
+		}
+		if err := ctx.Err(); err != nil {
+			return Result{}, err
+		}
+		if time.Since(c.start) >= g.opts.WaitTimeout {
+			return Result{}, turnTimeout(c.key)
+		}
+	}
+}
+
+// turnTimeout is the error of a caller that got no turn at a failing key.
+func turnTimeout(key string) error {
+	return fmt.Errorf("%w: key %q: other callers' loads failed, and this call got no turn within WaitTimeout", ErrBackoff, key)
+}
+
+// passLoad serves a call of a key marked pass (the marker e): the caller's
+// own load, with no flight, no lease and no waiting. A value it returns is
+// stored if the marker is still the one read, which ends the window.
+func (g *Group) passLoad(ctx context.Context, c *call, e entry) (Result, error) {
+	o := g.runLoader(context.WithoutCancel(ctx), c.key, c.load, nil)
+	if o.err != nil {
+		return Result{Status: Passed}, o.err
+	}
+	f := g.fillFor(c.co, 0, o, false)
+	if f.mode == "w" && f.flags != "n" {
+		f.mode = "c"
+		f.expect = strconv.FormatInt(e.fence, 10) + "," + strconv.FormatInt(e.written, 10)
+		g.store(ctx, c.key, c.nm, f)
+	}
+	return Result{Value: o.v, Status: Passed}, nil
+}
+
+// passFor is how long a Pass answer marks its key.
+func (g *Group) passFor(pe *privateError, co callOptions) time.Duration {
+	return min(pe.pass, co.freshFor)
+}
+
+// private sets f for a load that answered Private or Pass (pe).
+func (f *fillSpec) private(g *Group, pe *privateError, co callOptions, refresh bool) {
+	switch {
+	case refresh && pe.pass > 0:
+		f.mode = "-" // the stale value stays; the next caller refreshes
+	case refresh:
+		// Stale-if-error, as for any failure: the stale value keeps being
+		// served and no node refreshes for the back-off.
+		f.mode, f.keepLease = "-", g.opts.ErrorBackoff
+	case pe.pass > 0 && g.passFor(pe, co) > 0:
+		// Written where no value is stored (a marker never replaces one).
+		f.mode, f.flags, f.fresh, f.stale = "m", "p", g.passFor(pe, co), 0
+	default:
+		// Failing: the lease is released for the next caller's turn, and
+		// the marker keeps every node to turns for WaitTimeout.
+		f.mode, f.flags, f.fresh, f.stale = "m", "f", 0, g.opts.WaitTimeout
+	}
+}
