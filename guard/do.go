@@ -99,7 +99,10 @@ func (g *Group) readPathOnce(ctx context.Context, c *call) (Result, error) {
 		if !lk.missSeen {
 			g.missHook(c.key)
 		}
-		return g.claim(c.key, lk.res, lk.claimed), mine(c, lk.owner, lk.err)
+		if err := mine(c, lk.owner, lk.err); err != lk.err {
+			return Result{}, err
+		}
+		return g.claim(c.key, lk.res, lk.claimed), lk.err
 	}
 	g.missHook(c.key)
 	return g.missFlight(ctx, c, lk.x)

@@ -31,7 +31,10 @@ func (g *Group) missFlight(ctx context.Context, c *call, x int64) (Result, error
 		if r.Err == errPassing {
 			return g.passLoad(ctx, c, mo.marker)
 		}
-		return g.claim(c.key, mo.res, mo.claimed), mine(c, mo.owner, r.Err)
+		if err := mine(c, mo.owner, r.Err); err != r.Err {
+			return Result{}, err
+		}
+		return g.claim(c.key, mo.res, mo.claimed), r.Err
 	case <-ctx.Done():
 		return Result{}, ctx.Err()
 	}

@@ -29,7 +29,28 @@ const (
 	Request = "stampede; fwd=request"
 	// Bypass: the request was not eligible for the cache.
 	Bypass = "stampede; fwd=bypass"
+	// Passed: the URL's responses were lately not shareable (hit-for-pass):
+	// this request's own call of the origin answered it, with no wait.
+	Passed = "stampede; fwd=miss; detail=pass"
 )
+
+// NotStored is the value for a response of the origin that answered its own
+// request and was not stored, and why (a fixed phrase of the engine, sent
+// as an RFC 8941 string; never a header value or a key).
+func NotStored(why string) string {
+	if why == "" {
+		return Miss
+	}
+	b := make([]byte, 0, len(Miss)+len(why)+11)
+	b = append(b, Miss...)
+	b = append(b, `; detail="`...)
+	for i := 0; i < len(why); i++ {
+		if c := why[i]; c >= 0x20 && c < 0x7f && c != '"' && c != '\\' {
+			b = append(b, c)
+		}
+	}
+	return string(append(b, '"'))
+}
 
 // Of returns the value for a guard answer of status s.
 func Of(s guard.Status) string {
@@ -44,6 +65,8 @@ func Of(s guard.Status) string {
 		return Collapsed
 	case guard.Degraded:
 		return Degraded
+	case guard.Passed:
+		return Passed
 	}
 	return Miss
 }

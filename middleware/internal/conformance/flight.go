@@ -80,32 +80,42 @@ func coalescingAcrossServers(t *testing.T, a Adapter, top topology) {
 
 // followersRunTheirOwnHandler: when the response of a coalesced flight
 // is not shareable, every request gets a handler run of its own; no
-// request ever receives the cookie set for another.
+// request ever receives the body or cookie produced for another. A
+// failure (a 5xx) makes the waiting requests take turns, one handler call
+// at a time; a response that is private for reasons of its own (a cookie,
+// Cache-Control: private) marks the URL pass, and the requests run at once.
 func followersRunTheirOwnHandler(t *testing.T, a Adapter, top topology) {
-	cases := map[string]func(w http.ResponseWriter, id string){
-		"Set-Cookie": func(w http.ResponseWriter, id string) {
+	cases := map[string]struct {
+		answer func(w http.ResponseWriter, id string)
+		turns  bool // at most one handler call at a time
+	}{
+		"Set-Cookie": {answer: func(w http.ResponseWriter, id string) {
 			http.SetCookie(w, &http.Cookie{Name: "session", Value: id})
 			fmt.Fprint(w, id)
-		},
-		"private": func(w http.ResponseWriter, id string) {
+		}},
+		"private": {answer: func(w http.ResponseWriter, id string) {
 			w.Header().Set("Cache-Control", "private")
 			fmt.Fprint(w, id)
-		},
-		"500": func(w http.ResponseWriter, id string) {
+		}},
+		"500": {answer: func(w http.ResponseWriter, id string) {
 			w.WriteHeader(http.StatusInternalServerError)
 			fmt.Fprint(w, id)
-		},
+		}, turns: true},
 	}
-	for name, answer := range cases {
+	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			noLeaks(t)
 			const n = 20
 			gt := newGate(n)
-			var coalesced atomic.Int64
-			g := NewGroup(t, top.client(t), guard.Options{Hooks: guard.Hooks{Coalesced: func(string) { coalesced.Add(1) }}})
+			g := NewGroup(t, top.client(t), guard.Options{WaitTimeout: time.Minute})
+			var running, maxRun atomic.Int64
 			o := &origin{serve: func(w http.ResponseWriter, r *http.Request, _ int64) {
 				gt.wait(t)
-				answer(w, r.Header.Get("X-Req"))
+				r1 := running.Add(1)
+				defer running.Add(-1)
+				for m := maxRun.Load(); r1 > m && !maxRun.CompareAndSwap(m, r1); m = maxRun.Load() {
+				}
+				tc.answer(w, r.Header.Get("X-Req"))
 			}}
 			h := gt.in(a.New(g, Config{}, o))
 			recs := make([]*httptest.ResponseRecorder, n)
@@ -119,8 +129,8 @@ func followersRunTheirOwnHandler(t *testing.T, a Adapter, top topology) {
 			if got := o.calls.Load(); got != n {
 				t.Errorf("handler calls %d, want %d (one per request)", got, n)
 			}
-			if coalesced.Load() == 0 {
-				t.Errorf("no request was coalesced: the rule was not exercised")
+			if got := maxRun.Load(); tc.turns && got != 1 {
+				t.Errorf("%d handler calls at once, want 1 (turns)", got)
 			}
 			for i, rec := range recs {
 				id := fmt.Sprint(i)
@@ -183,9 +193,11 @@ func leaderDisconnect(t *testing.T, a Adapter, top topology) {
 	}
 }
 
-// handlerPanic: a panic answers 500 to the callers of its flight and
-// the process survives; the next request while the guard backs off the key
-// gets 503; http.ErrAbortHandler is re-panicked for net/http.
+// handlerPanic: a panic answers only its own request, as the handler
+// would have without the middleware: it is panicked again on the request's
+// goroutine with its value (http.ErrAbortHandler included), nothing is
+// stored, and the next request runs the handler itself (no back-off
+// decided by another request's panic).
 func handlerPanic(t *testing.T, a Adapter, top topology) {
 	noLeaks(t)
 	g := NewGroup(t, top.client(t), guard.Options{ErrorBackoff: time.Hour})
@@ -193,52 +205,59 @@ func handlerPanic(t *testing.T, a Adapter, top topology) {
 		if r.URL.Path == "/abort" {
 			panic(http.ErrAbortHandler)
 		}
-		panic("boom")
+		if r.Header.Get("X-Bad") != "" {
+			panic("boom")
+		}
+		fmt.Fprint(w, "fine")
 	}}
 	h := a.New(g, Config{}, o)
-	if rec := serve(h, get("/boom")); rec.Code != http.StatusInternalServerError {
-		t.Errorf("panic answered %d, want 500", rec.Code)
+	if p := recovered(h, with(get("/boom"), header("X-Bad", "1"))); p != "boom" {
+		t.Errorf("recovered %v, want the handler's own panic", p)
 	}
-	if rec := serve(h, get("/boom")); rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" {
-		t.Errorf("during back-off: %d %v, want 503 with Retry-After", rec.Code, rec.Header())
+	if rec := serve(h, get("/boom")); rec.Code != http.StatusOK || rec.Body.String() != "fine" {
+		t.Errorf("the next request: %d %q, want its own handler's 200", rec.Code, rec.Body)
 	}
 	if p := recovered(h, get("/abort")); p != http.ErrAbortHandler {
 		t.Errorf("recovered %v, want http.ErrAbortHandler", p)
 	}
-	if got := o.calls.Load(); got != 2 {
-		t.Errorf("handler calls %d, want 2", got)
+	if got := o.calls.Load(); got != 3 {
+		t.Errorf("handler calls %d, want 3", got)
 	}
 }
 
-// panicFollowers: the requests coalesced with a panicking handler call
-// get a 500 too (or, arriving after it, a 503 while the guard backs off
-// the key), never a handler run of their own, and the process survives.
+// panicFollowers: requests coalesced with a panicking handler call never
+// get its panic: each takes its turn at the handler (one call at a time),
+// and its own call's answer, a panic of its own here, is its answer.
 func panicFollowers(t *testing.T, a Adapter, top topology) {
 	noLeaks(t)
 	const n = 10
 	gt := newGate(n)
-	var coalesced atomic.Int64
-	g := NewGroup(t, top.client(t), guard.Options{ErrorBackoff: time.Hour, Hooks: guard.Hooks{Coalesced: func(string) { coalesced.Add(1) }}})
+	g := NewGroup(t, top.client(t), guard.Options{ErrorBackoff: time.Hour, WaitTimeout: time.Minute})
+	var running, maxRun atomic.Int64
 	o := &origin{serve: func(w http.ResponseWriter, r *http.Request, _ int64) {
 		gt.wait(t)
-		panic("boom")
+		r1 := running.Add(1)
+		defer running.Add(-1)
+		for m := maxRun.Load(); r1 > m && !maxRun.CompareAndSwap(m, r1); m = maxRun.Load() {
+		}
+		panic("boom " + r.Header.Get("X-Req"))
 	}}
 	h := gt.in(a.New(g, Config{}, o))
-	recs := make([]*httptest.ResponseRecorder, n)
+	panics := make([]any, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Go(func() { recs[i] = serve(h, get("/a")) })
+		wg.Go(func() { panics[i] = recovered(h, with(get("/a"), header("X-Req", fmt.Sprint(i)))) })
 	}
 	wg.Wait()
-	if got := o.calls.Load(); got != 1 {
-		t.Errorf("handler calls %d, want 1", got)
+	if got := o.calls.Load(); got != n {
+		t.Errorf("handler calls %d, want %d (one per request)", got, n)
 	}
-	if coalesced.Load() == 0 {
-		t.Errorf("no request was coalesced: the rule was not exercised")
+	if got := maxRun.Load(); got != 1 {
+		t.Errorf("%d handler calls at once, want 1", got)
 	}
-	for i, rec := range recs {
-		if rec.Code != http.StatusInternalServerError && rec.Code != http.StatusServiceUnavailable {
-			t.Errorf("request %d: %d %q, want 500 (or 503 after the flight)", i, rec.Code, rec.Body)
+	for i, p := range panics {
+		if want := fmt.Sprintf("boom %d", i); p != want {
+			t.Errorf("request %d: recovered %v, want %q", i, p, want)
 		}
 	}
 }

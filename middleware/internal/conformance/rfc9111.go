@@ -350,7 +350,7 @@ func rfcRows() []rfcRow {
 			byCount(reply{200, []string{"Cache-Control", "max-age=3600", "Vary", "Accept-Language"}, "by language"},
 				reply{200, []string{"Cache-Control", "max-age=3600", "Vary", "X-Mode"}, "by mode"}),
 			[]step{{header: []string{"Accept-Language", "fr"}, body: text("by language"), origin: 1},
-				{header: []string{"Accept-Language", "de"}, body: text("by mode"), origin: 2, want: []string{"Cache-Status", "stampede; fwd=miss"}},
+				{header: []string{"Accept-Language", "de"}, body: text("by mode"), origin: 2, want: []string{"Cache-Status", `stampede; fwd=miss; detail="Vary changed"`}},
 				{header: []string{"Accept-Language", "de"}, body: text("by mode"), origin: 3},
 				{header: []string{"Accept-Language", "de"}, body: text("by mode"), origin: 3, want: hit}}},
 		rfcRow{"§4.1", "Vary on a KeyHeaders field", &Config{UpstreamWindows: true, HonorClientNoCache: true, RequireFreshness: true, KeyHeaders: []string{"Accept-Language"}}, lang,
@@ -369,7 +369,7 @@ func rfcRows() []rfcRow {
 		rfcRow{"RFC 9211 §2", "Cache-Status: a stored miss, then a hit", nil, always(200, "a", "Cache-Control", "max-age=3600"),
 			[]step{{origin: 1, want: []string{"Cache-Status", "stampede; fwd=miss; stored"}}, {origin: 1, want: []string{"Cache-Status", "stampede; hit"}}}},
 		rfcRow{"RFC 9211 §2", "Cache-Status: not stored", nil, always(200, "a"),
-			[]step{{origin: 1, want: []string{"Cache-Status", "stampede; fwd=miss"}}}},
+			[]step{{origin: 1, want: []string{"Cache-Status", `stampede; fwd=miss; detail="no explicit freshness"`}}}},
 	)
 	return rows
 }

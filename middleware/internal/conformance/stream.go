@@ -56,7 +56,7 @@ func largeBodyStreams(t *testing.T, a Adapter, top topology) {
 				if want := strings.Repeat("a", chunk-early) + strings.Repeat("b", chunk); err != nil || string(rest) != want {
 					t.Fatalf("rest: %d bytes, %v; want %d", len(rest), err, len(want))
 				}
-				if cs := resp.Header.Get("Cache-Status"); cs != "stampede; fwd=miss" {
+				if cs := resp.Header.Get("Cache-Status"); cs != `stampede; fwd=miss; detail="body over MaxBodyBytes"` {
 					t.Errorf("Cache-Status %q", cs)
 				}
 			}

@@ -40,6 +40,7 @@ type call struct {
 	streaming bool                // load started writing to w
 	done      chan struct{}       // closed when load ends
 	panicked  bool
+	panicVal  any      // what the handler panicked with
 	err       error    // the handler's error
 	held      *capture // the unshared response load ended with, not streamed
 	cancel    context.CancelFunc
@@ -47,30 +48,72 @@ type call struct {
 
 var errClientGone = errors.New("httpcache: client gone")
 
-// load runs the handler once for the flight the guard started with it.
-func (c *call) load(ctx context.Context) ([]byte, error) {
+// load runs the handler for the flight the guard started with it, and
+// says what became of its response. A response that is not shared answers
+// this call's request only: a failure (the handler's error or panic, a 5xx,
+// an incomplete body) as guard.Private, so that the other requests take
+// turns at the handler instead of all calling it at once; a response that
+// cannot be shared for reasons of its own (private, too large, a header the
+// store cannot hold exactly...) as guard.Pass, so that the URL's requests
+// skip the flight for a while.
+func (c *call) load(ctx context.Context) (val []byte, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// The guard calls a Do's load at most once, so the handler runs at
-	// most once for this request.
+	// most once for this request (twice when a 304 selects nothing).
 	c.mu.Lock()
 	c.ran, c.cancel, c.done = true, cancel, make(chan struct{})
 	c.mu.Unlock()
-
-	cw := &capture{c: c, header: make(http.Header)}
-	normal := false
 	defer func() {
+		// A panic answers only this call's request: it is kept for Serve
+		// to re-panic on the request's own goroutine.
+		p := recover()
 		c.mu.Lock()
-		c.panicked = !normal
+		c.panicked, c.panicVal = p != nil, p
 		c.mu.Unlock()
 		close(c.done)
+		if p != nil {
+			val, err = nil, guard.Private(&notShared{reason: "handler panic"})
+		}
 	}()
 
 	old, record := c.previous(ctx)
 	if record {
-		normal = true
 		return keepRecord(ctx)
 	}
+	cw, sent, herr := c.run(ctx, old)
+	if herr == nil && old != nil && cw.status == http.StatusNotModified && !selects(cw.snap, old) {
+		// A 304 whose validator is not the stored response's updates
+		// nothing (RFC 9111 §4.3.4): ask again, unconditionally.
+		old = nil
+		cw, sent, herr = c.run(ctx, nil)
+	}
+	if herr != nil {
+		c.mu.Lock()
+		c.err = herr
+		c.mu.Unlock()
+		if cw.wroteHeader {
+			cw.hold("handler error")
+		}
+		return nil, guard.Private(&notShared{reason: "handler error"})
+	}
+	if old != nil && cw.status == http.StatusNotModified {
+		return c.revalidated(ctx, cw, old, sent)
+	}
+	if why := cw.failure(); why != "" {
+		cw.hold(why)
+		return nil, guard.Private(&notShared{reason: why})
+	}
+	if cw.unshared {
+		return c.pass(cw, cw.why)
+	}
+	return c.store(ctx, cw, responseFreshness(cw.snap, sent, cw.received))
+}
+
+// run calls the handler on a detached copy of the request, asking
+// conditionally when old is the stored response it refreshes.
+func (c *call) run(ctx context.Context, old *storedResponse) (cw *capture, sent time.Time, err error) {
+	cw = &capture{c: c, header: make(http.Header), declared: -1}
 	req := c.r.Clone(ctx)
 	// HEAD shares GET's entry, so the entry must hold GET's body; the
 	// client's preconditions are answered from the entry, never stored.
@@ -81,30 +124,22 @@ func (c *call) load(ctx context.Context) ([]byte, error) {
 		askConditionally(req.Header, old)
 		cw.revalidating = true
 	}
-	sent := time.Now()
-	herr := c.h(cw, req)
-	normal = true
-
-	if herr != nil {
-		c.mu.Lock()
-		c.err = herr
-		c.mu.Unlock()
-		if cw.wroteHeader {
-			cw.hold()
-		}
-		return nil, guard.NoStore(&notShared{reason: "handler error"})
-	}
-	if !cw.wroteHeader {
+	sent = time.Now()
+	err = c.h(cw, req)
+	if err == nil && !cw.wroteHeader {
 		cw.WriteHeader(http.StatusOK)
 	}
-	if old != nil && cw.status == http.StatusNotModified {
-		return c.revalidated(ctx, cw, old, sent)
+	return cw, sent, err
+}
+
+// pass answers the load of a response that is complete but not shared: it
+// is held for this call's request, and the URL is marked pass.
+func (c *call) pass(cw *capture, why string) ([]byte, error) {
+	cw.hold(why)
+	if h := c.e.notStored; h != nil {
+		h(c.r, why)
 	}
-	if cw.unshared {
-		cw.hold()
-		return nil, guard.NoStore(&notShared{reason: cw.why})
-	}
-	return c.store(ctx, cw, responseFreshness(cw.snap, sent, cw.received))
+	return nil, guard.Pass(&notShared{reason: why}, c.e.passFor)
 }
 
 // store encodes the captured response cw for its key with the windows its
@@ -125,13 +160,15 @@ func (c *call) store(ctx context.Context, cw *capture, f freshness) ([]byte, err
 		_ = e.g.Invalidate(ctx, c.primary)
 	}
 	if p.reason != "" {
-		cw.hold()
-		return nil, guard.NoStore(&notShared{reason: p.reason})
+		return c.pass(cw, p.reason)
 	}
 	if _, ok := cw.snap["Content-Type"]; !ok && len(cw.buf) > 0 {
 		cw.snap["Content-Type"] = []string{http.DetectContentType(cw.buf)}
 	}
-	val := encodeResponse(cw.status, int64(f.initialAge/time.Second), cw.snap, cw.buf)
+	val, ok := encodeExactly(cw.status, int64(f.initialAge/time.Second), cw.snap, cw.buf)
+	if !ok {
+		return c.pass(cw, "header not storable")
+	}
 	w := p.windows()
 	if c.vary == nil && len(names) > 0 {
 		rec := varyRecord{gen: newGeneration(), names: names}
@@ -140,8 +177,8 @@ func (c *call) store(ctx context.Context, cw *capture, f freshness) ([]byte, err
 	}
 	if w != (guard.Windows{}) {
 		if err := guard.SetWindows(ctx, w); err != nil {
-			cw.hold()
-			return nil, guard.NoStore(&notShared{reason: err.Error()})
+			cw.hold("windows")
+			return nil, guard.Private(&notShared{reason: "windows"})
 		}
 	}
 	return val, nil
@@ -222,6 +259,14 @@ func (c *call) outcome(w http.ResponseWriter) error {
 		// Part of the response is out: abort the connection so the client
 		// sees a truncated response, not a complete one.
 		panic(http.ErrAbortHandler)
+	}
+	if panicked {
+		// As the handler would have on this goroutine: net/http aborts
+		// the connection, a framework's recover middleware answers.
+		c.mu.Lock()
+		p := c.panicVal
+		c.mu.Unlock()
+		panic(p)
 	}
 	if held != nil {
 		held.writeTo(w, c.r.Method != http.MethodHead)

@@ -22,7 +22,19 @@ type Options struct {
 	UpstreamWindows    bool
 	RequireFreshness   bool
 	UnkeyedForwarding  bool
+	// PassFor is how long a URL whose response was not shareable is
+	// marked pass (hit-for-pass): its requests run their own handler at
+	// once, with no flight to wait for, until one response is stored.
+	// 0 means DefaultPassFor; a negative value marks nothing (requests
+	// that were waiting then take turns at the handler).
+	PassFor time.Duration
+	// NotStored, if set, is called when a response that was complete and
+	// not a failure is not stored, with why.
+	NotStored func(r *http.Request, why string)
 }
+
+// DefaultPassFor is how long a URL is marked pass by default.
+const DefaultPassFor = 5 * time.Second
 
 // DefaultMaxBodyBytes is the largest body stored by default.
 const DefaultMaxBodyBytes = 1 << 20
@@ -43,6 +55,8 @@ type Engine struct {
 	forwarding  bool // forwarding headers are keyed
 	upstream    bool // the response's Cache-Control sets its windows
 	strict      bool // only responses with explicit freshness are stored
+	passFor     time.Duration
+	notStored   func(*http.Request, string)
 }
 
 // New returns an Engine for g; it panics on a nil g (a programming error).
@@ -73,6 +87,12 @@ func New(g *guard.Group, o Options) *Engine {
 		}
 	}
 	e.upstream, e.strict = o.UpstreamWindows, o.RequireFreshness
+	switch e.passFor, e.notStored = o.PassFor, o.NotStored; {
+	case e.passFor == 0:
+		e.passFor = DefaultPassFor
+	case e.passFor < 0:
+		e.passFor = 0
+	}
 	return e
 }
 
@@ -210,12 +230,11 @@ func (e *Engine) failed(w http.ResponseWriter, r *http.Request, c *call, err err
 	var ns *notShared
 	var pe *guard.PanicError
 	switch {
-	case errors.As(err, &ns):
-		if c.loaded() {
-			// This call's own load answered it: the response it held, or
-			// the handler's error (echo).
-			return c.outcome(w)
-		}
+	case errors.As(err, &ns) && c.loaded():
+		// This call's own load answered it (the guard hands a load's
+		// private answer to its own caller only): the response it held,
+		// its panic, or the handler's error (echo, gin).
+		return c.outcome(w)
 	case errors.As(err, &pe):
 		if errors.Is(pe, http.ErrAbortHandler) {
 			panic(http.ErrAbortHandler)

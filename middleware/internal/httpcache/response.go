@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -97,6 +98,34 @@ func (sr *storedResponse) header() http.Header {
 func encodeResponse(status int, initialAge int64, h http.Header, body []byte) []byte {
 	b := appendHead(make([]byte, 0, headSize(h)+len(body)), status, initialAge, h, len(body))
 	return append(b, body...)
+}
+
+// encodeExactly encodes a response to store, and reports whether it reads
+// back exactly: a field name or value the decoder refuses (CR, LF or NUL
+// in a value, a byte a field name may not hold, more fields or values than
+// it allows) makes the response one the engine does not store, rather than
+// one that turns into garbage (and a miss per request) once stored.
+func encodeExactly(status int, initialAge int64, h http.Header, body []byte) ([]byte, bool) {
+	val := encodeResponse(status, initialAge, h, body)
+	sr, err := decodeResponse(val)
+	if err != nil || sr.status != status || len(sr.body) != len(body) {
+		return nil, false
+	}
+	var conn []string
+	for _, v := range h["Connection"] {
+		conn = append(conn, strings.Split(v, ",")...)
+	}
+	n := 0
+	for k, vs := range h {
+		if !storedHeader(http.CanonicalHeaderKey(k), conn) || len(vs) == 0 {
+			continue
+		}
+		n++
+		if !slices.Equal(sr.get(k), vs) {
+			return nil, false
+		}
+	}
+	return val, n == len(sr.fields)
 }
 
 // encodeHead returns the head of a stored response: everything before a

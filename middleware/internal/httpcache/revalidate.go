@@ -73,11 +73,10 @@ func (c *call) revalidated(ctx context.Context, cw *capture, old *storedResponse
 		// confirmed, with its new fields; nobody else does.
 		_ = c.e.g.Invalidate(ctx, c.key)
 		full := &capture{c: c, snap: h, status: old.status, wroteHeader: true, buf: old.body}
-		full.hold()
-		return nil, guard.NoStore(&notShared{reason: p.reason})
+		return c.pass(full, p.reason)
 	}
 	if err := guard.SetWindows(ctx, p.windows()); err != nil {
-		return nil, guard.NoStore(&notShared{reason: err.Error()})
+		return nil, guard.Private(&notShared{reason: "windows"})
 	}
 	return nil, guard.Revalidated(encodeHead(old.status, int64(f.initialAge/time.Second), h, len(old.body)), old.headLen)
 }
@@ -98,4 +97,25 @@ func updatedHeader(stored, fresh http.Header) http.Header {
 		h[k] = v
 	}
 	return h
+}
+
+// selects reports whether a 304 with fields fresh may update the stored
+// response old (RFC 9111 §4.3.4): its entity tag, if it has one, must be
+// old's (strongly equal for a strong tag, equal as opaque tags for a weak
+// one); without one, its Last-Modified, if any, must be old's. A 304 with
+// neither selects old, the one stored response asked about.
+func selects(fresh http.Header, old *storedResponse) bool {
+	if tag := first(fresh["Etag"]); tag != "" {
+		stored := first(old.get("Etag"))
+		newTag, newWeak, ok1 := parseETag(tag)
+		oldTag, oldWeak, ok2 := parseETag(stored)
+		if !ok1 || !ok2 || newTag != oldTag {
+			return false
+		}
+		return newWeak || !oldWeak // a strong tag selects only a strong one
+	}
+	if lm := first(fresh["Last-Modified"]); lm != "" {
+		return lm == first(old.get("Last-Modified"))
+	}
+	return true
 }

@@ -1,7 +1,11 @@
 package httpcache
 
 import (
+	"bufio"
+	"net"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/stampede-go/stampede/internal/cachestatus"
@@ -24,6 +28,9 @@ type capture struct {
 	// revalidating: the request carried the stored response's validators,
 	// so a 304 is the answer to merge, not a response to refuse.
 	revalidating bool
+	declared     int64 // the Content-Length the handler set, -1 if none
+	written      int64 // body bytes written
+	hijacked     bool  // the handler took the client's connection
 }
 
 func (cw *capture) Header() http.Header { return cw.header }
@@ -34,6 +41,11 @@ func (cw *capture) WriteHeader(code int) {
 	}
 	cw.wroteHeader, cw.status, cw.received = true, code, time.Now()
 	cw.snap = canonical(cw.header)
+	if v := cw.snap["Content-Length"]; len(v) == 1 {
+		if n, err := strconv.ParseInt(strings.TrimSpace(v[0]), 10, 64); err == nil && n >= 0 {
+			cw.declared = n
+		}
+	}
 	if code == http.StatusNotModified && cw.revalidating {
 		return
 	}
@@ -61,6 +73,7 @@ func (cw *capture) Write(p []byte) (int, error) {
 		}
 		cw.WriteHeader(http.StatusOK)
 	}
+	cw.written += int64(len(p))
 	if !cw.streaming && len(cw.buf)+len(p) > cw.c.e.maxBody {
 		cw.unshare("body over MaxBodyBytes")
 		cw.stream()
@@ -131,9 +144,30 @@ func (cw *capture) stream() {
 	cw.buf = nil
 }
 
-// hold hands the complete, unshared response to the call, for its caller
-// if the guard's answer shows the load was the caller's.
-func (cw *capture) hold() {
+// failure says why a complete response is a failure of its request, or
+// "": a server error, or a body that does not match the Content-Length
+// the handler declared (a relayed upstream that broke off, say: RFC 9111
+// §3.3 never lets an incomplete response pass for a complete one).
+func (cw *capture) failure() string {
+	switch {
+	case cw.status >= 500:
+		return "server error"
+	case cw.declared >= 0 && cw.written != cw.declared && bodyAllowed(cw.status):
+		return "incomplete body"
+	}
+	return ""
+}
+
+// bodyAllowed reports whether a response of this status has a body.
+func bodyAllowed(status int) bool {
+	return status != http.StatusNoContent && status != http.StatusNotModified
+}
+
+// hold hands the unshared response to the call, for its caller if the
+// guard's answer shows the load was the caller's; why goes in its
+// Cache-Status.
+func (cw *capture) hold(why string) {
+	cw.why = why
 	if cw.streaming {
 		return
 	}
@@ -148,8 +182,27 @@ func (cw *capture) writeHeader(w http.ResponseWriter) {
 	for k, v := range cw.snap {
 		dst[k] = v
 	}
-	dst.Set("Cache-Status", cachestatus.Miss)
+	dst["Cache-Status"] = []string{cachestatus.NotStored(cw.why)}
 	w.WriteHeader(cw.status)
+}
+
+// Hijack hands the client's connection to the handler when the request
+// still waits for its own response (the load answers it): the response is
+// then the handler's alone. A background refresh has no connection to give.
+func (cw *capture) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c := cw.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.w == nil {
+		return nil, nil, http.ErrNotSupported
+	}
+	conn, brw, err := http.NewResponseController(c.w).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	cw.hijacked, cw.streaming, c.streaming = true, true, true
+	cw.unshared, cw.why = true, "hijacked"
+	return conn, brw, nil
 }
 
 // writeTo writes a held response to w.
