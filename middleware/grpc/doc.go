@@ -35,7 +35,19 @@
 // (proto.MarshalOptions{Deterministic: true}: field and map order do not
 // matter) and the values of the metadata keys listed with WithMetadata,
 // each length-prefixed, hashed with SHA-256 behind a versioned prefix
-// ("grpc:v1:"). WithKeyFunc replaces the key.
+// ("grpc:v2:"). WithKeyFunc replaces the key.
+//
+// A client call's key also holds the server it goes to: the connection's
+// canonical target (grpc.ClientConn.CanonicalTarget) and the authority a
+// grpc.CallAuthority call option sends, so one Group can serve connections
+// to several servers (an EU and a US region) and each gets its own
+// server's replies. A KeyFunc's key is scoped to them too, as a KeyFunc
+// cannot see the connection. grpc-go does not expose the authority a
+// connection was dialled with (grpc.WithAuthority, a TLS ServerName), nor
+// the credentials of grpc.WithPerRPCCredentials: connections to one target
+// that differ only in those, to a server answering by them, need Groups
+// of their own (another Namespace). Server and client keys never
+// coincide, so both interceptors may share a Group.
 //
 // # Metadata the key does not hold
 //

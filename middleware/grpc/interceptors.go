@@ -54,17 +54,17 @@ func newCache(g *guard.Group, opts []Option) *cache {
 	return &cache{g: g, o: evaluateOptions(opts)}
 }
 
-// key returns the guard key of a call; reqBytes, when not nil, are the
-// request's deterministic bytes. When the call must bypass the cache, why
-// is the cache-status to answer with.
-func (c *cache) key(ctx context.Context, method string, req proto.Message, reqBytes []byte, md metadata.MD) (key, why string) {
+// key returns the guard key of a call sent to d; reqBytes, when not nil,
+// are the request's deterministic bytes. When the call must bypass the
+// cache, why is the cache-status to answer with.
+func (c *cache) key(ctx context.Context, d dest, method string, req proto.Message, reqBytes []byte, md metadata.MD) (key, why string) {
 	if !c.o.allowAuth && len(md["authorization"]) > 0 {
 		return "", cachestatus.Bypass
 	}
 	if c.o.keyFunc != nil {
 		// A KeyFunc decides for itself what the answer depends on.
 		if key, ok := c.o.keyFunc(ctx, method, req); ok {
-			return key, ""
+			return funcKey(d, key), ""
 		}
 		return "", cachestatus.Bypass
 	}
@@ -77,7 +77,7 @@ func (c *cache) key(ctx context.Context, method string, req proto.Message, reqBy
 			return "", cachestatus.Bypass
 		}
 	}
-	return requestKey(method, reqBytes, md, c.o.metadata), ""
+	return requestKey(d, method, reqBytes, md, c.o.metadata, nil), ""
 }
 
 func (c *cache) encode(method string, m proto.Message) ([]byte, error) {
@@ -150,7 +150,7 @@ func UnaryServerInterceptor(g *guard.Group, opts ...Option) grpc.UnaryServerInte
 			return handler(ctx, req)
 		}
 		md, _ := metadata.FromIncomingContext(ctx)
-		key, why := c.key(ctx, info.FullMethod, msg, nil, md)
+		key, why := c.key(ctx, dest{}, info.FullMethod, msg, nil, md)
 		if why != "" {
 			setStatus(ctx, why)
 			return handler(ctx, req)
@@ -221,7 +221,7 @@ func setStatus(ctx context.Context, v string) {
 func UnaryClientInterceptor(g *guard.Group, opts ...Option) grpc.UnaryClientInterceptor {
 	c := newCache(g, opts)
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) (err error) {
-		if !c.o.methods[method] {
+		if !c.o.methods[method] || cc == nil {
 			return invoker(ctx, method, req, reply, cc, callOpts...)
 		}
 		in, ok1 := req.(proto.Message)
@@ -236,7 +236,7 @@ func UnaryClientInterceptor(g *guard.Group, opts ...Option) grpc.UnaryClientInte
 			return invoker(ctx, method, req, reply, cc, callOpts...)
 		}
 		md, _ := metadata.FromOutgoingContext(ctx)
-		key, why := c.key(ctx, method, in, reqBytes, md)
+		key, why := c.key(ctx, destOf(cc, callOpts), method, in, reqBytes, md)
 		if why != "" {
 			return invoker(ctx, method, req, reply, cc, callOpts...)
 		}
