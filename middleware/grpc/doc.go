@@ -85,6 +85,20 @@
 // Each caller gets its own message; the caller whose handler run produced
 // the answer gets the handler's message itself.
 //
+// # Misuse
+//
+// A programmer error that the package can see makes it panic, with a
+// message starting "guardgrpc: ", when the interceptor or the option is
+// built, so that it surfaces when the program starts instead of as a
+// cache that silently holds nothing or as calls failing one by one: a nil
+// Group, a nil Option or KeyFunc, a name given to WithMethods that is not a
+// full method name ("Check" for "/grpc.health.v1.Health/Check"), a
+// negative duration guard would refuse (guard.Disabled is accepted where
+// guard accepts it), a metadata key that cannot be one, a key both keyed
+// and ignored, and options another one makes useless (WithMetadata or
+// WithIgnoredMetadata beside WithKeyFunc, "authorization" keyed without
+// WithAllowAuthorization). A call is never failed for the configuration.
+//
 // # Guarantees
 //
 //   - The handler runs detached from the cancellation of the call that

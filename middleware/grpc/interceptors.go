@@ -49,7 +49,7 @@ type cache struct {
 
 func newCache(g *guard.Group, opts []Option) *cache {
 	if g == nil {
-		panic("guardgrpc: nil *guard.Group")
+		misuse("nil *guard.Group")
 	}
 	return &cache{g: g, o: evaluateOptions(opts)}
 }
@@ -138,7 +138,9 @@ func failure(ctx context.Context, err error) error {
 // UnaryServerInterceptor caches the OK answers of the methods listed with
 // WithMethods in g, so that one handler call in the fleet answers every
 // concurrent and later call with the same key until the answer expires.
-// See the package doc for what is cached and how. It panics if g is nil.
+// See the package doc for what is cached and how. It panics on misuse: a
+// nil g, a nil Option, options that contradict each other (see the package
+// doc).
 func UnaryServerInterceptor(g *guard.Group, opts ...Option) grpc.UnaryServerInterceptor {
 	c := newCache(g, opts)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
@@ -217,7 +219,8 @@ func setStatus(ctx context.Context, v string) {
 // grpc.Header, grpc.Trailer, grpc.Peer and grpc.OnFinish, which could
 // otherwise fire after the caller has returned: grpc.Header receives the
 // cache-status (and only it), grpc.OnFinish is called with the caller's
-// outcome, grpc.Trailer and grpc.Peer stay empty. It panics if g is nil.
+// outcome, grpc.Trailer and grpc.Peer stay empty. It panics on misuse, as
+// UnaryServerInterceptor does.
 func UnaryClientInterceptor(g *guard.Group, opts ...Option) grpc.UnaryClientInterceptor {
 	c := newCache(g, opts)
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) (err error) {
