@@ -35,8 +35,8 @@ func (e *handlerError) Is(target error) bool {
 }
 
 // errUncacheable: the handler answered with something that is not a proto
-// message; it cannot be stored or shared.
-var errUncacheable = errors.New("guardgrpc: answer is not a proto message")
+// message, or that does not marshal; it cannot be stored or shared.
+var errUncacheable = errors.New("guardgrpc: answer cannot be stored")
 
 // errPanic is what the callers of a panicked handler get; the panic value
 // stays on the server (in guard hooks), never in the status message.

@@ -56,28 +56,30 @@ func newCache(g *guard.Group, opts []Option) *cache {
 
 // key returns the guard key of a call sent to d; reqBytes, when not nil,
 // are the request's deterministic bytes. When the call must bypass the
-// cache, why is the cache-status to answer with.
-func (c *cache) key(ctx context.Context, d dest, method string, req proto.Message, reqBytes []byte, md metadata.MD) (key, why string) {
+// cache, reason says why, and mdKey names the metadata entry responsible
+// if one is.
+func (c *cache) key(ctx context.Context, d dest, method string, req proto.Message, reqBytes []byte, md metadata.MD) (key string, reason BypassReason, mdKey string) {
 	if !c.o.allowAuth && len(md["authorization"]) > 0 {
-		return "", cachestatus.Bypass
+		return "", BypassAuthorization, ""
 	}
 	if c.o.keyFunc != nil {
 		// A KeyFunc decides for itself what the answer depends on.
 		if key, ok := c.o.keyFunc(ctx, method, req); ok {
-			return funcKey(d, key), ""
+			return funcKey(d, key), "", ""
 		}
-		return "", cachestatus.Bypass
+		return "", BypassKeyFunc, ""
 	}
-	if c.o.unkeyed(md) != "" {
-		return "", statusUnkeyed
+	present, unkeyed := c.o.scan(md)
+	if unkeyed != "" {
+		return "", BypassUnkeyedMetadata, unkeyed
 	}
 	if reqBytes == nil {
 		var err error
 		if reqBytes, err = deterministic.Marshal(req); err != nil {
-			return "", cachestatus.Bypass
+			return "", BypassRequestMarshal, ""
 		}
 	}
-	return requestKey(d, method, reqBytes, md, c.o.metadata, nil), ""
+	return requestKey(d, method, reqBytes, md, c.o.metadata, present), "", ""
 }
 
 func (c *cache) encode(method string, m proto.Message) ([]byte, error) {
@@ -144,22 +146,24 @@ func failure(ctx context.Context, err error) error {
 func UnaryServerInterceptor(g *guard.Group, opts ...Option) grpc.UnaryServerInterceptor {
 	c := newCache(g, opts)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if !c.o.methods[info.FullMethod] {
+		method := info.FullMethod
+		if !c.o.methods[method] {
 			return handler(ctx, req)
 		}
 		msg, ok := req.(proto.Message)
 		if !ok {
+			c.pass(ctx, method, BypassNotProto, "")
 			return handler(ctx, req)
 		}
 		md, _ := metadata.FromIncomingContext(ctx)
-		key, why := c.key(ctx, dest{}, info.FullMethod, msg, nil, md)
-		if why != "" {
-			setStatus(ctx, why)
+		key, reason, mdKey := c.key(ctx, dest{}, method, msg, nil, md)
+		if reason != "" {
+			c.pass(ctx, method, reason, mdKey)
 			return handler(ctx, req)
 		}
 
 		var own atomic.Pointer[answer]
-		res, err := c.g.Do(ctx, key, c.serverLoad(info.FullMethod, handler, req, &own), c.o.callOpts...)
+		res, err := c.g.Do(ctx, key, c.serverLoad(method, handler, req, &own), c.o.callOpts...)
 		if err != nil {
 			f := c.failed(ctx, own.Load(), err)
 			if f.status != "" {
@@ -168,6 +172,7 @@ func UnaryServerInterceptor(g *guard.Group, opts ...Option) grpc.UnaryServerInte
 			if !f.direct {
 				return nil, f.err
 			}
+			c.bypassed(ctx, method, f.reason, "")
 			if a := own.Load(); a != nil && a.err == nil {
 				return a.resp, nil // this call's own run, not storable
 			}
@@ -186,11 +191,11 @@ func UnaryServerInterceptor(g *guard.Group, opts ...Option) grpc.UnaryServerInte
 			setStatus(ctx, st)
 			return a.resp, nil
 		}
-		resp, err := c.decode(info.FullMethod, res.Value)
+		resp, err := c.decode(method, res.Value)
 		if err != nil {
 			// An entry of a type this binary does not know (or garbage):
 			// answer from the handler; the entry expires on its own.
-			setStatus(ctx, cachestatus.Bypass)
+			c.pass(ctx, method, BypassUndecodable, "")
 			return handler(ctx, req)
 		}
 		st := res.Status
@@ -200,6 +205,17 @@ func UnaryServerInterceptor(g *guard.Group, opts ...Option) grpc.UnaryServerInte
 		setStatus(ctx, cachestatus.Of(st))
 		return resp, nil
 	}
+}
+
+// pass reports a server call that its handler answers alone, and says so
+// in its cache-status; the metadata key stays on the server.
+func (c *cache) pass(ctx context.Context, method string, reason BypassReason, mdKey string) {
+	st := cachestatus.Bypass
+	if reason == BypassUnkeyedMetadata {
+		st = statusUnkeyed
+	}
+	setStatus(ctx, st)
+	c.bypassed(ctx, method, reason, mdKey)
 }
 
 // setStatus sets the cache-status response header. It fails, harmlessly,
@@ -224,24 +240,34 @@ func setStatus(ctx context.Context, v string) {
 func UnaryClientInterceptor(g *guard.Group, opts ...Option) grpc.UnaryClientInterceptor {
 	c := newCache(g, opts)
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) (err error) {
-		if !c.o.methods[method] || cc == nil {
+		if !c.o.methods[method] {
+			return invoker(ctx, method, req, reply, cc, callOpts...)
+		}
+		// pass sends the call to the server as it is, reported.
+		pass := func(reason BypassReason, mdKey string) error {
+			c.bypassed(ctx, method, reason, mdKey)
 			return invoker(ctx, method, req, reply, cc, callOpts...)
 		}
 		in, ok1 := req.(proto.Message)
 		out, ok2 := reply.(proto.Message)
-		if !ok1 || !ok2 || (!c.o.allowAuth && hasPerRPCCreds(callOpts)) {
-			return invoker(ctx, method, req, reply, cc, callOpts...)
+		switch {
+		case cc == nil:
+			return pass(BypassNoConn, "")
+		case !ok1 || !ok2:
+			return pass(BypassNotProto, "")
+		case !c.o.allowAuth && hasPerRPCCreds(callOpts):
+			return pass(BypassAuthorization, "")
 		}
 		// The request is snapshotted: a load may run after the caller has
 		// returned and reused req.
 		reqBytes, err := deterministic.Marshal(in)
 		if err != nil {
-			return invoker(ctx, method, req, reply, cc, callOpts...)
+			return pass(BypassRequestMarshal, "")
 		}
 		md, _ := metadata.FromOutgoingContext(ctx)
-		key, why := c.key(ctx, destOf(cc, callOpts), method, in, reqBytes, md)
-		if why != "" {
-			return invoker(ctx, method, req, reply, cc, callOpts...)
+		key, reason, mdKey := c.key(ctx, destOf(cc, callOpts), method, in, reqBytes, md)
+		if reason != "" {
+			return pass(reason, mdKey)
 		}
 
 		loadOpts, finish := splitCallOptions(callOpts)
@@ -251,9 +277,9 @@ func UnaryClientInterceptor(g *guard.Group, opts ...Option) grpc.UnaryClientInte
 			}
 		}()
 		// direct calls the server itself; grpc then calls OnFinish.
-		direct := func() error {
+		direct := func(reason BypassReason) error {
 			finish = nil
-			return invoker(ctx, method, req, reply, cc, callOpts...)
+			return pass(reason, "")
 		}
 		reqType, replyType := in.ProtoReflect().Type(), out.ProtoReflect().Type()
 		var own atomic.Pointer[answer]
@@ -261,13 +287,20 @@ func UnaryClientInterceptor(g *guard.Group, opts ...Option) grpc.UnaryClientInte
 		res, err := c.g.Do(ctx, key, load, c.o.callOpts...)
 		if err != nil {
 			f := c.failed(ctx, own.Load(), err)
-			if f.direct {
-				return direct()
+			if !f.direct {
+				if f.status != "" {
+					setHeaderOptions(callOpts, f.status)
+				}
+				return f.err
 			}
-			if f.status != "" {
-				setHeaderOptions(callOpts, f.status)
+			if a := own.Load(); a != nil && a.err == nil {
+				// This call's own run, not storable: its reply as it is.
+				c.bypassed(ctx, method, f.reason, "")
+				proto.Reset(out)
+				proto.Merge(out, a.resp.(proto.Message))
+				return nil
 			}
-			return f.err
+			return direct(f.reason)
 		}
 		name, b, err := decodeValue(res.Value)
 		if err == nil && name != replyType.Descriptor().FullName() {
@@ -279,7 +312,7 @@ func UnaryClientInterceptor(g *guard.Group, opts ...Option) grpc.UnaryClientInte
 		}
 		if err != nil {
 			proto.Reset(out)
-			return direct()
+			return direct(BypassUndecodable)
 		}
 		setHeaderOptions(callOpts, cachestatus.Of(res.Status))
 		return nil

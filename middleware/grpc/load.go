@@ -65,9 +65,10 @@ func (c *cache) clientLoad(method string, cc *grpc.ClientConn, invoker grpc.Unar
 			own.Store(&answer{err: callerError(err)})
 			return nil, c.o.loadError(err)
 		}
+		own.Store(&answer{resp: reply})
 		v, err := c.encode(method, reply)
 		if err != nil {
-			return nil, guard.NoStore(&handlerError{err: status.Errorf(codes.Internal, "guardgrpc: marshal reply: %v", err)})
+			return nil, guard.NoStore(errUncacheable)
 		}
 		return v, nil
 	}
@@ -75,9 +76,10 @@ func (c *cache) clientLoad(method string, cc *grpc.ClientConn, invoker grpc.Unar
 
 // doFailure is how a call answers when guard.Do returned an error.
 type doFailure struct {
-	status string // the cache-status to send, or ""
-	err    error  // the call's error, unless direct
-	direct bool   // answer from the handler (or server) directly
+	status string       // the cache-status to send, or ""
+	err    error        // the call's error, unless direct
+	direct bool         // answer from the handler (or server) directly
+	reason BypassReason // why, when direct
 }
 
 // failed maps an error of guard.Do, for a call whose own run (if any)
@@ -89,8 +91,10 @@ func (c *cache) failed(ctx context.Context, own *answer, err error) doFailure {
 		return doFailure{status: cachestatus.Miss, err: own.err}
 	case errors.As(err, &he):
 		return doFailure{status: cachestatus.Miss, err: he.err}
-	case errors.Is(err, errUncacheable), errors.Is(err, guard.ErrClosed):
-		return doFailure{status: cachestatus.Bypass, direct: true}
+	case errors.Is(err, errUncacheable):
+		return doFailure{status: cachestatus.Bypass, direct: true, reason: BypassUnstorable}
+	case errors.Is(err, guard.ErrClosed):
+		return doFailure{status: cachestatus.Bypass, direct: true, reason: BypassClosed}
 	case errors.Is(err, guard.ErrNotFound):
 		return doFailure{status: cachestatus.Hit, err: notFoundCached}
 	}

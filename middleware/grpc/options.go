@@ -23,15 +23,18 @@ type Option func(*options)
 type KeyFunc func(ctx context.Context, fullMethod string, req proto.Message) (key string, ok bool)
 
 type options struct {
-	methods          map[string]bool
-	metadata         []string // lower-cased, sorted, unique
-	keyFunc          KeyFunc
-	negativeNotFound bool
-	allowAuth        bool
-	ignored          []string // lower-cased keys
-	ignoredPrefixes  []string
-	ignoreAll        bool
-	callOpts         []guard.CallOption
+	methods           map[string]bool
+	metadata          []string // lower-cased, sorted, unique
+	keyFunc           KeyFunc
+	negativeNotFound  bool
+	allowAuth         bool
+	ignored           []string // lower-cased keys
+	ignoredPrefixes   []string
+	ignoreAll         bool
+	unkeyedForwarding bool
+	rules             map[string]mdRule // the keys named above, by check
+	bypassHook        func(context.Context, BypassInfo)
+	callOpts          []guard.CallOption
 }
 
 var defaultOptions = options{
@@ -54,7 +57,7 @@ func evaluateOptions(opts []Option) *options {
 }
 
 // check rejects options that contradict each other or would have no
-// effect.
+// effect, and settles the rules of the metadata keys they name.
 func (o *options) check() {
 	for _, k := range o.metadata {
 		if slices.Contains(o.ignored, k) {
@@ -64,8 +67,18 @@ func (o *options) check() {
 	if !o.allowAuth && slices.Contains(o.metadata, "authorization") {
 		misuse(`WithMetadata("authorization") without WithAllowAuthorization: calls carrying it bypass the cache`)
 	}
-	if o.keyFunc != nil && (len(o.metadata) > 0 || len(o.ignored) > 0 || len(o.ignoredPrefixes) > 0 || o.ignoreAll) {
-		misuse("WithKeyFunc replaces the default key: WithMetadata and WithIgnoredMetadata would have no effect")
+	if o.keyFunc != nil && (len(o.metadata) > 0 || len(o.ignored) > 0 || len(o.ignoredPrefixes) > 0 || o.ignoreAll || o.unkeyedForwarding) {
+		misuse("WithKeyFunc replaces the default key: WithMetadata, WithIgnoredMetadata and WithUnkeyedForwarding would have no effect")
+	}
+	o.rules = map[string]mdRule{}
+	if o.allowAuth {
+		o.rules["authorization"] = mdIgnore
+	}
+	for _, k := range o.ignored {
+		o.rules[k] = mdIgnore
+	}
+	for _, k := range o.metadata {
+		o.rules[k] = mdKeyed
 	}
 }
 
@@ -135,9 +148,11 @@ func metadataKey(option, k string) string {
 
 // WithMetadata adds the values of these metadata keys to the cache key, for
 // methods whose answer depends on them (a tenant, a locale). Keys are
-// matched case-insensitively, as gRPC lower-cases them. A call carrying
-// metadata that is neither listed here nor ignorable (transport metadata,
-// WithIgnoredMetadata) is not cached: see the package doc. It panics on
+// matched case-insensitively, as gRPC lower-cases them. A key listed here
+// is keyed even if it is ignorable by default ("baggage", for an answer
+// read from it). A call carrying metadata that is neither keyed nor
+// ignorable (WithIgnoredMetadata, the defaults) is not cached: see the
+// package doc. It panics on
 // a key that is not a metadata key ([0-9a-z-_.] in any case, or a
 // pseudo-header such as ":authority"); the interceptor's constructor
 // panics on a key also ignored, or on "authorization" without
@@ -158,17 +173,20 @@ func WithMetadata(keys ...string) Option {
 }
 
 // WithIgnoredMetadata declares metadata keys the answers do not depend on
-// (a request id, tracing headers other than W3C Trace Context): calls
-// carrying them are cached, and calls differing only there share one
-// answer. Keys are matched case-insensitively; a key ending in "-" or "*"
-// is a prefix ("x-b3-*" covers x-b3-traceid, x-b3-spanid...). "*" alone
-// ignores every metadata entry not listed with WithMetadata: the handler
-// must then read no metadata but those.
+// (an application's own correlation id, say): calls carrying them are
+// cached, and calls differing only there share one answer. Keys are
+// matched case-insensitively; a key ending in "-" or "*" is a prefix
+// ("x-acme-*" covers x-acme-session, x-acme-span...). A key or prefix named
+// here is ignored even if it is keyed by default (forwarding and identity
+// metadata, see the package doc). "*" alone ignores every metadata entry
+// that is neither listed with WithMetadata nor keyed by default: the
+// handler must then read no other metadata.
 //
-// By default only transport metadata is ignorable: keys starting with ":"
-// (":authority") or "grpc-", content-type, user-agent, te, traceparent and
-// tracestate. Any other entry sends the call past the cache, unless listed
-// here or keyed with WithMetadata.
+// By default the metadata of gRPC itself, of tracing, of correlation and
+// the bookkeeping Envoy adds to upstream calls are ignorable (the package
+// doc lists them); forwarding and identity metadata are keyed. Any other
+// entry sends the call past the cache, unless listed here or keyed with
+// WithMetadata.
 //
 // It panics on a key that is not a metadata key, and on "authorization"
 // (WithAllowAuthorization says that).
@@ -203,9 +221,39 @@ func WithIgnoredMetadata(keys ...string) Option {
 	}
 }
 
+// WithUnkeyedForwarding leaves the forwarding metadata (x-forwarded-for,
+// x-forwarded-host, x-forwarded-proto, forwarded, x-real-ip... listed in
+// the package doc) out of the key, as ignorable: calls that differ only
+// there share one answer. Use it when the handlers of the listed methods
+// read none of it, behind a proxy that sets the client's address per end
+// user (where keying it would share answers only between calls of one
+// address). Identity metadata (x-forwarded-client-cert) stays keyed.
+//
+// The trade-off: a client can send forwarding metadata itself, so a
+// handler that builds a link or picks a region from it would have its
+// answer for one client's values served to every client.
+func WithUnkeyedForwarding() Option {
+	return func(o *options) { o.unkeyedForwarding = true }
+}
+
+// WithBypassHook calls f for every call of a method listed with
+// WithMethods that goes past the cache, with the reason, so that an
+// operator can count them and see protection turn off (a metadata entry
+// a new proxy adds to every call, say). f runs on the call's goroutine
+// before its handler (or, on the client, the server) answers it, so it
+// must be quick. info names a metadata key, never its value. It panics on
+// a nil f.
+func WithBypassHook(f func(ctx context.Context, info BypassInfo)) Option {
+	if f == nil {
+		misuse("WithBypassHook(nil)")
+	}
+	return func(o *options) { o.bypassHook = f }
+}
+
 // WithKeyFunc replaces the default key (see the package doc). It panics
-// on a nil f; the interceptor's constructor panics if WithMetadata or
-// WithIgnoredMetadata is given too, as the KeyFunc alone decides.
+// on a nil f; the interceptor's constructor panics if WithMetadata,
+// WithIgnoredMetadata or WithUnkeyedForwarding is given too, as the
+// KeyFunc alone decides.
 func WithKeyFunc(f KeyFunc) Option {
 	if f == nil {
 		misuse("WithKeyFunc(nil)")
