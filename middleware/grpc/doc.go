@@ -16,11 +16,18 @@
 // # What is cached
 //
 // Only the methods listed with WithMethods; with none listed nothing is
-// cached. Only OK answers that are proto messages: a handler's error
-// reaches the callers of its flight (the calls of this process that shared
-// it) and is stored nowhere, so the next call runs the handler again.
+// cached. Only OK answers that are proto messages, shared with every
+// caller of the flight. A handler's error answers the call whose handler
+// run it was, and no other: it is stored nowhere, and the other callers of
+// its flight (the calls of this process that waited on it) each take a
+// turn of their own, one at a time, until a run succeeds (its answer is
+// then shared with those still waiting) or each has had its own run's
+// error or left on its own deadline. One caller's error (a permission its
+// credentials lack, a deadline of its own) never becomes another's.
 // WithNegativeNotFound is the one exception: codes.NotFound is cached as
-// guard.ErrNotFound for guard.Options.NegativeFor.
+// guard.ErrNotFound for guard.Options.NegativeFor, and shared: the other
+// callers of its flight, like later calls, get a NotFound with a generic
+// message.
 //
 // Calls carrying "authorization" metadata (on the client, also a
 // grpc.PerRPCCredentials call option) bypass the cache unless
@@ -181,8 +188,9 @@
 //     call's context values and metadata, so it must depend only on what
 //     the key covers. Header and trailer metadata it sets reach that call
 //     alone (none, if it runs as a background refresh) and are not cached.
-//   - A handler panic answers codes.Internal to the callers of its flight,
-//     is not cached, and the process survives.
+//   - A handler panic answers codes.Internal to the call whose run
+//     panicked, as any other error; it is not cached, and the process
+//     survives.
 //   - The server sets the response header "cache-status" (HeaderCacheStatus)
 //     on every cacheable call; it never carries the key.
 package guardgrpc

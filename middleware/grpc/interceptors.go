@@ -162,10 +162,11 @@ func UnaryServerInterceptor(g *guard.Group, opts ...Option) grpc.UnaryServerInte
 			return handler(ctx, req)
 		}
 
-		var own atomic.Pointer[answer]
-		res, err := c.g.Do(ctx, key, c.serverLoad(method, handler, req, &own), c.o.callOpts...)
+		res, own, err := c.do(ctx, key, func(own *atomic.Pointer[answer]) guard.LoadFunc {
+			return c.serverLoad(method, handler, req, own)
+		})
 		if err != nil {
-			f := c.failed(ctx, own.Load(), err)
+			f := c.failed(ctx, own, err)
 			if f.status != "" {
 				setStatus(ctx, f.status)
 			}
@@ -173,15 +174,15 @@ func UnaryServerInterceptor(g *guard.Group, opts ...Option) grpc.UnaryServerInte
 				return nil, f.err
 			}
 			c.bypassed(ctx, method, f.reason, "")
-			if a := own.Load(); a != nil && a.err == nil {
-				return a.resp, nil // this call's own run, not storable
+			if own != nil && own.err == nil {
+				return own.resp, nil // this call's own run, not storable
 			}
 			return handler(ctx, req)
 		}
 		// The answer of this call's own handler run needs no decoding. A
 		// hit or stale answer comes from the cache even if this call's
 		// load runs in the background meanwhile.
-		if a := own.Load(); a != nil && res.Status != guard.Hit && res.Status != guard.Stale {
+		if a := own; a != nil && res.Status != guard.Hit && res.Status != guard.Stale {
 			// This call's own run answered: stored (whoever claimed the
 			// flight's Miss), unless Redis was out of the picture.
 			st := cachestatus.Stored
@@ -282,22 +283,22 @@ func UnaryClientInterceptor(g *guard.Group, opts ...Option) grpc.UnaryClientInte
 			return pass(reason, "")
 		}
 		reqType, replyType := in.ProtoReflect().Type(), out.ProtoReflect().Type()
-		var own atomic.Pointer[answer]
-		load := c.clientLoad(method, cc, invoker, reqType, replyType, reqBytes, loadOpts, &own)
-		res, err := c.g.Do(ctx, key, load, c.o.callOpts...)
+		res, own, err := c.do(ctx, key, func(own *atomic.Pointer[answer]) guard.LoadFunc {
+			return c.clientLoad(method, cc, invoker, reqType, replyType, reqBytes, loadOpts, own)
+		})
 		if err != nil {
-			f := c.failed(ctx, own.Load(), err)
+			f := c.failed(ctx, own, err)
 			if !f.direct {
 				if f.status != "" {
 					setHeaderOptions(callOpts, f.status)
 				}
 				return f.err
 			}
-			if a := own.Load(); a != nil && a.err == nil {
+			if own != nil && own.err == nil {
 				// This call's own run, not storable: its reply as it is.
 				c.bypassed(ctx, method, f.reason, "")
 				proto.Reset(out)
-				proto.Merge(out, a.resp.(proto.Message))
+				proto.Merge(out, own.resp.(proto.Message))
 				return nil
 			}
 			return direct(f.reason)
