@@ -229,7 +229,9 @@ func setStatus(ctx context.Context, v string) {
 // with WithMethods, for callers of expensive RPCs: one call in the fleet
 // reaches the server for each key until the reply expires, and every call
 // gets its reply filled from the cache. The keying rules are those of
-// UnaryServerInterceptor, with the outgoing metadata.
+// UnaryServerInterceptor, with the outgoing metadata; the key also holds
+// the server the call goes to (see the package doc), so one Group may
+// serve connections to several servers.
 //
 // The cached call runs detached from the caller's cancellation (bounded by
 // guard.Options.LoadTimeout), with the caller's call options except
