@@ -184,9 +184,9 @@ func nonEmpty(s string) []string {
 	return []string{s}
 }
 
-// TestClientCoalescing runs concurrent calls of one key from two clients,
-// each with its own Group over one real Redis: the server sees one call and
-// every caller's reply is filled.
+// TestClientCoalescing runs concurrent calls of one key from two clients
+// of one server, each with its own Group over one real Redis: the server
+// sees one call and every caller's reply is filled.
 func TestClientCoalescing(t *testing.T) {
 	rdb := setup(t)
 	const perClient = 8
@@ -196,10 +196,11 @@ func TestClientCoalescing(t *testing.T) {
 		return echo(ctx, m, req, n)
 	}}
 	ns := namespace(t)
+	addr := listen(t, b, nil)
 	var conns []*grpc.ClientConn
 	for range 2 {
 		g := newGroup(t, rdb, ns, hooks)
-		conns = append(conns, serve(t, b, nil, grpc.WithChainUnaryInterceptor(
+		conns = append(conns, dial(t, addr, grpc.WithChainUnaryInterceptor(
 			guardgrpc.UnaryClientInterceptor(g, guardgrpc.WithMethods(methodGet)))))
 	}
 	var wg sync.WaitGroup

@@ -31,12 +31,12 @@ func (e *handlerError) Error() string {
 func (e *handlerError) Unwrap() error { return e.err }
 
 func (e *handlerError) Is(target error) bool {
-	return e.notFound && target == guard.ErrNotFound
+	return e.notFound && (target == guard.ErrNotFound || target == errNotFoundShared)
 }
 
 // errUncacheable: the handler answered with something that is not a proto
-// message; it cannot be stored or shared.
-var errUncacheable = errors.New("guardgrpc: answer is not a proto message")
+// message, or that does not marshal; it cannot be stored or shared.
+var errUncacheable = errors.New("guardgrpc: answer cannot be stored")
 
 // errPanic is what the callers of a panicked handler get; the panic value
 // stays on the server (in guard hooks), never in the status message.
@@ -77,3 +77,12 @@ func safely(f func() error) (err error) {
 
 // notFoundCached is the answer of a negative-cached NotFound.
 var notFoundCached = status.Error(codes.NotFound, "guardgrpc: not found (cached)")
+
+// errOthersFailure stands, should do ever return another call's failure
+// to a call still waiting, for that failure: its message is not this
+// call's to read.
+var errOthersFailure = status.Error(codes.Unavailable, "guardgrpc: another call's handler failed")
+
+// errNotFoundShared matches (errors.Is) a negative-cached NotFound of a
+// handler run, as any caller of its flight receives it.
+var errNotFoundShared = errors.New("guardgrpc: not found, negative-cached")

@@ -128,9 +128,10 @@ func passThrough(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.U
 	return h(ctx, req)
 }
 
-// A method answering by tenant keys the tenant's metadata; a request id
-// that differs on every call is declared ignorable. Any other metadata
-// (here a locale the handler might read) keeps the call from the cache.
+// A method answering by tenant keys the tenant's metadata; an
+// application's own correlation id, new on every call, is declared
+// ignorable. Any other metadata (here a locale the handler might read)
+// keeps the call from the cache.
 func ExampleWithIgnoredMetadata() {
 	g, stop := newExampleGroup()
 	defer stop()
@@ -140,14 +141,14 @@ func ExampleWithIgnoredMetadata() {
 		guardgrpc.UnaryServerInterceptor(g,
 			guardgrpc.WithMethods("/greeter.Greeter/Hello"),
 			guardgrpc.WithMetadata("x-tenant"),
-			guardgrpc.WithIgnoredMetadata("x-request-id")),
+			guardgrpc.WithIgnoredMetadata("x-acme-correlation")),
 	))
 	conn, done := serveExample(srv)
 	defer done()
 
 	for _, md := range [][]string{
-		{"x-tenant", "acme", "x-request-id", "1"},
-		{"x-tenant", "acme", "x-request-id", "2"},
+		{"x-tenant", "acme", "x-acme-correlation", "1"},
+		{"x-tenant", "acme", "x-acme-correlation", "2"},
 		{"x-tenant", "acme", "x-locale", "fr"},
 	} {
 		ctx := metadata.AppendToOutgoingContext(context.Background(), md...)
@@ -162,4 +163,50 @@ func ExampleWithIgnoredMetadata() {
 	// hello gopher (call 1) [stampede; fwd=miss; stored]
 	// hello gopher (call 1) [stampede; hit]
 	// hello gopher (call 2) [stampede; fwd=bypass; detail=unkeyed-metadata]
+}
+
+// Behind Envoy or Istio, with OpenTelemetry: the ids and bookkeeping the
+// mesh adds to every call are ignored, the forwarding entries it sets
+// alike on every call are keyed and change nothing, and a bypass hook
+// counts the calls that go past the cache, naming the entry that sent
+// them there.
+func ExampleWithBypassHook() {
+	g, stop := newExampleGroup()
+	defer stop()
+	greeterCalls = 0
+
+	bypassed := map[string]int{} // a metric, labelled by reason and key
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(
+		guardgrpc.UnaryServerInterceptor(g,
+			guardgrpc.WithMethods("/greeter.Greeter/Hello"),
+			guardgrpc.WithBypassHook(func(_ context.Context, info guardgrpc.BypassInfo) {
+				bypassed[string(info.Reason)+" "+info.Metadata]++ // the example's calls are sequential
+			})),
+	))
+	conn, done := serveExample(srv)
+	defer done()
+
+	for i := range 3 {
+		md := []string{
+			"x-request-id", fmt.Sprint("req-", i),
+			"traceparent", fmt.Sprintf("00-%032x-%016x-01", i+1, i+1),
+			"x-envoy-attempt-count", "1",
+			"x-forwarded-proto", "https",
+		}
+		if i == 2 {
+			md = append(md, "x-locale", "fr")
+		}
+		ctx := metadata.AppendToOutgoingContext(context.Background(), md...)
+		reply := new(wrapperspb.StringValue)
+		if err := conn.Invoke(ctx, "/greeter.Greeter/Hello", wrapperspb.String("gopher"), reply); err != nil {
+			panic(err)
+		}
+		fmt.Println(reply.GetValue())
+	}
+	fmt.Println("bypassed:", bypassed)
+	// Output:
+	// hello gopher (call 1)
+	// hello gopher (call 1)
+	// hello gopher (call 2)
+	// bypassed: map[unkeyed-metadata x-locale:1]
 }

@@ -49,35 +49,37 @@ type cache struct {
 
 func newCache(g *guard.Group, opts []Option) *cache {
 	if g == nil {
-		panic("guardgrpc: nil *guard.Group")
+		misuse("nil *guard.Group")
 	}
 	return &cache{g: g, o: evaluateOptions(opts)}
 }
 
-// key returns the guard key of a call; reqBytes, when not nil, are the
-// request's deterministic bytes. When the call must bypass the cache, why
-// is the cache-status to answer with.
-func (c *cache) key(ctx context.Context, method string, req proto.Message, reqBytes []byte, md metadata.MD) (key, why string) {
+// key returns the guard key of a call sent to d; reqBytes, when not nil,
+// are the request's deterministic bytes. When the call must bypass the
+// cache, reason says why, and mdKey names the metadata entry responsible
+// if one is.
+func (c *cache) key(ctx context.Context, d dest, method string, req proto.Message, reqBytes []byte, md metadata.MD) (key string, reason BypassReason, mdKey string) {
 	if !c.o.allowAuth && len(md["authorization"]) > 0 {
-		return "", cachestatus.Bypass
+		return "", BypassAuthorization, ""
 	}
 	if c.o.keyFunc != nil {
 		// A KeyFunc decides for itself what the answer depends on.
 		if key, ok := c.o.keyFunc(ctx, method, req); ok {
-			return key, ""
+			return funcKey(d, key), "", ""
 		}
-		return "", cachestatus.Bypass
+		return "", BypassKeyFunc, ""
 	}
-	if c.o.unkeyed(md) != "" {
-		return "", statusUnkeyed
+	present, unkeyed := c.o.scan(md)
+	if unkeyed != "" {
+		return "", BypassUnkeyedMetadata, unkeyed
 	}
 	if reqBytes == nil {
 		var err error
 		if reqBytes, err = deterministic.Marshal(req); err != nil {
-			return "", cachestatus.Bypass
+			return "", BypassRequestMarshal, ""
 		}
 	}
-	return requestKey(method, reqBytes, md, c.o.metadata), ""
+	return requestKey(d, method, reqBytes, md, c.o.metadata, present), "", ""
 }
 
 func (c *cache) encode(method string, m proto.Message) ([]byte, error) {
@@ -138,43 +140,49 @@ func failure(ctx context.Context, err error) error {
 // UnaryServerInterceptor caches the OK answers of the methods listed with
 // WithMethods in g, so that one handler call in the fleet answers every
 // concurrent and later call with the same key until the answer expires.
-// See the package doc for what is cached and how. It panics if g is nil.
+// See the package doc for what is cached and how. It panics on misuse: a
+// nil g, a nil Option, options that contradict each other (see the package
+// doc).
 func UnaryServerInterceptor(g *guard.Group, opts ...Option) grpc.UnaryServerInterceptor {
 	c := newCache(g, opts)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if !c.o.methods[info.FullMethod] {
+		method := info.FullMethod
+		if !c.o.methods[method] {
 			return handler(ctx, req)
 		}
 		msg, ok := req.(proto.Message)
 		if !ok {
+			c.pass(ctx, method, BypassNotProto, "")
 			return handler(ctx, req)
 		}
 		md, _ := metadata.FromIncomingContext(ctx)
-		key, why := c.key(ctx, info.FullMethod, msg, nil, md)
-		if why != "" {
-			setStatus(ctx, why)
+		key, reason, mdKey := c.key(ctx, dest{}, method, msg, nil, md)
+		if reason != "" {
+			c.pass(ctx, method, reason, mdKey)
 			return handler(ctx, req)
 		}
 
-		var own atomic.Pointer[answer]
-		res, err := c.g.Do(ctx, key, c.serverLoad(info.FullMethod, handler, req, &own), c.o.callOpts...)
+		res, own, err := c.do(ctx, key, func(own *atomic.Pointer[answer]) guard.LoadFunc {
+			return c.serverLoad(method, handler, req, own)
+		})
 		if err != nil {
-			f := c.failed(ctx, own.Load(), err)
+			f := c.failed(ctx, own, err)
 			if f.status != "" {
 				setStatus(ctx, f.status)
 			}
 			if !f.direct {
 				return nil, f.err
 			}
-			if a := own.Load(); a != nil && a.err == nil {
-				return a.resp, nil // this call's own run, not storable
+			c.bypassed(ctx, method, f.reason, "")
+			if own != nil && own.err == nil {
+				return own.resp, nil // this call's own run, not storable
 			}
 			return handler(ctx, req)
 		}
 		// The answer of this call's own handler run needs no decoding. A
 		// hit or stale answer comes from the cache even if this call's
 		// load runs in the background meanwhile.
-		if a := own.Load(); a != nil && res.Status != guard.Hit && res.Status != guard.Stale {
+		if a := own; a != nil && res.Status != guard.Hit && res.Status != guard.Stale {
 			// This call's own run answered: stored (whoever claimed the
 			// flight's Miss), unless Redis was out of the picture.
 			st := cachestatus.Stored
@@ -184,11 +192,11 @@ func UnaryServerInterceptor(g *guard.Group, opts ...Option) grpc.UnaryServerInte
 			setStatus(ctx, st)
 			return a.resp, nil
 		}
-		resp, err := c.decode(info.FullMethod, res.Value)
+		resp, err := c.decode(method, res.Value)
 		if err != nil {
 			// An entry of a type this binary does not know (or garbage):
 			// answer from the handler; the entry expires on its own.
-			setStatus(ctx, cachestatus.Bypass)
+			c.pass(ctx, method, BypassUndecodable, "")
 			return handler(ctx, req)
 		}
 		st := res.Status
@@ -198,6 +206,17 @@ func UnaryServerInterceptor(g *guard.Group, opts ...Option) grpc.UnaryServerInte
 		setStatus(ctx, cachestatus.Of(st))
 		return resp, nil
 	}
+}
+
+// pass reports a server call that its handler answers alone, and says so
+// in its cache-status; the metadata key stays on the server.
+func (c *cache) pass(ctx context.Context, method string, reason BypassReason, mdKey string) {
+	st := cachestatus.Bypass
+	if reason == BypassUnkeyedMetadata {
+		st = statusUnkeyed
+	}
+	setStatus(ctx, st)
+	c.bypassed(ctx, method, reason, mdKey)
 }
 
 // setStatus sets the cache-status response header. It fails, harmlessly,
@@ -210,35 +229,48 @@ func setStatus(ctx context.Context, v string) {
 // with WithMethods, for callers of expensive RPCs: one call in the fleet
 // reaches the server for each key until the reply expires, and every call
 // gets its reply filled from the cache. The keying rules are those of
-// UnaryServerInterceptor, with the outgoing metadata.
+// UnaryServerInterceptor, with the outgoing metadata; the key also holds
+// the server the call goes to (see the package doc), so one Group may
+// serve connections to several servers.
 //
 // The cached call runs detached from the caller's cancellation (bounded by
 // guard.Options.LoadTimeout), with the caller's call options except
 // grpc.Header, grpc.Trailer, grpc.Peer and grpc.OnFinish, which could
 // otherwise fire after the caller has returned: grpc.Header receives the
 // cache-status (and only it), grpc.OnFinish is called with the caller's
-// outcome, grpc.Trailer and grpc.Peer stay empty. It panics if g is nil.
+// outcome, grpc.Trailer and grpc.Peer stay empty. It panics on misuse, as
+// UnaryServerInterceptor does.
 func UnaryClientInterceptor(g *guard.Group, opts ...Option) grpc.UnaryClientInterceptor {
 	c := newCache(g, opts)
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) (err error) {
 		if !c.o.methods[method] {
 			return invoker(ctx, method, req, reply, cc, callOpts...)
 		}
+		// pass sends the call to the server as it is, reported.
+		pass := func(reason BypassReason, mdKey string) error {
+			c.bypassed(ctx, method, reason, mdKey)
+			return invoker(ctx, method, req, reply, cc, callOpts...)
+		}
 		in, ok1 := req.(proto.Message)
 		out, ok2 := reply.(proto.Message)
-		if !ok1 || !ok2 || (!c.o.allowAuth && hasPerRPCCreds(callOpts)) {
-			return invoker(ctx, method, req, reply, cc, callOpts...)
+		switch {
+		case cc == nil:
+			return pass(BypassNoConn, "")
+		case !ok1 || !ok2:
+			return pass(BypassNotProto, "")
+		case !c.o.allowAuth && hasPerRPCCreds(callOpts):
+			return pass(BypassAuthorization, "")
 		}
 		// The request is snapshotted: a load may run after the caller has
 		// returned and reused req.
 		reqBytes, err := deterministic.Marshal(in)
 		if err != nil {
-			return invoker(ctx, method, req, reply, cc, callOpts...)
+			return pass(BypassRequestMarshal, "")
 		}
 		md, _ := metadata.FromOutgoingContext(ctx)
-		key, why := c.key(ctx, method, in, reqBytes, md)
-		if why != "" {
-			return invoker(ctx, method, req, reply, cc, callOpts...)
+		key, reason, mdKey := c.key(ctx, destOf(cc, callOpts), method, in, reqBytes, md)
+		if reason != "" {
+			return pass(reason, mdKey)
 		}
 
 		loadOpts, finish := splitCallOptions(callOpts)
@@ -248,23 +280,30 @@ func UnaryClientInterceptor(g *guard.Group, opts ...Option) grpc.UnaryClientInte
 			}
 		}()
 		// direct calls the server itself; grpc then calls OnFinish.
-		direct := func() error {
+		direct := func(reason BypassReason) error {
 			finish = nil
-			return invoker(ctx, method, req, reply, cc, callOpts...)
+			return pass(reason, "")
 		}
 		reqType, replyType := in.ProtoReflect().Type(), out.ProtoReflect().Type()
-		var own atomic.Pointer[answer]
-		load := c.clientLoad(method, cc, invoker, reqType, replyType, reqBytes, loadOpts, &own)
-		res, err := c.g.Do(ctx, key, load, c.o.callOpts...)
+		res, own, err := c.do(ctx, key, func(own *atomic.Pointer[answer]) guard.LoadFunc {
+			return c.clientLoad(method, cc, invoker, reqType, replyType, reqBytes, loadOpts, own)
+		})
 		if err != nil {
-			f := c.failed(ctx, own.Load(), err)
-			if f.direct {
-				return direct()
+			f := c.failed(ctx, own, err)
+			if !f.direct {
+				if f.status != "" {
+					setHeaderOptions(callOpts, f.status)
+				}
+				return f.err
 			}
-			if f.status != "" {
-				setHeaderOptions(callOpts, f.status)
+			if own != nil && own.err == nil {
+				// This call's own run, not storable: its reply as it is.
+				c.bypassed(ctx, method, f.reason, "")
+				proto.Reset(out)
+				proto.Merge(out, own.resp.(proto.Message))
+				return nil
 			}
-			return f.err
+			return direct(f.reason)
 		}
 		name, b, err := decodeValue(res.Value)
 		if err == nil && name != replyType.Descriptor().FullName() {
@@ -276,7 +315,7 @@ func UnaryClientInterceptor(g *guard.Group, opts ...Option) grpc.UnaryClientInte
 		}
 		if err != nil {
 			proto.Reset(out)
-			return direct()
+			return direct(BypassUndecodable)
 		}
 		setHeaderOptions(callOpts, cachestatus.Of(res.Status))
 		return nil

@@ -29,7 +29,7 @@ func TestRequestKey(t *testing.T) {
 		{{method: "/s/m", md: metadata.Pairs("k", "a", "k", "b"), keys: []string{"k"}}, {method: "/s/m", md: metadata.Pairs("k", "b", "k", "a"), keys: []string{"k"}}},
 		{{method: "/s/m", md: metadata.Pairs("a", "1"), keys: []string{"a", "b"}}, {method: "/s/m", md: metadata.Pairs("b", "1"), keys: []string{"a", "b"}}},
 	}
-	key := func(x in) string { return requestKey(x.method, []byte(x.req), x.md, x.keys) }
+	key := func(x in) string { return requestKey(dest{}, x.method, []byte(x.req), x.md, x.keys, nil) }
 	for i, p := range distinct {
 		if a, b := key(p[0]), key(p[1]); a == b {
 			t.Errorf("pair %d: same key %s for %+v and %+v", i, a, p[0], p[1])
@@ -40,9 +40,9 @@ func TestRequestKey(t *testing.T) {
 	if a != b {
 		t.Errorf("metadata not listed changed the key: %s, %s", a, b)
 	}
-	const v1 = "grpc:v1:" // the literal: a changed keyPrefix must fail here
-	if !strings.HasPrefix(a, v1) || len(a) != len(v1)+64 {
-		t.Errorf("got key %q, want %q and a SHA-256 in hex", a, v1)
+	const v2 = "grpc:v2:" // the literal: a changed keyPrefix must fail here
+	if !strings.HasPrefix(a, v2) || len(a) != len(v2)+64 {
+		t.Errorf("got key %q, want %q and a SHA-256 in hex", a, v2)
 	}
 }
 
@@ -114,10 +114,36 @@ func FuzzRequestKey(f *testing.F) {
 		}
 		md1, md2 := md(v1, has1), md(v2, has2)
 		same := m1 == m2 && bytes.Equal(r1, r2) && has1 == has2 && slices.Equal(md1["k"], md2["k"])
-		k1 := requestKey(m1, r1, md1, []string{"k"})
-		k2 := requestKey(m2, r2, md2, []string{"k"})
+		k1 := requestKey(dest{}, m1, r1, md1, []string{"k"}, nil)
+		k2 := requestKey(dest{}, m2, r2, md2, []string{"k"}, nil)
 		if (k1 == k2) != same {
 			t.Fatalf("keys equal %v, inputs equal %v: %q %x %q %v / %q %x %q %v", k1 == k2, same, m1, r1, v1, has1, m2, r2, v2, has2)
 		}
 	})
+}
+
+// TestRequestKeyDest: a client key holds the server the call goes to; no
+// two destinations, and no client and server, share a key.
+func TestRequestKeyDest(t *testing.T) {
+	dests := []dest{
+		{},
+		{client: true, target: "dns:///eu.example:443"},
+		{client: true, target: "dns:///us.example:443"},
+		{client: true, target: "dns:///eu.example:443", authority: "a.example"},
+		{client: true, target: "dns:///eu.example:443a.example"},
+		{client: true, target: "ab", authority: "c"},
+		{client: true, target: "a", authority: "bc"},
+	}
+	seen := map[string]dest{}
+	for _, d := range dests {
+		for _, k := range []string{requestKey(d, "/s/m", []byte("x"), nil, nil, nil), funcKey(d, "user-key")} {
+			if prev, ok := seen[k]; ok {
+				t.Errorf("%+v and %+v share key %s", prev, d, k)
+			}
+			seen[k] = d
+		}
+	}
+	if got := funcKey(dest{}, "user-key"); got != "user-key" {
+		t.Errorf("server KeyFunc key: got %q, want it as it is", got)
+	}
 }

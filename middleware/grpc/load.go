@@ -23,6 +23,36 @@ type answer struct {
 	err  error
 }
 
+// do runs the guard for one call; load makes the call's guard load,
+// recording its run in own. It returns the guard's answer and this call's
+// own run, if it had one.
+//
+// The guard hands the outcome of a flight to every caller of this process
+// that joined it, a failure included. But a failure belongs to the call
+// whose run failed: its context, credentials or peer may be why. So a
+// caller handed another caller's failure takes a turn of its own: it asks
+// the guard again, and either shares a success, or runs its own handler
+// (one caller at a time, as the guard coalesces the turns too), or leaves
+// on its own context. A NotFound negative-cached with WithNegativeNotFound
+// is shared, as it is stored.
+func (c *cache) do(ctx context.Context, key string, load func(own *atomic.Pointer[answer]) guard.LoadFunc) (guard.Result, *answer, error) {
+	for {
+		var own atomic.Pointer[answer]
+		res, err := c.g.Do(ctx, key, load(&own), c.o.callOpts...)
+		a := own.Load()
+		if err == nil || a != nil || !othersFailure(err) || ctx.Err() != nil {
+			return res, a, err
+		}
+	}
+}
+
+// othersFailure reports whether err is a failed run's that is not shared:
+// handed to a caller that did not run it, it is another caller's.
+func othersFailure(err error) bool {
+	var he *handlerError
+	return errors.As(err, &he) && !he.notFound
+}
+
 // serverLoad is the guard load of a server call: the handler's run,
 // recorded in own, its answer encoded for the cache. The guard runs it at
 // most once per call.
@@ -58,16 +88,19 @@ func (c *cache) clientLoad(method string, cc *grpc.ClientConn, invoker grpc.Unar
 	return func(lctx context.Context) ([]byte, error) {
 		req := reqType.New().Interface()
 		if err := proto.Unmarshal(reqBytes, req); err != nil {
-			return nil, guard.NoStore(&handlerError{err: status.Errorf(codes.Internal, "guardgrpc: request snapshot: %v", err)})
+			he := &handlerError{err: status.Errorf(codes.Internal, "guardgrpc: request snapshot: %v", err)}
+			own.Store(&answer{err: he.err})
+			return nil, guard.NoStore(he)
 		}
 		reply := replyType.New().Interface()
 		if err := safely(func() error { return invoker(lctx, method, req, reply, cc, opts...) }); err != nil {
 			own.Store(&answer{err: callerError(err)})
 			return nil, c.o.loadError(err)
 		}
+		own.Store(&answer{resp: reply})
 		v, err := c.encode(method, reply)
 		if err != nil {
-			return nil, guard.NoStore(&handlerError{err: status.Errorf(codes.Internal, "guardgrpc: marshal reply: %v", err)})
+			return nil, guard.NoStore(errUncacheable)
 		}
 		return v, nil
 	}
@@ -75,22 +108,33 @@ func (c *cache) clientLoad(method string, cc *grpc.ClientConn, invoker grpc.Unar
 
 // doFailure is how a call answers when guard.Do returned an error.
 type doFailure struct {
-	status string // the cache-status to send, or ""
-	err    error  // the call's error, unless direct
-	direct bool   // answer from the handler (or server) directly
+	status string       // the cache-status to send, or ""
+	err    error        // the call's error, unless direct
+	direct bool         // answer from the handler (or server) directly
+	reason BypassReason // why, when direct
 }
 
-// failed maps an error of guard.Do, for a call whose own run (if any)
-// ended as own: both interceptors answer the same way.
+// failed maps an error of do, for a call whose own run (if any) ended as
+// own: both interceptors answer the same way. A failed run's error
+// reaches the call that ran it, and no other.
 func (c *cache) failed(ctx context.Context, own *answer, err error) doFailure {
-	var he *handlerError
 	switch {
 	case own != nil && own.err != nil:
 		return doFailure{status: cachestatus.Miss, err: own.err}
-	case errors.As(err, &he):
-		return doFailure{status: cachestatus.Miss, err: he.err}
-	case errors.Is(err, errUncacheable), errors.Is(err, guard.ErrClosed):
-		return doFailure{status: cachestatus.Bypass, direct: true}
+	case othersFailure(err):
+		// do hands one back only once this call's context has ended.
+		if ctx.Err() != nil {
+			return doFailure{err: status.FromContextError(ctx.Err()).Err()}
+		}
+		return doFailure{err: errOthersFailure}
+	case errors.Is(err, errNotFoundShared):
+		// Another call's run answered NotFound, negative-cached: shared
+		// as a later call reads it from the cache.
+		return doFailure{status: cachestatus.Collapsed, err: notFoundCached}
+	case errors.Is(err, errUncacheable):
+		return doFailure{status: cachestatus.Bypass, direct: true, reason: BypassUnstorable}
+	case errors.Is(err, guard.ErrClosed):
+		return doFailure{status: cachestatus.Bypass, direct: true, reason: BypassClosed}
 	case errors.Is(err, guard.ErrNotFound):
 		return doFailure{status: cachestatus.Hit, err: notFoundCached}
 	}

@@ -83,6 +83,13 @@ func (b *backend) desc() *grpc.ServiceDesc {
 // returns a client connection to it; both end with the test.
 func serve(t *testing.T, b *backend, icpts []grpc.UnaryServerInterceptor, dialOpts ...grpc.DialOption) *grpc.ClientConn {
 	t.Helper()
+	return dial(t, listen(t, b, icpts), dialOpts...)
+}
+
+// listen starts a loopback gRPC server for b with the interceptors, stopped
+// when the test ends, and returns its address.
+func listen(t *testing.T, b *backend, icpts []grpc.UnaryServerInterceptor) string {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +105,13 @@ func serve(t *testing.T, b *backend, icpts []grpc.UnaryServerInterceptor, dialOp
 		srv.Stop()
 		<-done
 	})
-	conn, err := grpc.NewClient(lis.Addr().String(),
+	return lis.Addr().String()
+}
+
+// dial returns a client connection to addr, closed when the test ends.
+func dial(t *testing.T, addr string, dialOpts ...grpc.DialOption) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr,
 		append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, dialOpts...)...)
 	if err != nil {
 		t.Fatal(err)

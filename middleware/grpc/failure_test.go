@@ -1,0 +1,195 @@
+package guardgrpc_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	guardgrpc "github.com/stampede-go/stampede/middleware/grpc"
+)
+
+// TestFailureNotShared: n identical calls share one flight (the first
+// handler run waits until every caller has joined it). A failure of a
+// run answers the call that ran it alone: every other caller takes a turn
+// of its own, whose success is shared with those still waiting. A
+// NotFound negative-cached with WithNegativeNotFound is the exception:
+// it is shared, as it is stored.
+func TestFailureNotShared(t *testing.T) {
+	rdb := setup(t)
+	const n = 8
+	tests := []struct {
+		name  string
+		opts  []guardgrpc.Option
+		sides []string // default both
+		// run answers the k-th handler run.
+		run         func(k int64) (proto.Message, error)
+		wantHandler int64
+		// want returns, sorted, what the n callers must get: code and
+		// message or reply.
+		want []string
+	}{
+		{
+			name: "error, then success",
+			run: func(k int64) (proto.Message, error) {
+				if k == 1 {
+					return nil, status.Errorf(codes.PermissionDenied, "run %d: denied", k)
+				}
+				return wrapperspb.String(fmt.Sprintf("run %d", k)), nil
+			},
+			wantHandler: 2,
+			want:        append([]string{"PermissionDenied run 1: denied"}, repeat("OK run 2", n-1)...),
+		},
+		{
+			name:  "panic, then success",
+			sides: []string{"server"}, // a bare server would not survive it
+			run: func(k int64) (proto.Message, error) {
+				if k == 1 {
+					panic("bad input")
+				}
+				return wrapperspb.String(fmt.Sprintf("run %d", k)), nil
+			},
+			wantHandler: 2,
+			want:        append([]string{"Internal guardgrpc: handler panicked"}, repeat("OK run 2", n-1)...),
+		},
+		{
+			name: "every run fails",
+			run: func(k int64) (proto.Message, error) {
+				return nil, status.Errorf(codes.Unavailable, "run %d: down", k)
+			},
+			wantHandler: n,
+			want: func() []string {
+				var w []string
+				for k := 1; k <= n; k++ {
+					w = append(w, fmt.Sprintf("Unavailable run %d: down", k))
+				}
+				return w
+			}(),
+		},
+		{
+			name: "not found, not negative-cached",
+			run: func(k int64) (proto.Message, error) {
+				if k == 1 {
+					return nil, status.Errorf(codes.NotFound, "run %d: none", k)
+				}
+				return wrapperspb.String(fmt.Sprintf("run %d", k)), nil
+			},
+			wantHandler: 2,
+			want:        append([]string{"NotFound run 1: none"}, repeat("OK run 2", n-1)...),
+		},
+		{
+			name: "not found, negative-cached: shared",
+			opts: []guardgrpc.Option{guardgrpc.WithNegativeNotFound()},
+			run: func(k int64) (proto.Message, error) {
+				return nil, status.Errorf(codes.NotFound, "run %d: none", k)
+			},
+			wantHandler: 1,
+			want:        append([]string{"NotFound run 1: none"}, repeat("NotFound guardgrpc: not found (cached)", n-1)...),
+		},
+	}
+	for _, tt := range tests {
+		for _, s := range sides {
+			if tt.sides != nil && !slices.Contains(tt.sides, s.name) {
+				continue
+			}
+			t.Run(tt.name+"/"+s.name, func(t *testing.T) {
+				hooks, allJoined := countMisses(n)
+				b := &backend{fn: func(_ context.Context, _ string, _ proto.Message, k int64) (proto.Message, error) {
+					if k == 1 {
+						<-allJoined
+					}
+					return tt.run(k)
+				}}
+				g := newGroup(t, rdb, namespace(t), hooks)
+				conn := s.conn(t, g, b, append([]guardgrpc.Option{guardgrpc.WithMethods(methodGet)}, tt.opts...)...)
+				got := make([]string, n)
+				var wg sync.WaitGroup
+				for i := range n {
+					wg.Go(func() {
+						reply := new(wrapperspb.StringValue)
+						err := conn.Invoke(t.Context(), methodGet, wrapperspb.String("a"), reply)
+						if st := status.Convert(err); err != nil {
+							got[i] = st.Code().String() + " " + st.Message()
+						} else {
+							got[i] = "OK " + reply.GetValue()
+						}
+					})
+				}
+				wg.Wait()
+				if fmt.Sprint(sorted(got)) != fmt.Sprint(sorted(tt.want)) {
+					t.Errorf("got answers\n%q\nwant\n%q", sorted(got), sorted(tt.want))
+				}
+				if got := b.calls.Load(); got != tt.wantHandler {
+					t.Errorf("got %d handler calls, want %d", got, tt.wantHandler)
+				}
+			})
+		}
+	}
+}
+
+func repeat(s string, n int) []string {
+	r := make([]string, n)
+	for i := range r {
+		r[i] = s
+	}
+	return r
+}
+
+func sorted(xs []string) []string {
+	ys := append([]string(nil), xs...)
+	slices.Sort(ys)
+	return ys
+}
+
+// TestFailureFollowerLeaves: callers that leave while another caller's
+// run fails get their own cancellation, not its error, and take no turn.
+func TestFailureFollowerLeaves(t *testing.T) {
+	rdb := setup(t)
+	const n = 4
+	hooks, allJoined := countMisses(n)
+	entered, release := make(chan struct{}), make(chan struct{})
+	b := &backend{fn: func(_ context.Context, _ string, _ proto.Message, k int64) (proto.Message, error) {
+		if k == 1 {
+			close(entered)
+		}
+		<-release
+		return nil, status.Errorf(codes.PermissionDenied, "run %d: denied", k)
+	}}
+	conn := sides[0].conn(t, newGroup(t, rdb, namespace(t), hooks), b, guardgrpc.WithMethods(methodGet))
+	answer := func(err error) string { return status.Code(err).String() + " " + status.Convert(err).Message() }
+
+	leader := make(chan string, 1)
+	go func() {
+		_, err := invoke(t.Context(), conn, methodGet, wrapperspb.String("a"), new(wrapperspb.StringValue))
+		leader <- answer(err)
+	}()
+	<-entered // the leader's call runs the handler
+	ctx, cancel := context.WithCancel(t.Context())
+	followers := make(chan string, n-1)
+	for range n - 1 {
+		go func() {
+			_, err := invoke(ctx, conn, methodGet, wrapperspb.String("a"), new(wrapperspb.StringValue))
+			followers <- status.Code(err).String()
+		}()
+	}
+	<-allJoined
+	cancel()
+	for range n - 1 {
+		if got := <-followers; got != "Canceled" {
+			t.Errorf("follower: got %s, want Canceled", got)
+		}
+	}
+	close(release) // the run fails once every follower has left
+	if got, want := <-leader, "PermissionDenied run 1: denied"; got != want {
+		t.Errorf("leader: got %q, want %q", got, want)
+	}
+	if got := b.calls.Load(); got != 1 {
+		t.Errorf("got %d handler calls, want 1", got)
+	}
+}
