@@ -29,6 +29,11 @@ var adapter = conformance.Adapter{
 		e.Any("/*", echo.WrapHandler(origin))
 		return e
 	},
+	Plain: func(origin http.Handler) http.Handler {
+		e := echo.New()
+		e.Any("/*", echo.WrapHandler(origin))
+		return e
+	},
 }
 
 // TestRules runs the rules every HTTP adapter shares (package
@@ -44,3 +49,7 @@ func TestRFC9111(t *testing.T) { conformance.RFC9111(t, adapter) }
 func TestPoisoning(t *testing.T) { conformance.Poisoning(t, adapter) }
 
 func TestPoisoningCluster(t *testing.T) { conformance.PoisoningCluster(t, adapter) }
+
+// TestTransparency runs the transparency property (package
+// middleware/internal/conformance) on generated cases.
+func TestTransparency(t *testing.T) { conformance.Transparency(t, adapter) }

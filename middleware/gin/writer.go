@@ -65,10 +65,15 @@ func (w *writer) Flush() {
 	}
 }
 
-// Hijack fails: a detached run has no connection of its own (and a
-// response that hijacks is never shared: Upgrade requests bypass).
+// Hijack hands the handler its request's connection when the run answers
+// a request that still waits (the engine's writer decides); a background
+// run has none. A response that hijacks is never shared.
 func (w *writer) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	return nil, nil, http.ErrNotSupported
+	conn, brw, err := http.NewResponseController(w.w).Hijack()
+	if err == nil {
+		w.size = 0 // the handler writes on the connection itself
+	}
+	return conn, brw, err
 }
 
 // CloseNotify returns a channel that never fires: the run is detached from

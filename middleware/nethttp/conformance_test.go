@@ -68,3 +68,13 @@ func TestKeyFunc(t *testing.T) {
 		})
 	}
 }
+
+// TestTransparency runs the transparency property (package
+// middleware/internal/conformance) on generated cases.
+func TestTransparency(t *testing.T) { conformance.Transparency(t, adapter) }
+
+// FuzzTransparency runs the transparency property on cases chosen by fuzz
+// input; its seeds are the cases of the outside review's findings.
+func FuzzTransparency(f *testing.F) {
+	f.Fuzz(func(t *testing.T, data []byte) { conformance.TransparencyCase(t, adapter, data) })
+}

@@ -36,4 +36,8 @@ type Adapter struct {
 	// adapter's middleware on g, configured by cfg, with origin as the
 	// route's handler (routed the way the framework routes a catch-all).
 	New func(g *guard.Group, cfg Config, origin http.Handler) http.Handler
+	// Plain returns the same app as New without the middleware: what the
+	// transparency property compares New's answers with. nil: origin on
+	// its own.
+	Plain func(origin http.Handler) http.Handler
 }

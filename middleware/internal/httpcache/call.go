@@ -41,6 +41,7 @@ type call struct {
 	done      chan struct{}       // closed when load ends
 	panicked  bool
 	panicVal  any      // what the handler panicked with
+	cur       *capture // the capture of the handler run in progress
 	err       error    // the handler's error
 	held      *capture // the unshared response load ended with, not streamed
 	cancel    context.CancelFunc
@@ -70,7 +71,11 @@ func (c *call) load(ctx context.Context) (val []byte, err error) {
 		p := recover()
 		c.mu.Lock()
 		c.panicked, c.panicVal = p != nil, p
+		cw := c.cur
 		c.mu.Unlock()
+		if p != nil && cw != nil && cw.wroteHeader {
+			cw.hold("handler panic") // for what it flushed (outcome)
+		}
 		close(c.done)
 		if p != nil {
 			val, err = nil, guard.Private(&notShared{reason: "handler panic"})
@@ -113,7 +118,10 @@ func (c *call) load(ctx context.Context) (val []byte, err error) {
 // run calls the handler on a detached copy of the request, asking
 // conditionally when old is the stored response it refreshes.
 func (c *call) run(ctx context.Context, old *storedResponse) (cw *capture, sent time.Time, err error) {
-	cw = &capture{c: c, header: make(http.Header), declared: -1}
+	cw = &capture{c: c, header: make(http.Header), declared: -1, sniffAt: -1, flushedAt: -1}
+	c.mu.Lock()
+	c.cur = cw
+	c.mu.Unlock()
 	req := c.r.Clone(ctx)
 	// HEAD shares GET's entry, so the entry must hold GET's body; the
 	// client's preconditions are answered from the entry, never stored.
@@ -162,9 +170,7 @@ func (c *call) store(ctx context.Context, cw *capture, f freshness) ([]byte, err
 	if p.reason != "" {
 		return c.pass(cw, p.reason)
 	}
-	if _, ok := cw.snap["Content-Type"]; !ok && len(cw.buf) > 0 {
-		cw.snap["Content-Type"] = []string{http.DetectContentType(cw.buf)}
-	}
+	cw.sniff()
 	val, ok := encodeExactly(cw.status, int64(f.initialAge/time.Second), cw.snap, cw.buf)
 	if !ok {
 		return c.pass(cw, "header not storable")
@@ -261,11 +267,15 @@ func (c *call) outcome(w http.ResponseWriter) error {
 		panic(http.ErrAbortHandler)
 	}
 	if panicked {
-		// As the handler would have on this goroutine: net/http aborts
-		// the connection, a framework's recover middleware answers.
+		// As the handler would have on this goroutine: what it flushed
+		// reaches the client, then net/http aborts the connection (or a
+		// framework's recover middleware answers).
 		c.mu.Lock()
 		p := c.panicVal
 		c.mu.Unlock()
+		if held != nil {
+			held.writeFlushed(w, c.r.Method != http.MethodHead)
+		}
 		panic(p)
 	}
 	if held != nil {

@@ -291,6 +291,7 @@ func (e *Engine) write(w http.ResponseWriter, r *http.Request, sr *storedRespons
 	for _, f := range sr.fields {
 		dst[f.name] = f.vals
 	}
+	noSniff(dst)
 	// The room decodeResponse left: no allocation per field.
 	extra := sr.extra[:extraFields:extraFields]
 	extra[0], extra[1], extra[2] = age, status, sr.contentLength

@@ -72,7 +72,7 @@ func (c *call) revalidated(ctx context.Context, cw *capture, old *storedResponse
 		// private, say): drop it. The caller gets the response the 304
 		// confirmed, with its new fields; nobody else does.
 		_ = c.e.g.Invalidate(ctx, c.key)
-		full := &capture{c: c, snap: h, status: old.status, wroteHeader: true, buf: old.body}
+		full := &capture{c: c, snap: h, status: old.status, wroteHeader: true, buf: old.body, flushedAt: -1}
 		return c.pass(full, p.reason)
 	}
 	if err := guard.SetWindows(ctx, p.windows()); err != nil {
@@ -103,7 +103,8 @@ func updatedHeader(stored, fresh http.Header) http.Header {
 // response old (RFC 9111 §4.3.4): its entity tag, if it has one, must be
 // old's (strongly equal for a strong tag, equal as opaque tags for a weak
 // one); without one, its Last-Modified, if any, must be old's. A 304 with
-// neither selects old, the one stored response asked about.
+// neither answers the request made with old's validators alone, and
+// selects old (RFC 9110 §15.4.5 does not have a 304 repeat Last-Modified).
 func selects(fresh http.Header, old *storedResponse) bool {
 	if tag := first(fresh["Etag"]); tag != "" {
 		stored := first(old.get("Etag"))

@@ -29,8 +29,16 @@ type capture struct {
 	// so a 304 is the answer to merge, not a response to refuse.
 	revalidating bool
 	declared     int64 // the Content-Length the handler set, -1 if none
-	written      int64 // body bytes written
-	hijacked     bool  // the handler took the client's connection
+	// sniffAt is how many body bytes were written at the first Flush, -1
+	// before it: net/http sniffs a missing Content-Type from what it sends
+	// first, so this response's type is read from as many.
+	sniffAt int
+	// flushedAt is how many body bytes were written at the last Flush, -1
+	// before any: what a client would have received of a response whose
+	// handler then panicked.
+	flushedAt int
+	written   int64 // body bytes written
+	hijacked  bool  // the handler took the client's connection
 }
 
 func (cw *capture) Header() http.Header { return cw.header }
@@ -67,11 +75,10 @@ func canonical(h http.Header) http.Header {
 
 func (cw *capture) Write(p []byte) (int, error) {
 	if !cw.wroteHeader {
-		if _, ok := cw.header["Content-Type"]; !ok && len(p) > 0 {
-			// As net/http would; the stored header must carry it too.
-			cw.header.Set("Content-Type", http.DetectContentType(p))
-		}
 		cw.WriteHeader(http.StatusOK)
+	}
+	if !bodyAllowed(cw.status) {
+		return 0, http.ErrBodyNotAllowed // as net/http: the bytes go nowhere
 	}
 	cw.written += int64(len(p))
 	if !cw.streaming && len(cw.buf)+len(p) > cw.c.e.maxBody {
@@ -92,6 +99,10 @@ func (cw *capture) Flush() {
 	if !cw.wroteHeader {
 		cw.WriteHeader(http.StatusOK)
 	}
+	if cw.sniffAt < 0 {
+		cw.sniffAt = len(cw.buf)
+	}
+	cw.flushedAt = len(cw.buf)
 	if !cw.unshared {
 		return
 	}
@@ -163,6 +174,22 @@ func bodyAllowed(status int) bool {
 	return status != http.StatusNoContent && status != http.StatusNotModified
 }
 
+// sniff sets the Content-Type net/http would have sent with the response,
+// when the handler set none (net/http's chunkWriter rules: from the first
+// bytes it sends, up to 512; none for a bodyless status, a response with a
+// Transfer-Encoding, or one flushed before any byte).
+func (cw *capture) sniff() {
+	n := len(cw.buf)
+	if cw.sniffAt >= 0 {
+		n = cw.sniffAt
+	}
+	_, have := cw.snap["Content-Type"]
+	if have || n == 0 || len(cw.snap["Transfer-Encoding"]) > 0 || !bodyAllowed(cw.status) {
+		return
+	}
+	cw.snap["Content-Type"] = []string{http.DetectContentType(cw.buf[:min(n, 512)])}
+}
+
 // hold hands the unshared response to the call, for its caller if the
 // guard's answer shows the load was the caller's; why goes in its
 // Cache-Status.
@@ -171,6 +198,7 @@ func (cw *capture) hold(why string) {
 	if cw.streaming {
 		return
 	}
+	cw.sniff()
 	c := cw.c
 	c.mu.Lock()
 	c.held = cw
@@ -178,12 +206,27 @@ func (cw *capture) hold(why string) {
 }
 
 func (cw *capture) writeHeader(w http.ResponseWriter) {
+	if cw.sniffAt >= 0 {
+		// Flushed before: net/http sniffed from what it sent then.
+		cw.sniff()
+	}
 	dst := w.Header()
 	for k, v := range cw.snap {
 		dst[k] = v
 	}
+	if !cw.streaming || cw.sniffAt >= 0 {
+		noSniff(dst)
+	}
 	dst["Cache-Status"] = []string{cachestatus.NotStored(cw.why)}
 	w.WriteHeader(cw.status)
+}
+
+// noSniff keeps net/http from sniffing a Content-Type the response would
+// not have had (see capture.sniff): a nil value suppresses the field.
+func noSniff(h http.Header) {
+	if _, ok := h["Content-Type"]; !ok {
+		h["Content-Type"] = nil
+	}
 }
 
 // Hijack hands the client's connection to the handler when the request
@@ -211,6 +254,19 @@ func (cw *capture) writeTo(w http.ResponseWriter, body bool) {
 	if body && len(cw.buf) > 0 {
 		_, _ = w.Write(cw.buf)
 	}
+}
+
+// writeFlushed writes to w what a client would have received of a held
+// response whose handler panicked: what the handler flushed, if anything.
+func (cw *capture) writeFlushed(w http.ResponseWriter, body bool) {
+	if cw.flushedAt < 0 {
+		return
+	}
+	cw.writeHeader(w)
+	if body && cw.flushedAt > 0 {
+		_, _ = w.Write(cw.buf[:cw.flushedAt])
+	}
+	_ = http.NewResponseController(w).Flush()
 }
 
 func (cw *capture) forward(p []byte) (int, error) {
