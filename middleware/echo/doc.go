@@ -31,16 +31,41 @@
 // Config.Skipper comes first, as in echo's own middleware. A handler that
 // returns an error is never cached: the error is returned by the middleware
 // of the request that ran the handler, so echo's HTTPErrorHandler renders
-// it, and the requests coalesced with it run the handler for themselves.
+// it; the requests coalesced with it take turns at the handler, one call
+// at a time across the fleet, until one response can be shared. A handler
+// that panics panics again on its own request's goroutine, with its value,
+// for echo's Recover middleware (or net/http) to handle; no other request
+// sees it.
 //
-// The handler of a shared request may run detached from its client (and
-// after the request's echo.Context went back to echo's pool), on an
-// echo.Context of its own made with Echo.NewContext: it sees the request
-// (with its context values), the route path and the path parameters, but
-// not values other middleware stored with Context.Set. Put what a cached
-// handler needs in the request's context instead.
+// # Detached runs
 //
-// The engine's own failures are returned as *echo.HTTPError: 500 for a
-// handler panic, 503 while the guard backs off a failing key, 504 when the
-// guard's WaitTimeoutPolicy is ReturnError and the wait timed out.
+// The handler of a shared request may run detached from its client: a
+// background refresh runs after its request was served the stale response
+// and its echo.Context went back to echo's pool. Every run, the request's
+// own and a detached one, calls the handler on an echo.Context of its own
+// made with Echo.NewContext, which carries, taken when the request arrived:
+//
+//   - the request, with its context.Context values, the route path and the
+//     path parameters;
+//   - every value other middleware stored with Context.Set (a tenant, a
+//     user, a locale), copied (the map, not the values it holds);
+//   - the Logger set with Context.SetLogger.
+//
+// It does not carry a custom context type (a struct embedding
+// echo.Context, passed down by an earlier middleware): the handler gets
+// echo's own context, with the values above, so a handler that asserts its
+// custom type should read what it needs from the request's context.Context
+// instead. Nor does it carry Response Before/After hooks. Echo has no way
+// to list a context's values, so the middleware reads them from echo's own
+// context type under its lock (unwrapping a custom context that embeds
+// echo.Context); its tests hold that to the echo version this module
+// requires. A context it cannot read (a custom type that does not embed
+// echo.Context, or a later echo that changed the layout) is served straight
+// to the handler (Cache-Status with detail "echo context not readable")
+// rather than run without the values it may read.
+//
+// The engine's own failures are returned as *echo.HTTPError: 503 while a
+// failing key's requests wait for their turn past the guard's WaitTimeout
+// (or the guard backs off a key whose loads fail), 504 when the guard's
+// WaitTimeoutPolicy is ReturnError and the wait timed out.
 package guardecho

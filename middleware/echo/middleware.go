@@ -8,6 +8,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/stampede-go/stampede/guard"
+	"github.com/stampede-go/stampede/internal/cachestatus"
 	"github.com/stampede-go/stampede/middleware/internal/httpcache"
 )
 
@@ -98,13 +99,22 @@ func MiddlewareWithConfig(g *guard.Group, cfg Config) echo.MiddlewareFunc {
 			r := c.Request()
 			// Snapshot what a detached run needs: c goes back to echo's
 			// pool when this request ends, possibly before the run.
-			e, path := c.Echo(), c.Path()
-			names, values := slices.Clone(c.ParamNames()), slices.Clone(c.ParamValues())
+			vals, ok := values(c)
+			if !ok {
+				c.Response().Header().Set("Cache-Status", cachestatus.Bypass+`; detail="echo context not readable"`)
+				return next(c)
+			}
+			e, path, logger := c.Echo(), c.Path(), c.Logger()
+			names, pvalues := slices.Clone(c.ParamNames()), slices.Clone(c.ParamValues())
 			run := func(w http.ResponseWriter, req *http.Request) error {
 				lc := e.NewContext(req, w)
 				lc.SetPath(path)
 				lc.SetParamNames(names...)
-				lc.SetParamValues(values...)
+				lc.SetParamValues(pvalues...)
+				for k, v := range vals {
+					lc.Set(k, v)
+				}
+				lc.SetLogger(logger)
 				return next(lc)
 			}
 			direct := func() error { return next(c) }

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/stampede-go/stampede/guard"
+	"github.com/stampede-go/stampede/internal/redistest"
 	guardecho "github.com/stampede-go/stampede/middleware/echo"
 	"github.com/stampede-go/stampede/middleware/internal/conformance"
 )
@@ -130,3 +131,90 @@ func noLeaks(t *testing.T) {
 	opt := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
 }
+
+// tenantContext is a custom context, echo's documented way to extend it.
+type tenantContext struct {
+	echo.Context
+	extra string
+}
+
+// TestValuesReachEveryRun: values earlier middleware set with c.Set reach
+// the handler on the request's own run and on a detached refresh, which
+// runs after the request's context went back to echo's pool; with echo's
+// context, and with a custom context that embeds it.
+func TestValuesReachEveryRun(t *testing.T) {
+	for _, custom := range []bool{false, true} {
+		t.Run(fmt.Sprintf("custom context %v", custom), func(t *testing.T) {
+			mr, rdb := redistest.Mini(t)
+			now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+			mr.SetTime(now)
+			ns := redistest.Key(t) + ":"
+			refreshed := make(chan string, 1)
+			var calls atomic.Int64
+			node := func() (*guard.Group, *echo.Echo) {
+				g := conformance.NewGroup(t, rdb, guard.Options{Namespace: ns, FreshFor: time.Minute, StaleFor: time.Hour, Jitter: guard.Disabled})
+				e := echo.New()
+				e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
+					return func(c echo.Context) error {
+						c.Set("tenant", "acme")
+						if custom {
+							return next(&tenantContext{Context: c, extra: "x"})
+						}
+						return next(c)
+					}
+				})
+				e.Use(guardecho.Middleware(g))
+				e.GET("/t", func(c echo.Context) error {
+					body := fmt.Sprintf("tenant=%v", c.Get("tenant"))
+					if calls.Add(1) == 2 {
+						refreshed <- body
+					}
+					return c.String(http.StatusOK, body)
+				})
+				return g, e
+			}
+			_, e1 := node()
+			if rec := do(e1, get("/t")); rec.Body.String() != "tenant=acme" || rec.Header().Get("Cache-Status") != "stampede; fwd=miss; stored" {
+				t.Fatalf("the request's own run: %q %v", rec.Body, rec.Header())
+			}
+			mr.SetTime(now.Add(2 * time.Minute))
+			g2, e2 := node()
+			if rec := do(e2, get("/t")); rec.Header().Get("Cache-Status") != "stampede; fwd=stale" {
+				t.Fatalf("want a stale answer and a refresh, got %v", rec.Header())
+			}
+			if err := g2.Close(); err != nil { // waits for the refresh
+				t.Fatal(err)
+			}
+			if got := <-refreshed; got != "tenant=acme" {
+				t.Errorf("the detached refresh got %q", got)
+			}
+		})
+	}
+}
+
+// TestUnreadableContextBypasses: a context that is neither echo's nor
+// embeds it cannot hand its values to a detached run: its requests go
+// straight to the handler.
+func TestUnreadableContextBypasses(t *testing.T) {
+	e := echo.New()
+	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error { return next(opaqueContext{c}) }
+	})
+	e.Use(guardecho.Middleware(newGroup(t)))
+	var calls atomic.Int64
+	e.GET("/t", func(c echo.Context) error { calls.Add(1); return c.String(http.StatusOK, "x") })
+	for range 2 {
+		if rec := do(e, get("/t")); rec.Header().Get("Cache-Status") != `stampede; fwd=bypass; detail="echo context not readable"` {
+			t.Errorf("Cache-Status %q", rec.Header().Get("Cache-Status"))
+		}
+	}
+	if calls.Load() != 2 {
+		t.Errorf("%d calls, want 2", calls.Load())
+	}
+}
+
+// opaqueContext embeds echo.Context under another name (an alias): the
+// middleware cannot tell it holds echo's context.
+type opaqueContext struct{ innerContext }
+
+type innerContext = echo.Context

@@ -26,19 +26,40 @@
 // middleware, so an echo middleware.Skipper can be assigned. A handler that
 // returns an error is never cached: the error is returned by the middleware
 // of the request that ran the handler, so echo's HTTPErrorHandler renders
-// it, and the requests coalesced with it run the handler for themselves.
+// it; the requests coalesced with it take turns at the handler, one call
+// at a time across the fleet, until one response can be shared. A handler
+// that panics panics again on its own request's goroutine, with its value,
+// for echo's Recover middleware (or net/http) to handle; no other request
+// sees it.
 //
-// The handler of a shared request may run detached from its client (and
-// after the request's *echo.Context went back to echo's pool), on a
-// *echo.Context of its own made with Echo.NewContext: it sees the request
-// (with its context values), the route and the path values, but not values
-// other middleware stored with Context.Set, nor a response writer another
-// middleware installed with Context.SetResponse. Put what a cached handler
-// needs in the request's context instead.
+// # Detached runs
+//
+// The handler of a shared request may run detached from its client: a
+// background refresh runs after its request was served the stale response
+// and its *echo.Context went back to echo's pool. Every run, the request's
+// own and a detached one, calls the route's handler (with its route and
+// group middleware) on a *echo.Context of its own made with Echo.NewContext,
+// which carries, taken when the request arrived:
+//
+//   - the request, with its context.Context values, the route and the path
+//     values;
+//   - every value other middleware stored with Context.Set (a tenant, a
+//     user, a locale), copied (the map, not the values it holds: a handler
+//     that changes a value it got changes it for the request too);
+//   - the Logger other middleware set with Context.SetLogger.
+//
+// It does not carry a response writer another middleware installed with
+// Context.SetResponse, nor Response Before/After hooks: the run writes to
+// the engine's capturing writer. Echo v5 has no way to list a context's
+// values, so the middleware reads them from echo's context under its lock;
+// its tests hold that to the echo version this module requires. Were a
+// later echo to change that layout, the middleware would serve every
+// request straight to the handler (Cache-Status with detail "echo context
+// layout unknown") rather than run one without the values it may read.
 //
 // The engine's own failures are returned as *echo.HTTPError (wrapping the
-// cause): 500 for a handler panic, 503 while the guard backs off a failing
-// key, 504 when the guard's WaitTimeoutPolicy is ReturnError and the wait
-// timed out. A panic with http.ErrAbortHandler is re-panicked, so net/http
-// aborts the connection.
+// cause): 503 while a failing key's requests wait for their turn at the
+// handler past the guard's WaitTimeout (or the guard backs off a key
+// whose loads fail), 504 when the guard's WaitTimeoutPolicy is ReturnError
+// and the wait timed out.
 package guardecho

@@ -8,6 +8,7 @@ import (
 	"github.com/labstack/echo/v5"
 
 	"github.com/stampede-go/stampede/guard"
+	"github.com/stampede-go/stampede/internal/cachestatus"
 	"github.com/stampede-go/stampede/middleware/internal/httpcache"
 )
 
@@ -101,10 +102,18 @@ func MiddlewareWithConfig(g *guard.Group, cfg Config) echo.MiddlewareFunc {
 			// our own, so the run routes its request again and calls the
 			// route's handler (with its route and group middleware, which
 			// pass this middleware through: see detachedKey).
-			e := c.Echo()
+			if !storeKnown {
+				c.Response().Header().Set("Cache-Status", cachestatus.Bypass+`; detail="echo context layout unknown"`)
+				return next(c)
+			}
+			e, vals, logger := c.Echo(), values(c), c.Logger()
 			run := func(w http.ResponseWriter, req *http.Request) error {
 				req = req.WithContext(context.WithValue(req.Context(), detachedKey{}, eng))
 				lc := e.NewContext(req, w)
+				for k, v := range vals {
+					lc.Set(k, v)
+				}
+				lc.SetLogger(logger)
 				return e.Router().Route(lc)(lc)
 			}
 			direct := func() error { return next(c) }

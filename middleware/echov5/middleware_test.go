@@ -13,6 +13,7 @@ import (
 	"github.com/labstack/echo/v5"
 
 	"github.com/stampede-go/stampede/guard"
+	"github.com/stampede-go/stampede/internal/redistest"
 	guardecho "github.com/stampede-go/stampede/middleware/echov5"
 	"github.com/stampede-go/stampede/middleware/internal/conformance"
 )
@@ -166,3 +167,49 @@ func TestErrorsReachErrorHandler(t *testing.T) {
 }
 
 var errBoom = errors.New("boom")
+
+// TestValuesReachEveryRun: values earlier middleware set with c.Set reach
+// the handler on the request's own run and on a detached refresh, which
+// runs after the request's context went back to echo's pool.
+func TestValuesReachEveryRun(t *testing.T) {
+	mr, rdb := redistest.Mini(t)
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	mr.SetTime(now)
+	ns := redistest.Key(t) + ":"
+	refreshed := make(chan string, 1)
+	var calls atomic.Int64
+	node := func() (*guard.Group, *echo.Echo) {
+		g := conformance.NewGroup(t, rdb, guard.Options{Namespace: ns, FreshFor: time.Minute, StaleFor: time.Hour, Jitter: guard.Disabled})
+		e := echo.New()
+		e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
+			return func(c *echo.Context) error { c.Set("tenant", "acme"); return next(c) }
+		})
+		e.Use(guardecho.Middleware(g))
+		e.GET("/t", func(c *echo.Context) error {
+			body := fmt.Sprintf("tenant=%v", c.Get("tenant"))
+			if calls.Add(1) == 2 {
+				refreshed <- body
+			}
+			return c.String(http.StatusOK, body)
+		})
+		return g, e
+	}
+	_, e1 := node()
+	if rec := do(e1, get("/t")); rec.Body.String() != "tenant=acme" {
+		t.Fatalf("the request's own run got %q", rec.Body)
+	}
+	mr.SetTime(now.Add(2 * time.Minute))
+	g2, e2 := node()
+	if rec := do(e2, get("/t")); rec.Header().Get("Cache-Status") != "stampede; fwd=stale" {
+		t.Fatalf("want a stale answer and a refresh, got %v", rec.Header())
+	}
+	if err := g2.Close(); err != nil { // waits for the refresh
+		t.Fatal(err)
+	}
+	if got := <-refreshed; got != "tenant=acme" {
+		t.Errorf("the detached refresh got %q", got)
+	}
+	if !guardecho.StoreKnown() {
+		t.Error("echo's context layout is not the one the middleware reads values from")
+	}
+}

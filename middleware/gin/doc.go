@@ -41,11 +41,14 @@
 // Errors the handler records with c.Error (or c.AbortWithError) mean the
 // response is never cached: the request that ran the handler gets its
 // response and finds the errors in its own c.Errors, for the app's error
-// middleware; the requests coalesced with it run the chain themselves.
+// middleware; the requests coalesced with it take turns at the handler,
+// one call at a time across the fleet, until one response can be shared. A
+// handler that panics panics again on its own request's goroutine, with its
+// value, for gin.Recovery (or net/http) to handle; no other request sees
+// it.
 //
-// The engine's own failures end the chain with c.AbortWithError: 500 for a
-// handler panic, 503 while the guard backs off a failing key, 504 when the
-// guard's WaitTimeoutPolicy is ReturnError and the wait timed out. A panic
-// with http.ErrAbortHandler is re-panicked, so net/http (or gin.Recovery)
-// aborts the connection.
+// The engine's own failures end the chain with c.AbortWithError: 503 while
+// a failing key's requests wait for their turn past the guard's
+// WaitTimeout (or the guard backs off a key whose loads fail), 504 when the
+// guard's WaitTimeoutPolicy is ReturnError and the wait timed out.
 package guardgin

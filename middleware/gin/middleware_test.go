@@ -11,6 +11,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/stampede-go/stampede/guard"
+	"github.com/stampede-go/stampede/internal/redistest"
 	guardgin "github.com/stampede-go/stampede/middleware/gin"
 	"github.com/stampede-go/stampede/middleware/internal/conformance"
 )
@@ -171,5 +172,47 @@ func TestChain(t *testing.T) {
 		if rec.Body.String() != "route" || rec.Header().Get("Cache-Status") != want {
 			t.Errorf("route request %d: %q %q, want \"route\" %q", i+1, rec.Body, rec.Header().Get("Cache-Status"), want)
 		}
+	}
+}
+
+// TestValuesReachEveryRun: values earlier middleware set with c.Set reach
+// the handler on the request's own run and on a detached refresh, which
+// runs after the request's context went back to gin's pool.
+func TestValuesReachEveryRun(t *testing.T) {
+	mr, rdb := redistest.Mini(t)
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	mr.SetTime(now)
+	ns := redistest.Key(t) + ":"
+	refreshed := make(chan string, 1)
+	var calls atomic.Int64
+	node := func() (*guard.Group, *gin.Engine) {
+		g := conformance.NewGroup(t, rdb, guard.Options{Namespace: ns, FreshFor: time.Minute, StaleFor: time.Hour, Jitter: guard.Disabled})
+		r := gin.New()
+		r.Use(func(c *gin.Context) { c.Set("tenant", "acme"); c.Next() })
+		r.Use(guardgin.Middleware(g, guardgin.Config{}))
+		r.GET("/t", func(c *gin.Context) {
+			v, _ := c.Get("tenant")
+			body := "tenant=" + v.(string)
+			if calls.Add(1) == 2 {
+				refreshed <- body
+			}
+			c.String(http.StatusOK, body)
+		})
+		return g, r
+	}
+	_, r1 := node()
+	if rec := do(r1, get("/t")); rec.Body.String() != "tenant=acme" {
+		t.Fatalf("the request's own run got %q", rec.Body)
+	}
+	mr.SetTime(now.Add(2 * time.Minute))
+	g2, r2 := node()
+	if rec := do(r2, get("/t")); rec.Header().Get("Cache-Status") != "stampede; fwd=stale" {
+		t.Fatalf("want a stale answer and a refresh, got %v", rec.Header())
+	}
+	if err := g2.Close(); err != nil { // waits for the refresh
+		t.Fatal(err)
+	}
+	if got := <-refreshed; got != "tenant=acme" {
+		t.Errorf("the detached refresh got %q", got)
 	}
 }

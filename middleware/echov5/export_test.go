@@ -1,0 +1,4 @@
+package guardecho
+
+// StoreKnown reports whether the middleware can copy a context's values.
+func StoreKnown() bool { return storeKnown }
