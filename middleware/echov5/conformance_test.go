@@ -25,6 +25,8 @@ var adapter = conformance.Adapter{
 			UpstreamWindows:    cfg.UpstreamWindows,
 			RequireFreshness:   cfg.RequireFreshness,
 			UnkeyedForwarding:  cfg.UnkeyedForwarding,
+			PassFor:            cfg.PassFor,
+			NotStored:          cfg.NotStored,
 		}))
 		e.Any("/*", echo.WrapHandler(origin))
 		return e

@@ -25,6 +25,8 @@ var adapter = conformance.Adapter{
 			UpstreamWindows:    cfg.UpstreamWindows,
 			RequireFreshness:   cfg.RequireFreshness,
 			UnkeyedForwarding:  cfg.UnkeyedForwarding,
+			PassFor:            cfg.PassFor,
+			NotStored:          cfg.NotStored,
 		}))
 		r.Any("/*path", gin.WrapH(origin))
 		return r

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -62,6 +63,18 @@ type Config struct {
 	// comes through a proxy that removes or overwrites each of them, or when
 	// the application reads none of them. Default: false.
 	UnkeyedForwarding bool
+
+	// PassFor is how long a URL whose response could not be shared is
+	// marked pass, fleet-wide: its requests run the handler at once, each
+	// for itself, until one response can be shared again. A negative value
+	// marks nothing: the requests waiting take turns instead. Default: 5s.
+	PassFor time.Duration
+
+	// NotStored, if set, is called with the request and why when a
+	// complete response that is not a failure is not stored (a cookie,
+	// private, too large, a header field the store could not read back
+	// exactly...). It must be quick and must not block. Default: none.
+	NotStored func(r *http.Request, why string)
 }
 
 // ForwardingHeaders returns the request headers keyed by default, unless
@@ -79,6 +92,8 @@ func Middleware(g *guard.Group, cfg Config) gin.HandlerFunc {
 		UpstreamWindows:    cfg.UpstreamWindows,
 		RequireFreshness:   cfg.RequireFreshness,
 		UnkeyedForwarding:  cfg.UnkeyedForwarding,
+		PassFor:            cfg.PassFor,
+		NotStored:          cfg.NotStored,
 	})
 	return func(c *gin.Context) {
 		if cfg.Skipper != nil && cfg.Skipper(c) {

@@ -22,6 +22,8 @@ var adapter = conformance.Adapter{
 			UpstreamWindows:    cfg.UpstreamWindows,
 			RequireFreshness:   cfg.RequireFreshness,
 			UnkeyedForwarding:  cfg.UnkeyedForwarding,
+			PassFor:            cfg.PassFor,
+			NotStored:          cfg.NotStored,
 		})(origin)
 	},
 }

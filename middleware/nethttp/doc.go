@@ -54,15 +54,42 @@
 //     no-cache (unless the response's own windows rule, see below), Vary: *
 //     (a Vary on other headers selects a variant), a status
 //     outside Config.Statuses (never 206 or 5xx), Content-Type
-//     text/event-stream, or a body over MaxBodyBytes. Such a response goes
-//     to the client whose request ran the handler and is stored nowhere;
-//     the requests that were coalesced with it run the handler for
-//     themselves, so they never receive another client's cookie or private
-//     page. It is buffered no further than MaxBodyBytes: a larger body, or
-//     one the handler flushes (server-sent events), is streamed as it is
+//     text/event-stream, a body over MaxBodyBytes, or a header field the
+//     store could not read back exactly (CR, LF or NUL in a value, a name
+//     that is not a token, more than 1024 fields or values). Such a
+//     response goes to the client whose request ran the handler and is
+//     stored nowhere; Cache-Status says why (detail="..."), and so does
+//     Config.NotStored. The URL is then marked "pass" for Config.PassFor
+//     (5s), fleet-wide (hit-for-pass): the requests coalesced with it, and
+//     those that follow, run the handler at once, each for itself, with no
+//     flight to wait for, so they never receive another client's cookie or
+//     private page and pay no extra latency. The first of them whose
+//     response can be shared stores it, which ends the window early. Such
+//     a response is buffered no further than MaxBodyBytes: a larger body,
+//     or one the handler flushes (server-sent events), is streamed as it is
 //     written; a smaller one is sent when the handler returns, so that a
 //     background refresh answering 5xx never reaches a client being served
 //     the stale response.
+//
+// # Failures
+//
+// A failure is a response with a 5xx status, a body shorter or longer than
+// the Content-Length its handler declared (an upstream that broke off), a
+// handler that panicked, or (echo, gin) one that returned or recorded an
+// error. A failure answers only the request whose handler call it was: that
+// client gets it as it would without the middleware (a panic is panicked
+// again on the request's own goroutine, with its value, so net/http aborts
+// the connection or a framework's recover middleware answers). Nothing is
+// stored, no error marker decides another request's answer, and the other
+// requests of the URL take turns at the handler through the guard's
+// fleet-wide lease: while the URL fails, the origin sees one call for it
+// at a time across the fleet, each answering its own request, and the
+// first response that can be shared is shared with every request still
+// waiting. A request whose turn has not come within the guard's
+// WaitTimeout gets 503 with Retry-After: 1; one that finds a stale
+// response is served it (stale-if-error) while one refresh runs. So one
+// client's bad input (a header the handler chokes on) never becomes
+// another client's error.
 //
 // A client's Cache-Control: no-cache does not reach the origin unless
 // Config.HonorClientNoCache is set: otherwise any client could stampede it.
@@ -73,7 +100,9 @@
 // "stampede; fwd=stale" (served stale while one node refreshes),
 // "stampede; fwd=miss; stored" (this request's handler call filled the
 // entry), "stampede; fwd=miss; collapsed" (another request's did),
-// "stampede; fwd=miss" (not shared), "stampede; fwd=request" (a stored
+// "stampede; fwd=miss; detail=..." (not shared, and why),
+// "stampede; fwd=miss; detail=pass" (the URL is marked pass: this
+// request's own handler call), "stampede; fwd=request" (a stored
 // response the request's own directives refused), "stampede; fwd=bypass".
 // The key is never shown. Age is the response's age when it arrived (its
 // Age field, or the time since its Date, RFC 9111 §4.2.3) plus the time
@@ -83,9 +112,8 @@
 // (context.WithoutCancel of the request's context, bounded by the guard's
 // LoadTimeout): a client that disconnects does not fail the requests
 // coalesced with it. Values a middleware put in the request's context stay
-// visible. A handler panic answers 500 to the requests of its flight and
-// the process survives; a panic with http.ErrAbortHandler aborts their
-// connections, as net/http does.
+// visible. When its request still waits for it, the handler may hijack the
+// connection; its response is then its own (pass).
 //
 // # As an HTTP cache
 //

@@ -3,6 +3,7 @@ package guardhttp
 import (
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/stampede-go/stampede/guard"
 	"github.com/stampede-go/stampede/middleware/internal/httpcache"
@@ -61,6 +62,18 @@ type Config struct {
 	// them (a response that names one in Vary is then not stored). See
 	// docs/security.md. Default: false.
 	UnkeyedForwarding bool
+
+	// PassFor is how long a URL whose response could not be shared is
+	// marked pass, fleet-wide: its requests run the handler at once, each
+	// for itself, until one response can be shared again. A negative value
+	// marks nothing: the requests waiting take turns instead. Default: 5s.
+	PassFor time.Duration
+
+	// NotStored, if set, is called with the request and why when a
+	// complete response that is not a failure is not stored (a cookie,
+	// private, too large, a header field the store could not read back
+	// exactly...). It must be quick and must not block. Default: none.
+	NotStored func(r *http.Request, why string)
 }
 
 // ForwardingHeaders returns the request headers keyed by default, unless
@@ -78,6 +91,8 @@ func (c Config) options() httpcache.Options {
 		UpstreamWindows:    c.UpstreamWindows,
 		RequireFreshness:   c.RequireFreshness,
 		UnkeyedForwarding:  c.UnkeyedForwarding,
+		PassFor:            c.PassFor,
+		NotStored:          c.NotStored,
 	}
 }
 

@@ -10,6 +10,7 @@ package conformance
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/stampede-go/stampede/guard"
 )
@@ -26,6 +27,9 @@ type Config struct {
 	// UnkeyedForwarding leaves the forwarding headers out of the key (the
 	// adapters' Config field of the same name).
 	UnkeyedForwarding bool
+	// PassFor and NotStored are the adapters' fields of the same names.
+	PassFor   time.Duration
+	NotStored func(r *http.Request, why string)
 }
 
 // Adapter puts one framework's middleware in front of an origin.

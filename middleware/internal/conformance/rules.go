@@ -27,6 +27,11 @@ func Rules(t *testing.T, a Adapter) {
 			t.Run("large body streams", func(t *testing.T) { largeBodyStreams(t, a, top) })
 			t.Run("panic while streaming", func(t *testing.T) { panicWhileStreaming(t, a, top) })
 			t.Run("event stream", func(t *testing.T) { eventStream(t, a, top) })
+			t.Run("failures take turns across servers", func(t *testing.T) { failuresTakeTurnsAcrossServers(t, a, top) })
+			t.Run("failing turns time out", func(t *testing.T) { failingTurnsTimeOut(t, a, top) })
+			t.Run("pass skips the flight", func(t *testing.T) { passSkipsTheFlight(t, a, top) })
+			t.Run("unstorable response not amplified", func(t *testing.T) { unstorableNotAmplified(t, a, top) })
+			t.Run("panic on unkeyed input", func(t *testing.T) { panicOnUnkeyedInput(t, a, top) })
 		})
 	}
 	t.Run("stale", func(t *testing.T) { stale(t, a) })
