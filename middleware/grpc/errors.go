@@ -62,7 +62,7 @@ func (o *options) loadError(err error) error {
 		he.notFound = true
 		return he
 	}
-	return guard.NoStore(he)
+	return guard.Private(he)
 }
 
 // safely runs f, turning a panic into a handlerError with status Internal.
@@ -77,11 +77,6 @@ func safely(f func() error) (err error) {
 
 // notFoundCached is the answer of a negative-cached NotFound.
 var notFoundCached = status.Error(codes.NotFound, "guardgrpc: not found (cached)")
-
-// errOthersFailure stands, should do ever return another call's failure
-// to a call still waiting, for that failure: its message is not this
-// call's to read.
-var errOthersFailure = status.Error(codes.Unavailable, "guardgrpc: another call's handler failed")
 
 // errNotFoundShared matches (errors.Is) a negative-cached NotFound of a
 // handler run, as any caller of its flight receives it.

@@ -27,30 +27,18 @@ type answer struct {
 // recording its run in own. It returns the guard's answer and this call's
 // own run, if it had one.
 //
-// The guard hands the outcome of a flight to every caller of this process
-// that joined it, a failure included. But a failure belongs to the call
-// whose run failed: its context, credentials or peer may be why. So a
-// caller handed another caller's failure takes a turn of its own: it asks
-// the guard again, and either shares a success, or runs its own handler
-// (one caller at a time, as the guard coalesces the turns too), or leaves
-// on its own context. A NotFound negative-cached with WithNegativeNotFound
-// is shared, as it is stored.
+// A failure belongs to the call whose run failed: its context, credentials
+// or peer may be why. So a failed run answers the guard with
+// guard.Private, and the guard hands it to that call alone: the other
+// calls of its flight, in this process and on other servers, take turns
+// at the handler, one run at a time across the fleet, until one answer is
+// stored and shared, or leave on their own context (or, past the Group's
+// WaitTimeout, with Unavailable). A NotFound negative-cached with
+// WithNegativeNotFound is shared, as it is stored.
 func (c *cache) do(ctx context.Context, key string, load func(own *atomic.Pointer[answer]) guard.LoadFunc) (guard.Result, *answer, error) {
-	for {
-		var own atomic.Pointer[answer]
-		res, err := c.g.Do(ctx, key, load(&own), c.o.callOpts...)
-		a := own.Load()
-		if err == nil || a != nil || !othersFailure(err) || ctx.Err() != nil {
-			return res, a, err
-		}
-	}
-}
-
-// othersFailure reports whether err is a failed run's that is not shared:
-// handed to a caller that did not run it, it is another caller's.
-func othersFailure(err error) bool {
-	var he *handlerError
-	return errors.As(err, &he) && !he.notFound
+	var own atomic.Pointer[answer]
+	res, err := c.g.Do(ctx, key, load(&own), c.o.callOpts...)
+	return res, own.Load(), err
 }
 
 // serverLoad is the guard load of a server call: the handler's run,
@@ -121,12 +109,6 @@ func (c *cache) failed(ctx context.Context, own *answer, err error) doFailure {
 	switch {
 	case own != nil && own.err != nil:
 		return doFailure{status: cachestatus.Miss, err: own.err}
-	case othersFailure(err):
-		// do hands one back only once this call's context has ended.
-		if ctx.Err() != nil {
-			return doFailure{err: status.FromContextError(ctx.Err()).Err()}
-		}
-		return doFailure{err: errOthersFailure}
 	case errors.Is(err, errNotFoundShared):
 		// Another call's run answered NotFound, negative-cached: shared
 		// as a later call reads it from the cache.
