@@ -99,7 +99,7 @@ func (g *Group) readMany(ctx context.Context, keys []string, nms []names, force 
 	now, known := g.clk.now()
 	for i, k := range keys {
 		if force == nil || !force[i] {
-			if h, ok := g.hints.c.Peek(k); ok && known && h.freshUntil-now > fastMargin.Milliseconds() {
+			if h, ok := g.hints.c.Peek(k); ok && !h.pass && known && h.freshUntil-now > fastMargin.Milliseconds() {
 				gets, getIdx = append(gets, h.entry), append(getIdx, i)
 				continue
 			}
@@ -134,7 +134,7 @@ func (g *Group) readMany(ctx context.Context, keys []string, nms []names, force 
 		}
 		e, derr := decodeEntry(unsafe.Slice(unsafe.StringData(s), len(s)))
 		now, _ := g.clk.now()
-		if derr != nil || e.freshUntil-now <= fastMargin.Milliseconds() {
+		if derr != nil || e.marker() || e.freshUntil-now <= fastMargin.Milliseconds() {
 			g.hints.c.Remove(keys[i])
 			retry = append(retry, i)
 			continue

@@ -42,6 +42,9 @@ func (g *Group) Do(ctx context.Context, key string, load LoadFunc, opts ...CallO
 	// that leaves before Redis answered must not leave the breaker
 	// half-open for good.
 	defer g.br.release(probe)
+	if e, ok := g.passHint(key); ok {
+		return g.passLoad(ctx, g.newCall(key, load, co), e)
+	}
 	e, now, hit, err := g.fastHit(ctx, key)
 	switch {
 	case err != nil && ctx.Err() != nil:
@@ -94,6 +97,7 @@ func (g *Group) readPathOnce(ctx context.Context, c *call) (Result, error) {
 	case stale:
 		return g.served(c.key, lk.e, lk.now, Stale)
 	case passing:
+		g.hintPass(c.key, c.nm.entry, lk.e)
 		return g.passLoad(ctx, c, lk.e)
 	case loaded:
 		if !lk.missSeen {

@@ -55,6 +55,11 @@ type hints struct{ c *lru.Cache[string, hint] }
 type hint struct {
 	entry      string
 	freshUntil int64
+	// pass: the key is marked pass (Pass) until freshUntil; marker is
+	// the marker read, whose fence and written time a pass load's fill
+	// compares.
+	pass   bool
+	marker entry
 }
 
 func newHints() hints {
@@ -74,7 +79,7 @@ func newHints() hints {
 // health.
 func (g *Group) fastHit(ctx context.Context, key string) (e entry, now int64, ok bool, err error) {
 	h, hinted := g.hints.c.Peek(key)
-	if !hinted {
+	if !hinted || h.pass {
 		return entry{}, 0, false, nil
 	}
 	now, known := g.clk.now()
@@ -109,4 +114,34 @@ func (g *Group) fastHit(ctx context.Context, key string) (e entry, now int64, ok
 // (Redis ms).
 func (g *Group) hint(key, entry string, fu int64) {
 	g.hints.c.Add(key, hint{entry: entry, freshUntil: fu})
+}
+
+// hintPass records that key is marked pass (the marker e) until e's
+// fresh-until: its calls run their own loads without asking Redis first.
+// Another node's value ending the window early is seen once the hint ends
+// (passHintMax at most): until then this node's calls load for themselves,
+// which serves nobody a wrong value.
+func (g *Group) hintPass(key, entry string, e entry) {
+	until := e.freshUntil
+	if now, known := g.clk.now(); known {
+		until = min(until, now+passHintMax.Milliseconds())
+	}
+	g.hints.c.Add(key, hint{entry: entry, freshUntil: until, pass: true, marker: e})
+}
+
+// passHintMax bounds how long a node trusts a pass marker without reading
+// it again: how late it may see another node's value end the window.
+const passHintMax = time.Second
+
+// passHint returns the pass marker a hint holds for key, while it lasts.
+func (g *Group) passHint(key string) (entry, bool) {
+	h, ok := g.hints.c.Peek(key)
+	if !ok || !h.pass {
+		return entry{}, false
+	}
+	if now, known := g.clk.now(); !known || now >= h.freshUntil {
+		g.hints.c.Remove(key)
+		return entry{}, false
+	}
+	return h.marker, true
 }

@@ -29,6 +29,7 @@ func (g *Group) missFlight(ctx context.Context, c *call, x int64) (Result, error
 	case r := <-ch:
 		mo, _ := r.Val.(missOutcome)
 		if r.Err == errPassing {
+			g.hintPass(c.key, c.nm.entry, mo.marker)
 			return g.passLoad(ctx, c, mo.marker)
 		}
 		if err := mine(c, mo.owner, r.Err); err != r.Err {
