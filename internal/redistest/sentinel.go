@@ -521,13 +521,56 @@ func (st *Sentinel) Failover(t testing.TB) *Server {
 
 // KillMaster kills the current master (SIGKILL: its data is lost, and
 // whatever its replicas had not received) and returns the replica the
-// Sentinels promoted, once it is promoted and known. The killed node stays
-// down; [Sentinel.Rejoin] brings it back as a replica.
+// Sentinels promoted, once it is promoted and known. Replicas frozen (by
+// [Sentinel.CutReplicas], or [Server.Freeze]) are thawed right after the
+// kill, so that one can be promoted; what they never received stays lost.
+// The killed node stays down; [Sentinel.Rejoin] brings it back as a replica.
 func (st *Sentinel) KillMaster(t testing.TB) (killed, promoted *Server) {
 	t.Helper()
 	killed = st.Master(t)
 	killed.Kill(t)
+	for _, n := range st.Nodes {
+		n.Thaw(t)
+	}
 	return killed, st.WaitPromoted(t, killed)
+}
+
+// CutReplicas makes sure that nothing the master accepts from now on
+// reaches a replica: it freezes every replica (SIGSTOP) and then closes the
+// master's replication links (CLIENT KILL TYPE replica), so that only what
+// was sent before can still be applied. Writes keep succeeding on the
+// master, as asynchronous replication allows: this is how a failover loses
+// them. Follow with [Sentinel.KillMaster] to lose them for good, or thaw
+// the replicas ([Server.Thaw]) to let them resynchronize.
+func (st *Sentinel) CutReplicas(t testing.TB) {
+	t.Helper()
+	m := st.Master(t)
+	for _, n := range st.Nodes {
+		if n != m {
+			n.Freeze(t)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	admins := newAdmins()
+	defer admins.close()
+	if err := admins.get(m).Do(ctx, "CLIENT", "KILL", "TYPE", "replica").Err(); err != nil {
+		t.Fatalf("redistest: CutReplicas: CLIENT KILL TYPE replica on %s: %v", m.Addr, err)
+	}
+	// The links are gone once the master lists no replica.
+	err := poll(ctx, func() (bool, string) {
+		info, err := admins.get(m).Info(ctx, "replication").Result()
+		if err != nil {
+			return false, err.Error()
+		}
+		if n := infoField(info, "connected_slaves"); n != "0" {
+			return false, n + " replicas still connected"
+		}
+		return true, ""
+	})
+	if err != nil {
+		t.Fatalf("redistest: CutReplicas: %v", err)
+	}
 }
 
 // WaitPromoted waits until a data node other than old is the master: every

@@ -185,3 +185,36 @@ func TestFaketimePath(t *testing.T) {
 		t.Fatalf("NeedClockOffset failed = %v with Required() = %v", r.failed, Required())
 	}
 }
+
+// TestSentinelCutReplicas: what the master accepts after CutReplicas is
+// lost by a failover; what it had replicated is not.
+func TestSentinelCutReplicas(t *testing.T) {
+	t.Parallel()
+	st := StartSentinel(t, SentinelOptions{})
+	ctx := t.Context()
+	rdb := st.FailoverClient(t, func(o *redis.FailoverOptions) { o.MaxRetries = -1 })
+	kept, lost := Key(t, "kept"), Key(t, "lost")
+	if err := rdb.Set(ctx, kept, "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	st.CutReplicas(t)
+	for _, r := range st.Replicas(t) {
+		if !r.Frozen() {
+			t.Fatalf("replica %s not frozen", r.Addr)
+		}
+	}
+	if err := rdb.Set(ctx, lost, "v", 0).Err(); err != nil {
+		t.Fatalf("SET on the master with its replicas cut: %v", err)
+	}
+	if n, err := rdb.Do(ctx, "WAIT", 1, 100).Int(); err != nil || n != 0 {
+		t.Fatalf("WAIT 1 = %d, %v; want 0: no replica may acknowledge", n, err)
+	}
+	_, promoted := st.KillMaster(t)
+	direct := promoted.Client(t)
+	if got, err := direct.Get(ctx, kept).Result(); err != nil || got != "v" {
+		t.Errorf("the promoted replica lost %s (sent before the cut): %q, %v", kept, got, err)
+	}
+	if n, err := direct.Exists(ctx, lost).Result(); err != nil || n != 0 {
+		t.Errorf("the promoted replica has %s, written after the cut (EXISTS = %d, %v)", lost, n, err)
+	}
+}
