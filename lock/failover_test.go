@@ -209,8 +209,8 @@ func TestFailoverFenceClockBehind(t *testing.T) {
 					return []redistest.Option{redistest.WithClockOffset(-tc.behind)}
 				},
 			})
-			rdb := st.FailoverClient(t, foClient)
-			c := foLocks(t, rdb, lock.Options{})
+			rdb := st.FailoverClient(t) // default timeouts: WAIT blocks up to its own timeout
+			c := foLocks(t, st.FailoverClient(t, foClient), lock.Options{})
 			ctx := foCtx(t)
 			key := redistest.Key(t)
 

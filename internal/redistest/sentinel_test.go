@@ -44,7 +44,6 @@ func TestStartSentinel(t *testing.T) {
 		}
 	}
 
-	key := Key(t)
 	for name, rdb := range map[string]redis.UniversalClient{
 		"failover":  st.FailoverClient(t),
 		"universal": st.UniversalClient(t),
@@ -52,6 +51,7 @@ func TestStartSentinel(t *testing.T) {
 		if c, ok := rdb.(*redis.Client); !ok || !c.Options().ContextTimeoutEnabled {
 			t.Errorf("%s client: %T without ContextTimeoutEnabled, want a *redis.Client with it", name, rdb)
 		}
+		key := Key(t, name)
 		if err := rdb.Set(ctx, key, name, 0).Err(); err != nil {
 			t.Fatalf("%s client: SET: %v", name, err)
 		}
@@ -59,10 +59,10 @@ func TestStartSentinel(t *testing.T) {
 		if n, err := rdb.Do(ctx, "WAIT", 2, 5000).Int(); err != nil || n != 2 {
 			t.Fatalf("%s client: WAIT 2 = %d, %v", name, n, err)
 		}
-	}
-	for _, r := range st.Nodes[1:] {
-		if got, err := r.Client(t).Get(ctx, key).Result(); err != nil || got != "universal" {
-			t.Errorf("replica %s: GET = %q, %v", r.Addr, got, err)
+		for _, r := range st.Nodes[1:] {
+			if got, err := r.Client(t).Get(ctx, key).Result(); err != nil || got != name {
+				t.Errorf("replica %s: GET %s = %q, %v", r.Addr, key, got, err)
+			}
 		}
 	}
 }
