@@ -603,7 +603,7 @@ func (st *Sentinel) WaitPromoted(t testing.TB, old *Server) *Server {
 // Rejoin restarts data node n if it is down (with an empty data set), makes
 // it a replica of the current master, and waits until the whole topology
 // is healthy again (see [StartSentinel]). A node that is running is only
-// reattached.
+// thawed if frozen and reattached.
 func (st *Sentinel) Rejoin(t testing.TB, n *Server) {
 	t.Helper()
 	if !slices.Contains(st.Nodes, n) {
@@ -616,6 +616,7 @@ func (st *Sentinel) Rejoin(t testing.TB, n *Server) {
 	if !n.Running() {
 		n.Restart(t)
 	}
+	n.Thaw(t)
 	ctx, cancel := context.WithTimeout(context.Background(), sentinelTimeout)
 	defer cancel()
 	if err := st.attach(ctx, m, []*Server{n}); err != nil {
