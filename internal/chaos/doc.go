@@ -9,15 +9,21 @@
 // CLIENT PAUSE, or killed and restarted with its data lost; a lease holder
 // runs as a child process (this test binary, re-executed) that is killed
 // with SIGKILL or frozen with SIGSTOP; a Redis Cluster master is killed and
-// its replica promoted.
+// its replica promoted; a master behind Sentinel is killed, failed over,
+// frozen past down-after-milliseconds or made to pause its clients, and a
+// replica promoted by the Sentinels.
 //
 // The suite is a module of its own (Toxiproxy stays out of the root module):
 // the scenarios run with `go test ./...` in this folder, or with the
-// repository's `bash .ci/test`. The soak runs for 30s by default;
-// run it longer, or with another seed, with
+// repository's `bash .ci/test`. The soak runs each topology (standalone,
+// cluster, Sentinel) for 20s by default; run it longer, or with another
+// seed, with
 //
 //	cd internal/chaos && go test . -run Soak -v -chaos.duration=10m -chaos.seed=7
 //
-// It prints one line of figures: calls, faults injected by kind,
-// violations (always 0 for a pass), worst call latency and recovery time.
+// It prints one line of figures per topology: calls, faults injected by
+// kind, violations (always 0 for a pass), worst call latency and recovery
+// time; on Sentinel also the failovers that happened and how many times a
+// stored version went back in one (fills the promoted replica had not
+// received, lost by asynchronous replication: see docs/failover.md).
 package chaos

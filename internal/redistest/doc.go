@@ -30,6 +30,40 @@
 // node in agreement, replicas attached) in about two seconds, and
 // [StartMasters] starts independent masters, as Redlock needs.
 //
+// # Sentinel
+//
+// [StartSentinel] starts a master, its replicas and the Sentinels watching
+// it (by default 1 master, 2 replicas, 3 Sentinels with quorum 2 and
+// down-after-milliseconds 1s), all on free loopback ports, and returns
+// once the Sentinels agree on the master, list the replicas attached, and
+// know each other. The Sentinels are the same binary as the data nodes,
+// run as redis-server --sentinel, so STAMPEDE_REDIS_SERVER selects both.
+// [Sentinel.FailoverClient] and [Sentinel.UniversalClient] return clients
+// that follow the master through the Sentinels. Failures are real:
+//
+//	st := redistest.StartSentinel(t, redistest.SentinelOptions{})
+//	rdb := st.FailoverClient(t)
+//	killed, promoted := st.KillMaster(t) // SIGKILL, then wait for the promotion
+//	st.Rejoin(t, killed)                 // back as a replica of promoted
+//	m := st.Failover(t)                  // SENTINEL FAILOVER: the master is demoted
+//
+// Any node can also be frozen, thawed, killed or restarted as a [Server];
+// [Sentinel.WaitPromoted] and [Sentinel.WaitHealthy] wait for the
+// Sentinels to act on it. The Sentinels read their instances' INFO and
+// send their hello messages every 500ms (SENTINEL DEBUG), not every 10s
+// and 2s, so that topology changes are seen within a second; the failover
+// path (down-after-milliseconds, votes, promotion) is Sentinel's own.
+//
+// # A server with its clock moved
+//
+// [WithClockOffset] runs a server with its wall clock (TIME, expiry) moved
+// by a fixed offset, through libfaketime (Debian package faketime), to test
+// what a node whose clock is behind does. [NeedClockOffset] skips a test
+// when that cannot work: the library is missing (a failure when
+// STAMPEDE_REQUIRE_REDIS=1), or the redis-server cannot run under it, as
+// Debian's (its jemalloc recurses into clock_gettime); the builds of
+// ../shared/servers/build.sh, with libc malloc, can.
+//
 // # TLS and ACL users
 //
 // [WithTLS] starts a server that speaks TLS only (its plain-text port is
@@ -72,5 +106,9 @@
 // has its ACL users; a cluster is
 // ready once every node reports cluster_state:ok with all slots served, knows
 // every other node, and every replica is attached to its master. Both are
-// polled every few milliseconds up to a deadline.
+// polled every few milliseconds up to a deadline. A Sentinel topology is
+// ready, and a failover over, once every answering Sentinel names the same
+// master with no failover in progress on any of them (a Sentinel that lost
+// an election could otherwise still promote another replica), and that node
+// answers as a master.
 package redistest

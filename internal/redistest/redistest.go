@@ -82,6 +82,9 @@ type config struct {
 	tls   tlsMode
 	users []user // ACL users created at every start
 
+	env      []string      // extra environment of the process ("NAME=value")
+	sentinel *sentinelConf // non-nil for a Sentinel process
+
 	// pickPorts returns n free ports; tests replace it to provoke bind failures.
 	pickPorts func(n int) ([]int, error)
 }
@@ -102,6 +105,12 @@ func WithArgs(args ...string) Option {
 // authenticates with it.
 func WithPassword(pw string) Option {
 	return func(c *config) { c.password = pw }
+}
+
+// WithEnv adds "NAME=value" entries to the server's environment (after this
+// process's own), for example to preload a library. See [WithClockOffset].
+func WithEnv(kv ...string) Option {
+	return func(c *config) { c.env = append(c.env, kv...) }
 }
 
 func newConfig(opts []Option) config {

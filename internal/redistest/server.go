@@ -267,6 +267,9 @@ func freePorts(n int) ([]int, error) {
 
 // args returns redis-server's command line.
 func (s *Server) args() []string {
+	if s.cfg.sentinel != nil {
+		return s.sentinelArgs()
+	}
 	var a []string
 	if s.tlsConf != nil {
 		a = s.tlsArgs()
@@ -314,9 +317,18 @@ func (s *Server) launch() error {
 	if err != nil {
 		return err
 	}
+	if s.cfg.sentinel != nil {
+		if err := s.writeSentinelConf(); err != nil {
+			out.Close()
+			return err
+		}
+	}
 	mark := s.logMark()
 	cmd := exec.Command(bin, s.args()...)
 	cmd.Dir = s.Dir
+	if len(s.cfg.env) > 0 {
+		cmd.Env = append(os.Environ(), s.cfg.env...)
+	}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = sysProcAttr()
 	err = cmd.Start()
@@ -342,6 +354,12 @@ func (s *Server) launch() error {
 	if err := s.applyUsers(s.allUsers()); err != nil {
 		_ = p.end(sigKill, false)
 		return fmt.Errorf("redis-server on %s: %w", s.Addr, err)
+	}
+	if s.cfg.sentinel != nil {
+		if err := s.applySentinelDebug(); err != nil {
+			_ = p.end(sigKill, false)
+			return fmt.Errorf("redis-server --sentinel on %s: %w", s.Addr, err)
+		}
 	}
 	s.proc, s.frozen = p, false
 	return nil
