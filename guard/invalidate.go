@@ -2,7 +2,13 @@ package guard
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stampede-go/stampede/internal/hashtag"
 
 	"github.com/stampede-go/stampede/scripts"
 )
@@ -25,10 +31,80 @@ func (g *Group) Invalidate(ctx context.Context, key string) error {
 func (g *Group) invalidate(ctx context.Context, nm names) error {
 	rctx, cancel := context.WithTimeout(ctx, g.opts.RedisTimeout)
 	defer cancel()
-	if err := scripts.GuardInvalidate().Run(rctx, g.rdb, nm.keys, g.keepArg, nm.entry).Err(); err != nil {
+	if err := scripts.GuardInvalidate().Run(rctx, g.rdb, nm.keys[:5], g.keepArg, nm.entry).Err(); err != nil {
 		g.redisFailed("invalidate", err)
 		return fmt.Errorf("guard: invalidate: %w", err)
 	}
 	g.br.success()
 	return nil
+}
+
+// InvalidateTag deletes, everywhere, the value of every key of the Group
+// that holds the Redis Cluster hash tag tag (a key "{tag}..." or "...{tag}..."
+// whose first non-empty tag is tag), as Invalidate does for one key: the
+// entries, their refreshes in flight (their fills are rejected) and this
+// process's local copies; callers waiting for a fill of any of them load
+// anew. A load of any key of the tag whose lease was taken before the call
+// (even of a key never stored yet) stores nothing. It costs two round trips
+// (the tag's member set is read, then every member is dropped in one
+// script), more if a key of the tag is filled meanwhile.
+//
+// The keys of a tag are those filled since its last invalidation: each
+// fill adds its key to the tag's member set, in the same round trip. The
+// HTTP middleware keys every variant of one URL under one tag, so that an
+// unsafe request (RFC 9111 §4.4) drops them all.
+func (g *Group) InvalidateTag(ctx context.Context, tag string) error {
+	switch {
+	case tag == "" || strings.Contains(tag, "}"):
+		return fmt.Errorf("guard: invalid hash tag %q (not empty, no '}')", tag)
+	case len(tag) > MaxKeyBytes:
+		return fmt.Errorf("guard: tag of %d bytes exceeds MaxKeyBytes (%d)", len(tag), MaxKeyBytes)
+	}
+	if err := g.check(ctx, "{"+tag+"}", noLoad); err != nil {
+		return err
+	}
+	g.dropLocalTag(tag)
+	members, inv := g.tagNames(tag)
+	rctx, cancel := context.WithTimeout(ctx, g.opts.RedisTimeout)
+	defer cancel()
+	for range 8 {
+		entries, err := g.rdb.SMembers(rctx, members).Result()
+		if err != nil && !redis.HasErrorPrefix(err, "WRONGTYPE") {
+			g.redisFailed("invalidate", err)
+			return fmt.Errorf("guard: invalidate tag: %w", err)
+		}
+		keys := make([]string, 0, 2+5*len(entries))
+		keys = append(keys, members, inv)
+		for _, e := range entries {
+			keys = append(keys, e, e+":lease", e+":fence", e+":w", e+":inv")
+		}
+		n, err := scripts.GuardInvalidateTag().Run(rctx, g.rdb, keys, g.keepArg).Int64Slice()
+		if err != nil {
+			g.redisFailed("invalidate", err)
+			return fmt.Errorf("guard: invalidate tag: %w", err)
+		}
+		g.br.success()
+		if len(n) == 1 && n[0] >= 0 {
+			return nil
+		}
+	}
+	return errors.New("guard: invalidate tag: its keys kept being filled; try again")
+}
+
+// dropLocalTag drops this process's local copies and hints of the keys of
+// tag.
+func (g *Group) dropLocalTag(tag string) {
+	of := func(key string) bool { t, ok := hashtag.Tag(key); return ok && t == tag }
+	for _, k := range g.hints.c.Keys() {
+		if of(k) {
+			g.hints.c.Remove(k)
+		}
+	}
+	if g.loc != nil {
+		for _, k := range g.loc.Keys() {
+			if of(k) {
+				g.loc.Remove(k)
+			}
+		}
+	}
 }

@@ -11,7 +11,9 @@ import (
 type names struct {
 	user  string // the caller's key
 	entry string
-	keys  []string // entry, lease, fence, waiters, inv
+	// keys: entry, lease, fence, waiters, inv; for a key that holds a
+	// hash tag of its own, then the tag's names (tagNames).
+	keys []string
 }
 
 func (g *Group) names(key string) names {
@@ -20,7 +22,21 @@ func (g *Group) names(key string) names {
 	all := b + b + ":lease" + b + ":fence" + b + ":w" + b + ":inv"
 	n := len(b)
 	lease, fence, w := n+n+6, n+n+6+n+6, n+n+6+n+6+n+2
-	return names{user: key, entry: all[:n], keys: []string{all[:n], all[n:lease], all[lease:fence], all[fence:w], all[w:]}}
+	keys := []string{all[:n], all[n:lease], all[lease:fence], all[fence:w], all[w:]}
+	if tag, ok := hashtag.Tag(key); ok {
+		tk, ti := g.tagNames(tag)
+		keys = append(keys, tk, ti)
+	}
+	return names{user: key, entry: all[:n], keys: keys}
+}
+
+// tagNames are the names of hash tag tag (see InvalidateTag): the set of
+// the entries of its keys that were filled, and the Redis time (µs) of its
+// last invalidation. They hash to the tag's slot, and no key's names end
+// so (a tagged key's names continue with "/" after the tag).
+func (g *Group) tagNames(tag string) (members, inv string) {
+	b := hashtag.Base(g.opts.Namespace, tag)
+	return b + ":tkeys", b + ":tinv"
 }
 
 // ms is scriptarg.Millis, short for the many script arguments of this package.

@@ -6,6 +6,10 @@
 -- KEYS[3] fence key   (counter of the key's fences; read, and minted into by a fence-0 write)
 -- KEYS[4] waiters key (set of the notification channels of callers waiting for a fill)
 -- KEYS[5] invalidation key (string: the fence minted by the last invalidation)
+-- KEYS[6] optional, for a key that holds a hash tag of its own: the tag's
+--         member set (the entry names of its keys that were written)
+-- KEYS[7] with KEYS[6]: the tag's invalidation key (string: the Redis time
+--         in microseconds of its last invalidation, guard_invalidate_tag.lua)
 -- ARGV[1] fence of the caller (decimal)
 -- ARGV[2] payload
 -- ARGV[3] fresh window in milliseconds (0 to 10^15)
@@ -50,6 +54,12 @@
 -- their fills are rejected. Whether or not it wrote, the script settles the
 -- caller's lease and wakes the waiters.
 --
+-- With a tag (KEYS[6], KEYS[7]), a write is also rejected when the tag was
+-- invalidated after the caller's lease was minted (its fence, floored by
+-- the Redis clock in microseconds, is below the invalidation's time), or,
+-- for fence 0, at all within the fence retention; a written entry joins
+-- the tag's member set, which lives as long as its longest-lived member.
+--
 -- A value of another type under the invalidation or lease name was not
 -- written by the guard (every guard write there is a string, every lease has
 -- a TTL): it is dropped, like a corrupt entry, and reported, so one foreign
@@ -64,6 +74,7 @@
 -- to, foreign the names ("inv", "lease", joined by ",") whose foreign values
 -- were dropped, or "".
 local entry, lease, fence, waiters, inv = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local tkeys, tinv = KEYS[6], KEYS[7]
 local mine, payload = ARGV[1], ARGV[2]
 local fresh, stale, loadus = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local flags, mode, hold, msg = ARGV[6], ARGV[7], tonumber(ARGV[8]), ARGV[9]
@@ -137,6 +148,12 @@ elseif mode ~= '-' then
   if gen and less(mine, gen) then
     ok = false
   end
+  if ok and tinv then
+    local t = redis.pcall('GET', tinv)
+    if type(t) == 'string' and (mine == '0' or less(mine, t)) then
+      ok = false
+    end
+  end
   if ok and mine ~= '0' then
     local cur = redis.call('GET', fence)
     if cur and less(mine, cur) then
@@ -176,6 +193,16 @@ elseif mode ~= '-' then
       now + fresh, now + fresh + stale, now, loadus, f, flags)
     redis.call('SET', entry, header .. payload .. (tail or ''), 'PX', string.format('%d', fresh + stale))
     written = 1
+  end
+end
+if written == 1 and tkeys then
+  if redis.call('TYPE', tkeys).ok ~= 'set' and redis.call('EXISTS', tkeys) == 1 then
+    redis.call('DEL', tkeys)
+    table.insert(foreign, 'tkeys')
+  end
+  redis.call('SADD', tkeys, entry)
+  if redis.call('PTTL', tkeys) < fresh + stale then
+    redis.call('PEXPIRE', tkeys, string.format('%d', fresh + stale))
   end
 end
 

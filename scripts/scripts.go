@@ -38,11 +38,12 @@ const (
 // preludes lists, for each script that needs any, the preludes put in front
 // of it, in order.
 var preludes = map[string][]string{
-	"lock_fence.lua":       {fenceLib},
-	"guard_read.lua":       {fenceLib, guardLib},
-	"guard_fill.lua":       {fenceLib, guardLib},
-	"guard_invalidate.lua": {fenceLib, guardLib},
-	"guard_lease.lua":      {guardLib},
+	"lock_fence.lua":           {fenceLib},
+	"guard_read.lua":           {fenceLib, guardLib},
+	"guard_fill.lua":           {fenceLib, guardLib},
+	"guard_invalidate.lua":     {fenceLib, guardLib},
+	"guard_invalidate_tag.lua": {fenceLib, guardLib},
+	"guard_lease.lua":          {guardLib},
 }
 
 func isPrelude(name string) bool { return strings.HasSuffix(name, "_lib.lua") }
@@ -69,10 +70,11 @@ var (
 	lockRefreshScript = load("lock_refresh.lua")
 	lockTTLScript     = load("lock_ttl.lua")
 
-	guardReadScript       = load("guard_read.lua")
-	guardFillScript       = load("guard_fill.lua")
-	guardLeaseScript      = load("guard_lease.lua")
-	guardInvalidateScript = load("guard_invalidate.lua")
+	guardReadScript          = load("guard_read.lua")
+	guardFillScript          = load("guard_fill.lua")
+	guardLeaseScript         = load("guard_lease.lua")
+	guardInvalidateScript    = load("guard_invalidate.lua")
+	guardInvalidateTagScript = load("guard_invalidate_tag.lua")
 )
 
 // Lock scripts, used by package lock.
@@ -113,6 +115,10 @@ func GuardLease() *redis.Script { return guardLeaseScript }
 // GuardInvalidate drops an entry and fences out refreshes in flight; see
 // guard_invalidate.lua.
 func GuardInvalidate() *redis.Script { return guardInvalidateScript }
+
+// GuardInvalidateTag drops the entries of every key of one hash tag and
+// fences out their refreshes in flight; see guard_invalidate_tag.lua.
+func GuardInvalidateTag() *redis.Script { return guardInvalidateTagScript }
 
 // All returns every embedded script by file name (without ".lua"), each
 // with its preludes, for tools and tests that load them all into a server.

@@ -63,7 +63,7 @@ func TestAccessors(t *testing.T) {
 		"lock_acquire": LockAcquire(), "lock_fence": LockFence(), "lock_release": LockRelease(),
 		"lock_refresh": LockRefresh(), "lock_ttl": LockTTL(),
 		"guard_read": GuardRead(), "guard_fill": GuardFill(), "guard_lease": GuardLease(),
-		"guard_invalidate": GuardInvalidate(),
+		"guard_invalidate": GuardInvalidate(), "guard_invalidate_tag": GuardInvalidateTag(),
 	} {
 		if all[name] == nil || all[name].Hash() != s.Hash() {
 			t.Errorf("%s: accessor and All() disagree", name)
