@@ -29,6 +29,7 @@ var adapter = conformance.Adapter{
 			NotStored:          cfg.NotStored,
 		}))
 		e.Any("/*", echo.WrapHandler(origin))
+		e.Add("M-SEARCH", "/*", echo.WrapHandler(origin)) // an unknown method (RFC 9111 §4.4)
 		return e
 	},
 	Plain: func(origin http.Handler) http.Handler {

@@ -112,6 +112,16 @@ func MiddlewareWithConfig(g *guard.Group, cfg Config) echo.MiddlewareFunc {
 				return next(c)
 			}
 			r := c.Request()
+			if inv := eng.Unsafe(r); inv != nil {
+				// RFC 9111 §4.4: invalidated before the status goes out.
+				res := c.Response()
+				res.Before(func() { inv(res.Status, res.Header()) })
+				err := next(c)
+				if err == nil && !res.Committed {
+					inv(http.StatusOK, res.Header())
+				}
+				return err
+			}
 			// Snapshot what a detached run needs: c goes back to echo's
 			// pool when this request ends, possibly before the run.
 			vals, ok := values(c)

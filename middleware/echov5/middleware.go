@@ -111,6 +111,23 @@ func MiddlewareWithConfig(g *guard.Group, cfg Config) echo.MiddlewareFunc {
 			if r.Context().Value(detachedKey{}) == eng || cfg.Skipper(c) {
 				return next(c)
 			}
+			if inv := eng.Unsafe(r); inv != nil {
+				// RFC 9111 §4.4: invalidated before the status goes out.
+				res, rerr := echo.UnwrapResponse(c.Response())
+				if rerr != nil {
+					err := next(c)
+					if err == nil {
+						inv(http.StatusOK, c.Response().Header())
+					}
+					return err
+				}
+				res.Before(func() { inv(res.Status, res.Header()) })
+				err := next(c)
+				if err == nil && !res.Committed {
+					inv(http.StatusOK, res.Header())
+				}
+				return err
+			}
 			// A run may be detached from this request and outlive it,
 			// while c goes back to echo's pool. Echo v5 keeps the route's
 			// handler on the pooled context, out of reach of a context of

@@ -29,6 +29,7 @@ var adapter = conformance.Adapter{
 			NotStored:          cfg.NotStored,
 		}))
 		r.Any("/*path", gin.WrapH(origin))
+		r.NoRoute(gin.WrapH(origin)) // methods gin does not route (M-SEARCH: RFC 9111 §4.4)
 		return r
 	},
 	Plain: func(origin http.Handler) http.Handler {

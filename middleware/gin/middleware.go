@@ -101,6 +101,15 @@ func Middleware(g *guard.Group, cfg Config) gin.HandlerFunc {
 			return
 		}
 		r := c.Request
+		if inv := eng.Unsafe(r); inv != nil {
+			// RFC 9111 §4.4: invalidated before the status goes out.
+			uw := &unsafeWriter{ResponseWriter: c.Writer, before: inv}
+			c.Writer = uw
+			c.Next()
+			c.Writer = uw.ResponseWriter
+			uw.header()
+			return
+		}
 		// A run may outlive this request, and c goes back to gin's pool
 		// when the request ends: the run gets a copy, taken now (for the
 		// methods that may share: the others never run detached).

@@ -85,3 +85,39 @@ func (w *writer) Pusher() http.Pusher { return nil }
 
 // Unwrap lets http.ResponseController reach the engine's writer.
 func (w *writer) Unwrap() http.ResponseWriter { return w.w }
+
+// unsafeWriter is the gin.ResponseWriter of an unsafe request: it hands
+// the response's status and fields to the engine's invalidation just
+// before gin writes the status line (WriteHeaderNow, which every write
+// and Flush go through), or when the chain ends without writing.
+type unsafeWriter struct {
+	gin.ResponseWriter
+	before func(status int, h http.Header)
+	done   bool
+}
+
+func (w *unsafeWriter) header() {
+	if !w.done {
+		w.done = true
+		w.before(w.Status(), w.Header())
+	}
+}
+
+func (w *unsafeWriter) WriteHeaderNow() { w.header(); w.ResponseWriter.WriteHeaderNow() }
+
+func (w *unsafeWriter) Write(b []byte) (int, error) {
+	w.header()
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *unsafeWriter) WriteString(s string) (int, error) {
+	w.header()
+	return w.ResponseWriter.WriteString(s)
+}
+
+func (w *unsafeWriter) Flush() { w.header(); w.ResponseWriter.Flush() }
+
+func (w *unsafeWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	w.done = true
+	return w.ResponseWriter.Hijack()
+}

@@ -106,6 +106,13 @@ func Middleware(g *guard.Group, cfg Config) func(http.Handler) http.Handler {
 			return nil
 		}
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if inv := eng.Unsafe(r); inv != nil {
+				// RFC 9111 §4.4: invalidated before the status goes out.
+				uw := &httpcache.UnsafeWriter{ResponseWriter: w, Before: inv}
+				_ = eng.Serve(uw, r, nil, run)
+				uw.Finish()
+				return
+			}
 			err := eng.Serve(w, r, nil, run)
 			if err == nil {
 				return

@@ -55,6 +55,9 @@ func RFC9111(t *testing.T, a Adapter) {
 			t.Run("coalescing/revalidation, three servers", func(t *testing.T) { coalesceRevalidation(t, a, rdb) })
 		})
 	}
+	for _, top := range topologies {
+		t.Run(top.name+"/invalidation, three servers", func(t *testing.T) { invalidationAcrossServers(t, a, top) })
+	}
 	t.Logf("rfc9111: %d rows, %d sections, on %d topologies", len(rows), len(sections), len(topologies))
 }
 
@@ -96,6 +99,7 @@ func byCount(replies ...reply) originFunc {
 // step is one client request and what it must get.
 type step struct {
 	method     string   // default GET
+	path       string   // default /r
 	header     []string // request fields, name, value pairs
 	status     int      // default 200
 	body       *string  // nil: not checked
@@ -186,6 +190,7 @@ func rfcRows() []rfcRow {
 		rfcRow{"§1.2.2", "huge Age is capped, stale on arrival", nil, always(200, "a", "Cache-Control", "max-age=3600", "Age", "99999999999999999999"),
 			[]step{{origin: 1}, {origin: 2}}},
 	)
+	add(invalidationRows()...)
 	// Conditional requests answered from the store (RFC 9110 §13), in
 	// every configuration.
 	for _, cfg := range []struct {
@@ -471,7 +476,7 @@ func (row rfcRow) run(t *testing.T, a Adapter, rdb redis.UniversalClient) {
 	base := front(t, a, g, cfg, origin, nil)
 	for i, st := range row.steps {
 		method := cmpOr(st.method, http.MethodGet)
-		req, err := http.NewRequest(method, base+"/r", nil)
+		req, err := http.NewRequest(method, base+cmpOr(st.path, "/r"), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,10 +10,11 @@ import (
 	"strings"
 )
 
-// keyVersion prefixes every derived key; bump it when the derivation
-// changes, so old entries are never read under new rules. h2: the exact
-// Host, the request target as sent, the forwarding headers.
-const keyVersion = "h2:"
+// keyVersion follows the URL's hash tag in every derived key; bump it when
+// the derivation changes, so old entries are never read under new rules.
+// h3: keys carry their URL's hash tag (below); h2 had the exact Host, the
+// request target as sent, the forwarding headers.
+const keyVersion = "h3:"
 
 // userKeyPrefix prefixes keys made by a custom key func, so they never meet
 // a derived key.
@@ -23,19 +24,55 @@ const userKeyPrefix = "hu:"
 // Host, method (HEAD counts as GET), request target, canonical query, the
 // values of headers (canonical names, sorted, no duplicates) and of the
 // forwarding headers ([ForwardingHeaders]), each length-prefixed, hashed
-// with SHA-256.
+// with SHA-256, under the hash tag of r's URL (see urlTag).
 func DeriveKey(r *http.Request, headers []string) string {
 	return deriveKey(r, headers, true)
 }
 
+// Key lengths: the URL tag (16 bytes of SHA-256, base64) in braces, the
+// version, then the whole input's SHA-256 in base64.
+const (
+	tagLen = 22
+	keyLen = 1 + tagLen + 1 + len(keyVersion) + 43
+)
+
 func deriveKey(r *http.Request, headers []string, forwarding bool) string {
 	var stack [512]byte
+	var out [keyLen]byte
+	out[0], out[1+tagLen] = '{', '}'
+	u := appendURLInput(stack[:0], r.TLS != nil, r.Host, r.URL)
+	usum := sha256.Sum256(u)
+	base64.RawURLEncoding.Encode(out[1:1+tagLen], usum[:16])
 	b := appendKeyInput(stack[:0], r, headers, forwarding)
 	sum := sha256.Sum256(b)
-	var out [len(keyVersion) + 43]byte
-	copy(out[:], keyVersion)
-	base64.RawURLEncoding.Encode(out[len(keyVersion):], sum[:])
+	copy(out[2+tagLen:], keyVersion)
+	base64.RawURLEncoding.Encode(out[2+tagLen+len(keyVersion):], sum[:])
 	return string(out[:])
+}
+
+// urlTag is the hash tag every key of one URL carries (its variants by
+// KeyHeaders, forwarding headers and Vary included), so that an unsafe
+// request drops them all at once (guard.Group.InvalidateTag): 16 bytes of
+// the SHA-256 of the scheme, Host, request target and canonical query,
+// base64.
+func urlTag(tls bool, host string, u *url.URL) string {
+	var stack [512]byte
+	sum := sha256.Sum256(appendURLInput(stack[:0], tls, host, u))
+	return base64.RawURLEncoding.EncodeToString(sum[:16])
+}
+
+// appendURLInput appends what names a URL, unambiguously: the scheme, the
+// Host, the request target as sent and the canonical query.
+func appendURLInput(b []byte, tls bool, host string, u *url.URL) []byte {
+	b = append(b, 3) // input format version
+	if tls {
+		b = appendStr(b, "https")
+	} else {
+		b = appendStr(b, "http")
+	}
+	b = appendStr(b, host)
+	b = appendTarget(b, u)
+	return appendQuery(b, u.RawQuery)
 }
 
 // appendKeyInput appends the unambiguous encoding hashed by DeriveKey:

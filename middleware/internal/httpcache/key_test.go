@@ -3,6 +3,7 @@ package httpcache
 import (
 	"bytes"
 	"crypto/tls"
+	"github.com/stampede-go/stampede/internal/hashtag"
 	"net/http"
 	"net/url"
 	"slices"
@@ -99,8 +100,22 @@ func FuzzKey(f *testing.F) {
 
 func TestKeyFormat(t *testing.T) {
 	k := DeriveKey(request("a", "/a", false, ""), nil)
-	if !strings.HasPrefix(k, "h2:") || len(k) != 3+43 {
-		t.Fatalf("key %q: want h2: and 43 base64 characters", k)
+	tag, ok := hashtag.Tag(k)
+	if !ok || len(tag) != 22 || !strings.HasPrefix(k, "{"+tag+"}h3:") || len(k) != 2+22+3+43 {
+		t.Fatalf("key %q: want {22 base64 characters}h3: and 43 base64 characters", k)
+	}
+	// Every key of one URL carries its tag, whatever else it holds.
+	lang := request("a", "/a", false, "")
+	lang.Header.Set("Accept-Language", "de")
+	fwd := request("a", "/a", false, "")
+	fwd.Header.Set("X-Forwarded-Host", "b")
+	for _, other := range []string{DeriveKey(lang, []string{"Accept-Language"}), DeriveKey(fwd, nil)} {
+		if t2, _ := hashtag.Tag(other); other == k || t2 != tag {
+			t.Errorf("key %q of the same URL: want another key under tag %q", other, tag)
+		}
+	}
+	if t3, _ := hashtag.Tag(DeriveKey(request("a", "/b", false, ""), nil)); t3 == tag {
+		t.Error("two URLs under one tag")
 	}
 	head := request("a", "/a", false, "")
 	head.Method = http.MethodHead
@@ -171,7 +186,7 @@ func TestDeriveKeyFields(t *testing.T) {
 		}
 	})
 	t.Run("versioned hash", func(t *testing.T) {
-		if !strings.HasPrefix(want, keyVersion) || len(want) != len(keyVersion)+43 || strings.Contains(want, "a.example") {
+		if !strings.Contains(want, "}"+keyVersion) || len(want) != keyLen || strings.Contains(want, "a.example") {
 			t.Errorf("key %q: want %q then a base64 SHA-256, no request text", want, keyVersion)
 		}
 	})

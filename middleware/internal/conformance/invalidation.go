@@ -1,0 +1,136 @@
+package conformance
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stampede-go/stampede/guard"
+	"github.com/stampede-go/stampede/internal/redistest"
+)
+
+// byMethod answers a GET (or HEAD) with a fresh response whose body is
+// the origin's request count, and any other method with unsafe, adding
+// loc to it.
+func byMethod(unsafe int, loc ...string) originFunc {
+	return func(n int, r *http.Request) reply {
+		if r.Method == http.MethodGet || r.Method == http.MethodHead {
+			return reply{200, []string{"Cache-Control", "max-age=3600", "Vary", "Accept-Language"}, fmt.Sprint("get ", n)}
+		}
+		return reply{unsafe, loc, "done"}
+	}
+}
+
+// invalidationRows: RFC 9111 §4.4, in the strict and the zero Config.
+func invalidationRows() []rfcRow {
+	var rows []rfcRow
+	hit := []string{"Cache-Status", "stampede; hit"}
+	for _, c := range []struct {
+		name string
+		cfg  *Config
+	}{{"strict", nil}, {"zero Config", &Config{}}} {
+		for _, m := range []string{"POST", "PUT", "DELETE", "PATCH", "M-SEARCH"} {
+			rows = append(rows, rfcRow{"§4.4", c.name + ": a 2xx to " + m + " invalidates the target URI", c.cfg, byMethod(200),
+				[]step{{body: text("get 1"), origin: 1}, {body: text("get 1"), origin: 1, want: hit},
+					{method: m, body: text("done"), origin: 2}, {body: text("get 3"), origin: 3}}})
+		}
+		rows = append(rows,
+			rfcRow{"§4.4", c.name + ": a 3xx to POST invalidates", c.cfg, byMethod(303, "Location", "/elsewhere"),
+				[]step{{origin: 1}, {method: "POST", status: 303, origin: 2}, {body: text("get 3"), origin: 3}}},
+			rfcRow{"§4.4", c.name + ": an error (500) to POST invalidates nothing", c.cfg, byMethod(500),
+				[]step{{origin: 1}, {method: "POST", status: 500, origin: 2}, {body: text("get 1"), origin: 2, want: hit}}},
+			rfcRow{"§4.4", c.name + ": an error (404) to DELETE invalidates nothing", c.cfg, byMethod(404),
+				[]step{{origin: 1}, {method: "DELETE", status: 404, origin: 2}, {body: text("get 1"), origin: 2, want: hit}}},
+			rfcRow{"§4.4", c.name + ": every Vary variant of the target URI", c.cfg, byMethod(204),
+				[]step{{header: []string{"Accept-Language", "en"}, body: text("get 1"), origin: 1},
+					{header: []string{"Accept-Language", "de"}, body: text("get 2"), origin: 2},
+					{header: []string{"Accept-Language", "de"}, origin: 2, want: hit},
+					{method: "POST", status: 204, origin: 3},
+					{header: []string{"Accept-Language", "en"}, body: text("get 4"), origin: 4},
+					{header: []string{"Accept-Language", "de"}, body: text("get 5"), origin: 5}}},
+			rfcRow{"§4.4", c.name + ": Location of the same origin", c.cfg, byMethod(201, "Location", "/r2"),
+				[]step{{path: "/r2", body: text("get 1"), origin: 1}, {path: "/r2", origin: 1, want: hit},
+					{method: "POST", status: 201, origin: 2}, {path: "/r2", body: text("get 3"), origin: 3}}},
+			rfcRow{"§4.4", c.name + ": Content-Location of the same origin, absolute", c.cfg, byMethod(200, "Content-Location", "http://cache.example/r2?x=1"),
+				[]step{{path: "/r2?x=1", body: text("get 1"), origin: 1}, {method: "PUT", origin: 2}, {path: "/r2?x=1", body: text("get 3"), origin: 3}}},
+			rfcRow{"§4.4", c.name + ": Location of another origin invalidates nothing there", c.cfg, byMethod(201, "Location", "http://other.example/r2"),
+				[]step{{path: "/r2", body: text("get 1"), origin: 1}, {method: "POST", status: 201, origin: 2},
+					{path: "/r2", body: text("get 1"), origin: 2, want: hit}}},
+		)
+	}
+	rows = append(rows, rfcRow{"§4.4", "KeyHeaders: every keyed value of the target URI", &Config{KeyHeaders: []string{"X-Tenant"}}, byMethod(200),
+		[]step{{header: []string{"X-Tenant", "a"}, body: text("get 1"), origin: 1},
+			{header: []string{"X-Tenant", "b"}, body: text("get 2"), origin: 2},
+			{method: "POST", origin: 3},
+			{header: []string{"X-Tenant", "a"}, body: text("get 4"), origin: 4},
+			{header: []string{"X-Tenant", "b"}, body: text("get 5"), origin: 5}}})
+	return rows
+}
+
+// invalidationAcrossServers: a POST through one of three servers (three
+// Groups on one Redis), and the next GET on each of the other two is a
+// miss, for every Vary variant; a failed POST invalidates nothing.
+func invalidationAcrossServers(t *testing.T, a Adapter, top topology) {
+	noLeaks(t)
+	var gets atomic.Int64
+	var fail atomic.Bool
+	origin := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet {
+			if fail.Load() {
+				w.WriteHeader(http.StatusInternalServerError)
+			}
+			return
+		}
+		w.Header().Set("Cache-Control", "max-age=3600")
+		w.Header().Set("Vary", "Accept-Language")
+		fmt.Fprint(w, "get ", gets.Add(1))
+	})
+	ns := redistest.Key(t) + ":"
+	var urls []string
+	for range 3 {
+		g := NewGroup(t, top.client(t), guard.Options{Namespace: ns})
+		urls = append(urls, quietServer(t, a.New(g, strict, origin)).URL)
+	}
+	do := func(base, method, lang string) (int, string, string) {
+		req, _ := http.NewRequest(method, base+"/users/42", nil)
+		req.Host = "shop.example"
+		req.Header.Set("Accept-Language", lang)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, string(b), resp.Header.Get("Cache-Status")
+	}
+	old := map[string]bool{}
+	for _, lang := range []string{"en", "de"} {
+		_, body, _ := do(urls[0], http.MethodGet, lang)
+		old[body] = true
+		for _, u := range urls[1:] {
+			if _, _, cs := do(u, http.MethodGet, lang); cs != "stampede; hit" {
+				t.Fatalf("%s before the POST: Cache-Status %q, want a hit", lang, cs)
+			}
+		}
+	}
+	fail.Store(true)
+	if st, _, _ := do(urls[0], http.MethodPost, "en"); st != 500 {
+		t.Fatalf("POST answered %d, want 500", st)
+	}
+	if _, _, cs := do(urls[1], http.MethodGet, "de"); cs != "stampede; hit" {
+		t.Errorf("after a failed POST: Cache-Status %q, want a hit", cs)
+	}
+	fail.Store(false)
+	if st, _, _ := do(urls[0], http.MethodPost, "en"); st != 200 {
+		t.Fatalf("POST answered %d, want 200", st)
+	}
+	for _, u := range urls[1:] {
+		for _, lang := range []string{"en", "de"} {
+			if _, body, _ := do(u, http.MethodGet, lang); old[body] {
+				t.Errorf("%s on another server after the POST: the old response %q", lang, body)
+			}
+		}
+	}
+}
