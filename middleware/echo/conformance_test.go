@@ -18,15 +18,18 @@ var adapter = conformance.Adapter{
 	New: func(g *guard.Group, cfg conformance.Config, origin http.Handler) http.Handler {
 		e := echo.New()
 		e.Use(guardecho.MiddlewareWithConfig(g, guardecho.Config{
-			KeyHeaders:         cfg.KeyHeaders,
-			MaxBodyBytes:       cfg.MaxBodyBytes,
-			Statuses:           cfg.Statuses,
-			HonorClientNoCache: cfg.HonorClientNoCache,
-			UpstreamWindows:    cfg.UpstreamWindows,
-			RequireFreshness:   cfg.RequireFreshness,
-			UnkeyedForwarding:  cfg.UnkeyedForwarding,
-			PassFor:            cfg.PassFor,
-			NotStored:          cfg.NotStored,
+			KeyHeaders:           cfg.KeyHeaders,
+			MaxBodyBytes:         cfg.MaxBodyBytes,
+			Statuses:             cfg.Statuses,
+			HonorClientNoCache:   cfg.HonorClientNoCache,
+			UpstreamWindows:      cfg.UpstreamWindows,
+			RequireFreshness:     cfg.RequireFreshness,
+			UnkeyedForwarding:    cfg.UnkeyedForwarding,
+			PassFor:              cfg.PassFor,
+			NotStored:            cfg.NotStored,
+			TargetedCacheControl: cfg.TargetedCacheControl,
+			HeuristicFreshness:   cfg.HeuristicFreshness,
+			StoreSetCookie:       cfg.StoreSetCookie,
 		}))
 		e.Any("/*", echo.WrapHandler(origin))
 		e.Add("M-SEARCH", "/*", echo.WrapHandler(origin)) // an unknown method (RFC 9111 §4.4)

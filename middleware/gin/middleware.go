@@ -75,6 +75,26 @@ type Config struct {
 	// private, too large, a header field the store could not read back
 	// exactly...). It must be quick and must not block. Default: none.
 	NotStored func(r *http.Request, why string)
+
+	// TargetedCacheControl lists the targeted cache-control fields (RFC
+	// 9213) that rule this cache, over Cache-Control and Expires: the
+	// first one present with a valid value decides, and none of them is
+	// forwarded to clients. Default: CDN-Cache-Control with
+	// UpstreamWindows, none without. An empty, non-nil list turns them off.
+	TargetedCacheControl []string
+
+	// HeuristicFreshness lets UpstreamWindows store a response that states
+	// no freshness but has a Last-Modified, for a tenth of the time since
+	// then, at most a day (RFC 9111 §4.2.2), if its status is
+	// heuristically cacheable. Never with RequireFreshness. Default: false.
+	HeuristicFreshness bool
+
+	// StoreSetCookie stores and shares responses that carry Set-Cookie,
+	// the cookie with them: every client then gets the cookie first set
+	// for another. RFC 9111 allows it; turn it on only for cookies that
+	// are the same for everyone (a consent banner's, say). Default: false
+	// (such a response is never shared).
+	StoreSetCookie bool
 }
 
 // ForwardingHeaders returns the request headers keyed by default, unless
@@ -85,15 +105,18 @@ func ForwardingHeaders() []string { return httpcache.ForwardingHeaders() }
 // It panics when g is nil.
 func Middleware(g *guard.Group, cfg Config) gin.HandlerFunc {
 	eng := httpcache.New(g, httpcache.Options{
-		KeyHeaders:         cfg.KeyHeaders,
-		MaxBodyBytes:       cfg.MaxBodyBytes,
-		Statuses:           cfg.Statuses,
-		HonorClientNoCache: cfg.HonorClientNoCache,
-		UpstreamWindows:    cfg.UpstreamWindows,
-		RequireFreshness:   cfg.RequireFreshness,
-		UnkeyedForwarding:  cfg.UnkeyedForwarding,
-		PassFor:            cfg.PassFor,
-		NotStored:          cfg.NotStored,
+		KeyHeaders:           cfg.KeyHeaders,
+		MaxBodyBytes:         cfg.MaxBodyBytes,
+		Statuses:             cfg.Statuses,
+		HonorClientNoCache:   cfg.HonorClientNoCache,
+		UpstreamWindows:      cfg.UpstreamWindows,
+		RequireFreshness:     cfg.RequireFreshness,
+		UnkeyedForwarding:    cfg.UnkeyedForwarding,
+		PassFor:              cfg.PassFor,
+		NotStored:            cfg.NotStored,
+		TargetedCacheControl: cfg.TargetedCacheControl,
+		HeuristicFreshness:   cfg.HeuristicFreshness,
+		StoreSetCookie:       cfg.StoreSetCookie,
 	})
 	return func(c *gin.Context) {
 		if cfg.Skipper != nil && cfg.Skipper(c) {

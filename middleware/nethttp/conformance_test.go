@@ -15,15 +15,18 @@ var adapter = conformance.Adapter{
 	Name: "nethttp",
 	New: func(g *guard.Group, cfg conformance.Config, origin http.Handler) http.Handler {
 		return guardhttp.Middleware(g, guardhttp.Config{
-			KeyHeaders:         cfg.KeyHeaders,
-			MaxBodyBytes:       cfg.MaxBodyBytes,
-			Statuses:           cfg.Statuses,
-			HonorClientNoCache: cfg.HonorClientNoCache,
-			UpstreamWindows:    cfg.UpstreamWindows,
-			RequireFreshness:   cfg.RequireFreshness,
-			UnkeyedForwarding:  cfg.UnkeyedForwarding,
-			PassFor:            cfg.PassFor,
-			NotStored:          cfg.NotStored,
+			KeyHeaders:           cfg.KeyHeaders,
+			MaxBodyBytes:         cfg.MaxBodyBytes,
+			Statuses:             cfg.Statuses,
+			HonorClientNoCache:   cfg.HonorClientNoCache,
+			UpstreamWindows:      cfg.UpstreamWindows,
+			RequireFreshness:     cfg.RequireFreshness,
+			UnkeyedForwarding:    cfg.UnkeyedForwarding,
+			PassFor:              cfg.PassFor,
+			NotStored:            cfg.NotStored,
+			TargetedCacheControl: cfg.TargetedCacheControl,
+			HeuristicFreshness:   cfg.HeuristicFreshness,
+			StoreSetCookie:       cfg.StoreSetCookie,
 		})(origin)
 	},
 }

@@ -27,9 +27,13 @@ type Config struct {
 	// UnkeyedForwarding leaves the forwarding headers out of the key (the
 	// adapters' Config field of the same name).
 	UnkeyedForwarding bool
-	// PassFor and NotStored are the adapters' fields of the same names.
-	PassFor   time.Duration
-	NotStored func(r *http.Request, why string)
+	// PassFor, NotStored, TargetedCacheControl, HeuristicFreshness and
+	// StoreSetCookie are the adapters' fields of the same names.
+	PassFor              time.Duration
+	NotStored            func(r *http.Request, why string)
+	TargetedCacheControl []string
+	HeuristicFreshness   bool
+	StoreSetCookie       bool
 }
 
 // Adapter puts one framework's middleware in front of an origin.

@@ -112,7 +112,10 @@ func (c *call) load(ctx context.Context) (val []byte, err error) {
 	if cw.unshared {
 		return c.pass(cw, cw.why)
 	}
-	return c.store(ctx, cw, responseFreshness(cw.snap, sent, cw.received))
+	cc, targeted := c.e.responseCC(cw.snap)
+	f := responseFreshness(cw.snap, cc, targeted, sent, cw.received)
+	f.status = cw.status
+	return c.store(ctx, cw, f)
 }
 
 // run calls the handler on a detached copy of the request, asking

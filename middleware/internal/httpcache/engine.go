@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/stampede-go/stampede/guard"
@@ -31,6 +33,17 @@ type Options struct {
 	// NotStored, if set, is called when a response that was complete and
 	// not a failure is not stored, with why.
 	NotStored func(r *http.Request, why string)
+	// TargetedCacheControl lists the targeted fields (RFC 9213) that rule
+	// this cache, first present first: nil means CDN-Cache-Control with
+	// UpstreamWindows and none without; an empty list, none.
+	TargetedCacheControl []string
+	// HeuristicFreshness lets UpstreamWindows give a response without
+	// explicit freshness a tenth of the time since its Last-Modified, at
+	// most a day (RFC 9111 §4.2.2); never with RequireFreshness.
+	HeuristicFreshness bool
+	// StoreSetCookie stores and shares responses that carry Set-Cookie,
+	// the cookie with them.
+	StoreSetCookie bool
 }
 
 // DefaultPassFor is how long a URL is marked pass by default.
@@ -46,17 +59,20 @@ var DefaultStatuses = []int{200, 203, 204, 300, 301, 308, 404, 405, 410, 414}
 // Engine serves requests through a guard.Group. It is safe for concurrent
 // use.
 type Engine struct {
-	g           *guard.Group
-	keyHeaders  []string
-	keyFunc     func(*http.Request) string
-	maxBody     int
-	statuses    [600]bool
-	honorClient bool
-	forwarding  bool // forwarding headers are keyed
-	upstream    bool // the response's Cache-Control sets its windows
-	strict      bool // only responses with explicit freshness are stored
-	passFor     time.Duration
-	notStored   func(*http.Request, string)
+	g            *guard.Group
+	keyHeaders   []string
+	keyFunc      func(*http.Request) string
+	maxBody      int
+	statuses     [600]bool
+	honorClient  bool
+	forwarding   bool // forwarding headers are keyed
+	upstream     bool // the response's Cache-Control sets its windows
+	strict       bool // only responses with explicit freshness are stored
+	passFor      time.Duration
+	notStored    func(*http.Request, string)
+	targets      []string // targeted Cache-Control fields, canonical
+	heuristic    bool
+	storeCookies bool
 }
 
 // New returns an Engine for g; it panics on a nil g (a programming error).
@@ -87,6 +103,18 @@ func New(g *guard.Group, o Options) *Engine {
 		}
 	}
 	e.upstream, e.strict = o.UpstreamWindows, o.RequireFreshness
+	e.heuristic, e.storeCookies = o.HeuristicFreshness, o.StoreSetCookie
+	switch {
+	case o.TargetedCacheControl != nil:
+		// In the order given: the first present rules.
+		for _, n := range o.TargetedCacheControl {
+			if n = http.CanonicalHeaderKey(strings.TrimSpace(n)); n != "" && !slices.Contains(e.targets, n) {
+				e.targets = append(e.targets, n)
+			}
+		}
+	case o.UpstreamWindows:
+		e.targets = []string{"Cdn-Cache-Control"}
+	}
 	switch e.passFor, e.notStored = o.PassFor, o.NotStored; {
 	case e.passFor == 0:
 		e.passFor = DefaultPassFor
@@ -290,6 +318,10 @@ func (e *Engine) write(w http.ResponseWriter, r *http.Request, sr *storedRespons
 	dst := w.Header()
 	for _, f := range sr.fields {
 		dst[f.name] = f.vals
+	}
+	for _, name := range e.targets {
+		// A targeted field is this cache's: not forwarded (RFC 9213).
+		delete(dst, name)
 	}
 	noSniff(dst)
 	// The room decodeResponse left: no allocation per field.

@@ -140,12 +140,80 @@ type freshness struct {
 	noServeStale bool
 	noCache      bool // revalidated before each use (§5.2.2.4)
 	validator    bool // ETag or Last-Modified: revalidation is possible
+	// heuristic: the lifetime §4.2.2 allows from Last-Modified, 0 without
+	// one; used only where Config.HeuristicFreshness allows.
+	heuristic time.Duration
+	status    int
 }
 
-// responseFreshness reads h, received at respTime for a request sent at
-// reqTime.
-func responseFreshness(h http.Header, reqTime, respTime time.Time) freshness {
-	cc := parseCacheControl(h["Cache-Control"])
+// responseCC returns the directives that rule this cache's use of a
+// response with fields h: those of the first field of the target list
+// (RFC 9213: CDN-Cache-Control...) with a valid, non-empty value, and then
+// targeted is true (Cache-Control and Expires are then ignored); else
+// Cache-Control's.
+func (e *Engine) responseCC(h http.Header) (cc cacheControl, targeted bool) {
+	for _, name := range e.targets {
+		if vals := h[name]; len(vals) > 0 {
+			if cc, ok := parseTargeted(vals); ok {
+				return cc, true
+			}
+		}
+	}
+	return parseCacheControl(h["Cache-Control"]), false
+}
+
+// parseTargeted parses a targeted field (RFC 9213 §2.1: a Structured
+// Fields dictionary with Cache-Control's directives); ok is false for an
+// empty or invalid one, which does not count.
+func parseTargeted(vals []string) (cacheControl, bool) {
+	joined := strings.TrimSpace(strings.Join(vals, ","))
+	if joined == "" {
+		return cacheControl{}, false
+	}
+	for d := range strings.SplitSeq(joined, ",") {
+		name, arg, hasArg := strings.Cut(strings.TrimSpace(d), "=")
+		if !validKey(name) || (hasArg && arg == "") {
+			return cacheControl{}, false
+		}
+	}
+	return parseCacheControl(vals), true
+}
+
+// validKey reports an RFC 8941 key: lowercase letter or '*', then
+// lowercase letters, digits, '_', '-', '.', '*'.
+func validKey(k string) bool {
+	if k == "" || !(k[0] == '*' || 'a' <= k[0] && k[0] <= 'z') {
+		return false
+	}
+	for i := 1; i < len(k); i++ {
+		c := k[i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || strings.IndexByte("_-.*", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// explicitFreshness reports a response that states its freshness: cc's
+// s-maxage or max-age, or (cc not targeted) an Expires field.
+func explicitFreshness(cc cacheControl, targeted bool, h http.Header) bool {
+	return cc.sMaxAge >= 0 || cc.maxAge >= 0 || (!targeted && len(h["Expires"]) > 0)
+}
+
+// heuristicStatus holds RFC 9110 §15.1's heuristically cacheable statuses.
+var heuristicStatus = map[int]bool{200: true, 203: true, 204: true, 206: true, 300: true, 301: true,
+	308: true, 404: true, 405: true, 410: true, 414: true, 501: true}
+
+// Heuristic freshness (RFC 9111 §4.2.2): a fraction of the time since
+// Last-Modified, at most a day.
+const (
+	heuristicFraction = 10
+	heuristicMax      = 24 * time.Hour
+)
+
+// responseFreshness reads h, whose ruling directives are cc (responseCC),
+// received at respTime for a request sent at reqTime.
+func responseFreshness(h http.Header, cc cacheControl, targeted bool, reqTime, respTime time.Time) freshness {
 	f := freshness{
 		noServeStale: cc.mustRevalidate || cc.proxyRevalidate || cc.sMaxAge >= 0,
 		noCache:      cc.noCache,
@@ -160,12 +228,15 @@ func responseFreshness(h http.Header, reqTime, respTime time.Time) freshness {
 		f.explicit, f.lifetime = true, time.Duration(cc.sMaxAge)*time.Second
 	case cc.maxAge >= 0:
 		f.explicit, f.lifetime = true, time.Duration(cc.maxAge)*time.Second
-	case len(h["Expires"]) > 0:
+	case !targeted && len(h["Expires"]) > 0:
 		// An invalid date, "0" above all, is in the past (§5.3).
 		f.explicit = true
 		if exp, ok := httpDate(h["Expires"]); ok && exp.After(date) {
 			f.lifetime = exp.Sub(date)
 		}
+	}
+	if lm, ok := httpDate(h["Last-Modified"]); ok && date.After(lm) {
+		f.heuristic = min(date.Sub(lm)/heuristicFraction, heuristicMax).Truncate(time.Second)
 	}
 	// §4.2.3: the age the response already had when it arrived.
 	apparent := max(respTime.Sub(date), 0)
@@ -211,6 +282,10 @@ func (p placement) windows() guard.Windows {
 func (e *Engine) place(f freshness) placement {
 	if !e.upstream && !e.strict {
 		return placement{}
+	}
+	if !f.explicit && e.heuristic && !e.strict && !f.noCache && f.heuristic > 0 && heuristicStatus[f.status] {
+		// §4.2.2: as if it had said max-age, a share of its age.
+		f.explicit, f.lifetime = true, f.heuristic
 	}
 	if !f.explicit {
 		switch {

@@ -55,7 +55,10 @@ func TestPlace(t *testing.T) {
 	}
 	for _, row := range rows {
 		t.Run(row.name, func(t *testing.T) {
-			got := row.e.place(responseFreshness(row.h, now, now))
+			cc, targeted := row.e.responseCC(row.h)
+			f := responseFreshness(row.h, cc, targeted, now, now)
+			f.status = 200
+			got := row.e.place(f)
 			if got != row.want {
 				t.Errorf("got %+v, want %+v", got, row.want)
 			}

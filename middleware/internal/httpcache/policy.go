@@ -40,14 +40,23 @@ func clientNoCache(h http.Header) bool {
 
 // shareable reports whether a response with this status and header may be
 // stored and served to other clients.
+//
+// A status outside Config.Statuses is shared only where the response's own
+// windows rule (UpstreamWindows) and it states its freshness explicitly:
+// the origin itself marked it storable (RFC 9111 §3), a 5xx included; it
+// is never inferred. A partial response (206) is never stored, nor is a
+// 304 (a revalidation merges it).
 func (e *Engine) shareable(status int, h http.Header) bool {
-	if status < 200 || status > 599 || status >= 500 || status == http.StatusPartialContent || !e.statuses[status] {
+	if status < 200 || status > 599 || status == http.StatusPartialContent || status == http.StatusNotModified {
 		return false
 	}
-	if len(h["Set-Cookie"]) > 0 {
+	cc, targeted := e.responseCC(h)
+	if !e.statuses[status] && !(e.upstream && explicitFreshness(cc, targeted, h)) {
 		return false
 	}
-	cc := parseCacheControl(h["Cache-Control"])
+	if len(h["Set-Cookie"]) > 0 && !e.storeCookies {
+		return false
+	}
 	if cc.private || cc.noStore {
 		return false
 	}

@@ -33,14 +33,14 @@ const (
 
 var errCorruptResponse = errors.New("httpcache: corrupt stored response")
 
-// skipStored are never stored: hop-by-hop fields, fields the engine sets
-// when serving, and Set-Cookie (a response carrying it is never shared;
-// dropping it too is belt and braces).
+// skipStored are never stored: hop-by-hop fields and the fields the engine
+// sets when serving. (Set-Cookie is stored only with StoreSetCookie: a
+// response carrying it is not shared otherwise.)
 var skipStored = map[string]bool{
 	"Connection": true, "Keep-Alive": true, "Proxy-Connection": true,
 	"Proxy-Authenticate": true, "Proxy-Authorization": true, "Te": true,
 	"Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
-	"Set-Cookie": true, "Age": true, "Cache-Status": true, "Content-Length": true,
+	"Age": true, "Cache-Status": true, "Content-Length": true,
 }
 
 // storedHeader reports whether name is stored; conn holds the names listed
@@ -151,21 +151,21 @@ func appendHead(b []byte, status int, initialAge int64, h http.Header, bodyLen i
 	for _, v := range h["Connection"] {
 		conn = append(conn, strings.Split(v, ",")...)
 	}
-	n := 0
+	// In name order: the same response always encodes alike.
+	names := make([]string, 0, len(h))
 	for k, vs := range h {
 		if storedHeader(http.CanonicalHeaderKey(k), conn) && len(vs) > 0 {
-			n++
+			names = append(names, k)
 		}
 	}
+	slices.Sort(names)
 	b = append(b, entryMagic...)
 	b = append(b, entryVersion)
 	b = binary.AppendUvarint(b, uint64(status))
 	b = binary.AppendUvarint(b, uint64(initialAge))
-	b = binary.AppendUvarint(b, uint64(n))
-	for k, vs := range h {
-		if !storedHeader(http.CanonicalHeaderKey(k), conn) || len(vs) == 0 {
-			continue
-		}
+	b = binary.AppendUvarint(b, uint64(len(names)))
+	for _, k := range names {
+		vs := h[k]
 		b = appendStr(b, k)
 		b = binary.AppendUvarint(b, uint64(len(vs)))
 		for _, v := range vs {

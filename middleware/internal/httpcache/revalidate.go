@@ -60,8 +60,10 @@ func keepRecord(ctx context.Context) ([]byte, error) {
 // revalidated merges the handler's 304 into old (§4.3.4) and answers the
 // guard with the new head; old's body is not sent again.
 func (c *call) revalidated(ctx context.Context, cw *capture, old *storedResponse, sent time.Time) ([]byte, error) {
-	h := updatedHeader(old.header(), cw.snap)
-	f := responseFreshness(h, sent, cw.received)
+	h := updatedHeader(old.header(), cw.snap, c.e.storeCookies)
+	cc, targeted := c.e.responseCC(h)
+	f := responseFreshness(h, cc, targeted, sent, cw.received)
+	f.status = old.status
 	p := c.e.place(f)
 	names, star := c.e.varyNames(h)
 	if p.reason == "" && (!c.e.shareable(old.status, h) || star || (c.vary != nil && !slices.Equal(names, c.vary)) || (c.vary == nil && len(names) > 0)) {
@@ -84,14 +86,14 @@ func (c *call) revalidated(ctx context.Context, cw *capture, old *storedResponse
 // updatedHeader is stored updated by the fields of a 304 (RFC 9111 §3.2):
 // each replaces the stored field of its name, except the fields never
 // stored and Content-Length (the body is the stored one).
-func updatedHeader(stored, fresh http.Header) http.Header {
+func updatedHeader(stored, fresh http.Header, cookies bool) http.Header {
 	h := stored // a copy already (storedResponse.header)
 	var conn []string
 	for _, v := range fresh["Connection"] {
 		conn = append(conn, strings.Split(v, ",")...)
 	}
 	for k, v := range fresh {
-		if k == "Content-Length" || k == "Content-Range" || !storedHeader(k, conn) || len(v) == 0 {
+		if k == "Content-Length" || k == "Content-Range" || (k == "Set-Cookie" && !cookies) || !storedHeader(k, conn) || len(v) == 0 {
 			continue
 		}
 		h[k] = v

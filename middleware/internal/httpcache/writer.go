@@ -161,7 +161,8 @@ func (cw *capture) stream() {
 // §3.3 never lets an incomplete response pass for a complete one).
 func (cw *capture) failure() string {
 	switch {
-	case cw.status >= 500:
+	case cw.status >= 500 && !cw.c.e.shareable(cw.status, cw.snap):
+		// (A 5xx its origin marked storable is an answer, not a failure.)
 		return "server error"
 	case cw.declared >= 0 && cw.written != cw.declared && bodyAllowed(cw.status):
 		return "incomplete body"
@@ -216,6 +217,9 @@ func (cw *capture) writeHeader(w http.ResponseWriter) {
 	}
 	if !cw.streaming || cw.sniffAt >= 0 {
 		noSniff(dst)
+	}
+	for _, name := range cw.c.e.targets {
+		delete(dst, name) // this cache's: not forwarded (RFC 9213)
 	}
 	dst["Cache-Status"] = []string{cachestatus.NotStored(cw.why)}
 	w.WriteHeader(cw.status)
