@@ -192,6 +192,7 @@ func rfcRows() []rfcRow {
 	)
 	add(invalidationRows()...)
 	add(statusRows()...)
+	add(rangeRows()...)
 	// Conditional requests answered from the store (RFC 9110 §13), in
 	// every configuration.
 	for _, cfg := range []struct {

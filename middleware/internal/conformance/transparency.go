@@ -747,6 +747,19 @@ func revalidated(f tAnswer, reval map[bool]tAnswer) []tAnswer {
 
 // matches reports whether got is f served to r from the cache.
 func matches(r tRequest, got, f tAnswer) bool {
+	if r.Range && f.status == http.StatusOK {
+		// bytes=0-3 from a stored 200 (RFC 9110 §14): its first four
+		// bytes as a 206, or the whole response; net/http's ServeContent
+		// adds Accept-Ranges.
+		switch {
+		case got.status == http.StatusPartialContent:
+			return len(f.body) > 0 && got.body == f.body[:min(4, len(f.body))] && got.header.Get("Content-Range") != ""
+		case got.status == http.StatusRequestedRangeNotSatisfiable:
+			return f.body == ""
+		case got.status == http.StatusOK:
+			return got.body == f.body
+		}
+	}
 	switch want := precondition(r, f); {
 	case r.Method == http.MethodHead:
 		return got.status == f.status && got.body == "" && sameHeader(got.header, f.header)

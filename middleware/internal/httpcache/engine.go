@@ -179,6 +179,9 @@ func (e *Engine) serve(w http.ResponseWriter, r *http.Request, key string, direc
 	if r.Method == http.MethodHead || (e.honorClient && onlyIfCached(r.Header)) {
 		return e.peek(w, r, key, direct, h)
 	}
+	if len(r.Header["Range"]) > 0 {
+		return e.serveRange(w, r, key, direct, h)
+	}
 	return e.serveCall(w, r, &call{e: e, key: key, w: w, r: r, h: h}, direct, again)
 }
 
@@ -187,6 +190,21 @@ func (e *Engine) serve(w http.ResponseWriter, r *http.Request, key string, direc
 // §9.3.2: it is not turned into a GET to fill the entry), and a client's
 // only-if-cached (RFC 9111 §5.2.1.7: 504 when nothing is stored).
 func (e *Engine) peek(w http.ResponseWriter, r *http.Request, key string, direct func() error, h Handler) error {
+	if sr, res, ok := e.stored(r, key); ok {
+		e.write(w, r, &sr, res, cachestatus.Of(res.Status))
+		return nil
+	}
+	w.Header().Set("Cache-Status", cachestatus.Miss)
+	if r.Method != http.MethodHead {
+		return &StatusError{Code: http.StatusGatewayTimeout, Err: errNotStored}
+	}
+	return runDirect(direct, h, w, r)
+}
+
+// stored returns the response stored for r under key (its variant, when
+// the key holds a vary record), if there is one r may be served, reading
+// it only: no load, no lease, no wait.
+func (e *Engine) stored(r *http.Request, key string) (storedResponse, guard.Result, bool) {
 	ctx := r.Context()
 	res, err := e.g.Peek(ctx, key)
 	if err == nil && isRecord(res.Value) {
@@ -195,17 +213,11 @@ func (e *Engine) peek(w http.ResponseWriter, r *http.Request, key string, direct
 			res, err = e.g.Peek(ctx, variantKey(key, rec, r))
 		}
 	}
-	if err == nil {
-		if sr, derr := decodeResponse(res.Value); derr == nil && e.usable(r, &sr, res) {
-			e.write(w, r, &sr, res, cachestatus.Of(res.Status))
-			return nil
-		}
+	if err != nil {
+		return storedResponse{}, res, false
 	}
-	w.Header().Set("Cache-Status", cachestatus.Miss)
-	if r.Method != http.MethodHead {
-		return &StatusError{Code: http.StatusGatewayTimeout, Err: errNotStored}
-	}
-	return runDirect(direct, h, w, r)
+	sr, derr := decodeResponse(res.Value)
+	return sr, res, derr == nil && e.usable(r, &sr, res)
 }
 
 var errNotStored = errors.New("httpcache: only-if-cached, and nothing usable is stored")

@@ -18,8 +18,6 @@ func (e *Engine) bypass(r *http.Request) string {
 		return "credentials"
 	case hasMethodOverride(h):
 		return "method override"
-	case len(h["Range"]) > 0:
-		return "range"
 	case len(h["Upgrade"]) > 0 || headerHasToken(h["Connection"], "upgrade"):
 		return "upgrade"
 	case headerContains(h["Accept"], "text/event-stream"):
