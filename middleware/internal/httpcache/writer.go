@@ -44,8 +44,12 @@ type capture struct {
 func (cw *capture) Header() http.Header { return cw.header }
 
 func (cw *capture) WriteHeader(code int) {
-	if cw.wroteHeader || code < 200 {
-		return // informational responses are not forwarded
+	if cw.wroteHeader {
+		return
+	}
+	if code < 200 {
+		cw.interim(code)
+		return
 	}
 	cw.wroteHeader, cw.status, cw.received = true, code, time.Now()
 	cw.snap = canonical(cw.header)
@@ -60,6 +64,38 @@ func (cw *capture) WriteHeader(code int) {
 	if !cw.c.e.shareable(code, cw.snap) {
 		cw.unshare("response not shareable")
 	}
+}
+
+// interim relays an informational response (103 Early Hints, say) to the
+// client whose request the load answers, when it still waits, with the
+// fields set so far, as net/http sends them: straight to the writer under
+// the framework's, which may take a 1xx for the final status (echo). It is
+// never stored, nor replayed to anyone else. 101 is not relayed: a
+// protocol switch is the handler's to make on its own request (Upgrade
+// requests are not shared).
+func (cw *capture) interim(code int) {
+	if code == http.StatusSwitchingProtocols || code < 100 {
+		return
+	}
+	c := cw.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.w == nil {
+		return
+	}
+	w := c.w
+	for {
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			break
+		}
+		w = u.Unwrap()
+	}
+	dst := w.Header()
+	for k, v := range cw.header {
+		dst[k] = v
+	}
+	w.WriteHeader(code)
 }
 
 // canonical returns a copy of h under canonical names, as the rules read
