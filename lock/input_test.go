@@ -179,23 +179,42 @@ func checkStillHeld(t *testing.T, rdb redis.UniversalClient, c *Client, key stri
 }
 
 // TestConstructorsPanicOnProgrammerErrors: the constructors' bad input is a
-// programming error, reported by a panic at construction time.
+// programming error, reported by a panic at construction time with a
+// message that starts with "lock: " and names the problem.
 func TestConstructorsPanicOnProgrammerErrors(t *testing.T) {
-	for name, f := range map[string]func(){
-		"nil client":         func() { New(nil, Options{}) },
-		"no redlock clients": func() { NewRedlock(nil, Options{}) },
-		"nil redlock client": func() { NewRedlock([]redis.UniversalClient{nil}, Options{}) },
-		"brace in prefix":    func() { New(redis.NewClient(&redis.Options{}), Options{Prefix: "a{"}) },
-		"bad drift":          func() { New(redis.NewClient(&redis.Options{}), Options{DriftFactor: 2}) },
-		"negative duration":  func() { New(redis.NewClient(&redis.Options{}), Options{HandoffTimeout: -1}) },
+	ok := func() *redis.Client { return redis.NewClient(&redis.Options{ContextTimeoutEnabled: true}) }
+	noTimeouts := redis.NewClient(&redis.Options{})
+	for name, tc := range map[string]struct {
+		f    func()
+		want string
+	}{
+		"nil client":                     {func() { New(nil, Options{}) }, "nil Redis client"},
+		"typed nil client":               {func() { New((*redis.Client)(nil), Options{}) }, "nil Redis client"},
+		"typed nil cluster client":       {func() { New((*redis.ClusterClient)(nil), Options{}) }, "nil Redis client"},
+		"client without context timeout": {func() { New(noTimeouts, Options{}) }, "ContextTimeoutEnabled"},
+		"cluster client without context timeout": {func() {
+			New(redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}}), Options{})
+		}, "ContextTimeoutEnabled"},
+		"ring without context timeout": {func() {
+			New(redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}}), Options{})
+		}, "ContextTimeoutEnabled"},
+		"no redlock clients":         {func() { NewRedlock(nil, Options{}) }, "no Redis clients"},
+		"nil redlock client":         {func() { NewRedlock([]redis.UniversalClient{nil}, Options{}) }, "nil Redis client at index 0"},
+		"typed nil redlock client":   {func() { NewRedlock([]redis.UniversalClient{ok(), (*redis.Client)(nil)}, Options{}) }, "nil Redis client at index 1"},
+		"redlock client w/o timeout": {func() { NewRedlock([]redis.UniversalClient{ok(), noTimeouts}, Options{}) }, "ContextTimeoutEnabled"},
+		"brace in prefix":            {func() { New(ok(), Options{Prefix: "a{"}) }, "Prefix"},
+		"bad drift":                  {func() { New(ok(), Options{DriftFactor: 2}) }, "DriftFactor"},
+		"negative duration":          {func() { New(ok(), Options{HandoffTimeout: -1}) }, "negative duration"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			defer func() {
-				if recover() == nil {
-					t.Fatal("no panic")
+				r := recover()
+				msg, _ := r.(string)
+				if r == nil || !strings.HasPrefix(msg, "lock: ") || !strings.Contains(msg, tc.want) {
+					t.Fatalf("panic %#v, want a message starting with \"lock: \" naming %q", r, tc.want)
 				}
 			}()
-			f()
+			tc.f()
 		})
 	}
 }
