@@ -16,7 +16,8 @@ type Lock struct {
 	c        *Client
 	key      string
 	nm       names
-	token    string
+	id       string // what the scripts know it by: the token, or the hold's id
+	token    string // Token: the token, or the reentrant owner
 	mode     string // "t" token lock, "r" reentrant
 	holds    int64
 	obtained time.Time
@@ -32,6 +33,7 @@ type Lock struct {
 
 	lost     chan struct{}
 	lostOnce sync.Once
+	lostAt   time.Time // when lost was closed by a loss; read after <-lost
 
 	wdStop, wdDone chan struct{} // nil without AutoRenew
 	wdCancel       context.CancelFunc
@@ -42,14 +44,17 @@ type Lock struct {
 // reentrant lock.
 func (l *Lock) Token() string { return l.token }
 
-// Holds returns how many holds the owner had right after this acquisition:
-// always 1 for a token lock.
+// Holds returns how many live holds the owner had right after this
+// acquisition, this one included: always 1 for a token lock.
 func (l *Lock) Holds() int64 { return l.holds }
 
 // Lost returns a channel that is closed when this handle no longer holds the
-// lock: the watchdog found it gone, its lease ran out without renewal, a
-// Refresh or Release found it taken, or it was released. Work protected by
-// the lock should stop when it closes.
+// lock (for a reentrant hold: when this hold no longer keeps other owners
+// out): its lease, as far as this process can know it, ran out without
+// renewal; the watchdog, Refresh, TTL or Fence found it gone; or it was
+// released. It closes no later than the lock could pass to another owner,
+// barring data lost by Redis (a restart without persistence, a failover).
+// Work protected by the lock should stop when it closes.
 func (l *Lock) Lost() <-chan struct{} {
 	l.mu.Lock()
 	l.armLocked()
@@ -68,22 +73,28 @@ func (l *Lock) armLocked() {
 	}
 }
 
-// extend records a renewal that keeps the lease valid until until, unless
-// the handle is already known lost.
+// extend records a renewal, made by a call that started before the lease
+// was known to have run out, that keeps the lease valid until until. A
+// lease that ran out in between stays lost: the timer may have fired.
 func (l *Lock) extend(until time.Time) {
-	if l.isLost() {
+	l.mu.Lock()
+	if l.released || !time.Now().Before(l.validUntil) || isClosed(l.lost) {
+		l.mu.Unlock()
+		l.isLost() // marks it lost if the timer has not yet
 		return
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	l.validUntil = until
 	if l.expiry != nil {
 		l.expiry.Reset(time.Until(until))
 	}
+	l.mu.Unlock()
 }
 
 func (l *Lock) closeLost(lost bool) {
 	l.lostOnce.Do(func() {
+		if lost {
+			l.lostAt = time.Now()
+		}
 		if h := l.c.opts.Hooks.Lost; lost && h != nil {
 			h(l.key)
 		}
@@ -92,6 +103,15 @@ func (l *Lock) closeLost(lost bool) {
 }
 
 func (l *Lock) markLost() { l.closeLost(true) }
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
 
 func (l *Lock) isReleased() bool {
 	l.mu.Lock()
@@ -135,7 +155,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	released, failures := l.releaseEverywhere(ctx)
 	if released < l.c.quorum && released+len(failures) >= l.c.quorum {
 		// Unknown outcome: the caller may retry Release.
-		return fmt.Errorf("lock: release: %w", errors.Join(failures...))
+		return opError("release", ctx, errors.Join(failures...))
 	}
 	l.mu.Lock()
 	l.released = true
@@ -168,11 +188,11 @@ func (l *Lock) releaseEverywhere(ctx context.Context) (released int, failures []
 	if len(l.c.nodes) == 1 {
 		// Inline, without fanout's closure and result slices: the
 		// uncontended lock is this package's hot path.
-		count(l.c.releaseRun(ctx, l.c.nodes[0], l.nm, l.token, l.mode))
+		count(l.c.releaseRun(ctx, l.c.nodes[0], l.nm, l.id, l.mode))
 		return released, failures
 	}
 	replies, errs := fanout(ctx, l.c.nodes, l.c.opts.CleanupTimeout, func(ctx context.Context, n *node) (int64, error) {
-		return l.c.releaseRun(ctx, n, l.nm, l.token, l.mode)
+		return l.c.releaseRun(ctx, n, l.nm, l.id, l.mode)
 	})
 	for i, r := range replies {
 		count(r, errs[i])
@@ -180,14 +200,16 @@ func (l *Lock) releaseEverywhere(ctx context.Context) (released int, failures []
 	return released, failures
 }
 
-// Refresh sets the lease of a held lock to ttl from now. It returns
-// ErrNotHeld, changing nothing, when the lock is no longer ours.
+// Refresh sets the lease of a held lock (of this hold, for a reentrant
+// lock) to ttl from now; ttl may be shorter than the lease left, but not
+// below MinTTL. It returns ErrNotHeld, changing nothing, when the lock is
+// no longer ours.
 func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if ctx == nil {
 		return errors.New("lock: nil context")
 	}
-	if ttl < time.Millisecond {
-		return fmt.Errorf("lock: ttl %v is below 1ms", ttl)
+	if err := validateTTL(ttl); err != nil {
+		return err
 	}
 	l.mu.Lock()
 	released := l.released
@@ -208,7 +230,7 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration) error {
 	start := time.Now()
 	keys := []string{l.nm.lock, l.nm.fence()}
 	replies, errs := fanout(ctx, l.c.nodes, l.c.nodeTimeout(ttl), func(ctx context.Context, n *node) (int64, error) {
-		return scripts.LockRefresh().Run(ctx, n.rdb, keys, l.token, ms(ttl), ms(l.c.opts.FenceRetention)).Int64()
+		return scripts.LockRefresh().Run(ctx, n.rdb, keys, l.id, ms(ttl), ms(l.c.opts.FenceRetention)).Int64()
 	})
 	held, notHeld, failures := 0, 0, []error(nil)
 	for i, r := range replies {
@@ -230,23 +252,24 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration) error {
 		l.markLost()
 		return ErrNotHeld
 	case len(failures) > 0:
-		return fmt.Errorf("lock: refresh: %w", errors.Join(failures...))
+		return opError("refresh", ctx, errors.Join(failures...))
 	default:
-		return errors.New("lock: refresh: lease too short for the time taken")
+		return fmt.Errorf("lock: refresh: the lease of %v ran out before Redis renewed it", ttl)
 	}
 }
 
-// TTL returns the remaining lease of a held lock as Redis sees it (the
-// smallest among the masters of a Redlock). It returns ErrNotHeld when the
-// lock is no longer ours.
+// TTL returns the remaining lease of a held lock (of this hold, for a
+// reentrant lock) as Redis sees it (the smallest among the masters of a
+// Redlock). It returns ErrNotHeld, and closes Lost, when the lock is no
+// longer ours.
 func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if ctx == nil {
 		return 0, errors.New("lock: nil context")
 	}
 	replies, errs := fanout(ctx, l.c.nodes, l.c.opts.CleanupTimeout, func(ctx context.Context, n *node) (int64, error) {
-		return scripts.LockTTL().Run(ctx, n.rdb, []string{l.nm.lock}, l.token).Int64()
+		return scripts.LockTTL().Run(ctx, n.rdb, []string{l.nm.lock}, l.id).Int64()
 	})
-	held := 0
+	held, notHeld := 0, 0
 	var ttl time.Duration
 	var failures []error
 	for i, r := range replies {
@@ -259,14 +282,17 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 				ttl = d
 			}
 			held++
+		default:
+			notHeld++
 		}
 	}
 	switch {
 	case held >= l.c.quorum:
 		return ttl, nil
-	case len(failures) > 0:
-		return 0, fmt.Errorf("lock: ttl: %w", errors.Join(failures...))
-	default:
+	case len(l.c.nodes)-notHeld < l.c.quorum:
+		l.markLost()
 		return 0, ErrNotHeld
+	default:
+		return 0, opError("ttl", ctx, errors.Join(failures...))
 	}
 }

@@ -92,8 +92,8 @@ func TestReentrant(t *testing.T) {
 			}
 			holds = append(holds, l)
 		}
-		if n, _ := rdb.HGet(ctx, c.names(key).lock, "job-1").Int(); n != 3 {
-			t.Fatalf("hash hold count = %d, want 3", n)
+		if owner, n := reentrantState(t, rdb, c, key); owner != "job-1" || n != 3 {
+			t.Fatalf("hash: owner %q with %d holds, want job-1 with 3", owner, n)
 		}
 		for i := 2; i >= 0; i-- {
 			if _, err := c.ObtainReentrant(ctx, key, "job-2", time.Minute); !errors.Is(err, ErrNotObtained) {
@@ -293,8 +293,8 @@ func TestReleaseTwiceKeepsNextHolder(t *testing.T) {
 		if err := inner.Release(ctx); !errors.Is(err, ErrNotHeld) {
 			t.Fatalf("second Release of one hold: got %v, want ErrNotHeld", err)
 		}
-		if n, err := rdb.HGet(ctx, c.names(key).lock, "job").Result(); err != nil || n != "1" {
-			t.Fatalf("holds left %q (%v), want outer's 1", n, err)
+		if owner, n := reentrantState(t, rdb, c, key); owner != "job" || n != 1 {
+			t.Fatalf("owner %q with %d holds left, want job with outer's 1", owner, n)
 		}
 		if err := outer.Release(ctx); err != nil {
 			t.Fatalf("outer Release: %v", err)

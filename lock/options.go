@@ -61,6 +61,12 @@ type Hooks struct {
 // MaxKeyBytes is the longest lock name accepted.
 const MaxKeyBytes = 64 << 10
 
+// MinTTL is the shortest lease Obtain, ObtainReentrant and Refresh accept.
+// A lock is known valid for ttl minus the time Redis took to answer minus
+// the drift allowance (ttl*DriftFactor + 2ms); a shorter lease leaves no
+// validity on most machines, so a free lock could never be obtained.
+const MinTTL = 10 * time.Millisecond
+
 const (
 	defaultPrefix         = "stampede:lock:"
 	defaultDriftFactor    = 0.01
