@@ -90,6 +90,19 @@ func (l *Lock) extend(until time.Time) {
 	l.mu.Unlock()
 }
 
+// shorten records that the lease may end as early as until, as it does
+// once a call that sets a shorter lease is sent.
+func (l *Lock) shorten(until time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if until.Before(l.validUntil) {
+		l.validUntil = until
+		if l.expiry != nil {
+			l.expiry.Reset(time.Until(until))
+		}
+	}
+}
+
 func (l *Lock) closeLost(lost bool) {
 	l.lostOnce.Do(func() {
 		if lost {
@@ -228,6 +241,10 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 
 func (l *Lock) refresh(ctx context.Context, ttl time.Duration) error {
 	start := time.Now()
+	// Redis may run the call and set the new lease however the call ends
+	// for the caller (a late reply, a timeout): from now on the lease is
+	// known valid only until the earlier of the old and the new ends.
+	l.shorten(start.Add(ttl - l.c.drift(ttl)))
 	keys := []string{l.nm.lock, l.nm.fence()}
 	replies, errs := fanout(ctx, l.c.nodes, l.c.nodeTimeout(ttl), func(ctx context.Context, n *node) (int64, error) {
 		return scripts.LockRefresh().Run(ctx, n.rdb, keys, l.id, ms(ttl), ms(l.c.opts.FenceRetention)).Int64()

@@ -318,3 +318,41 @@ func TestRedisDown(t *testing.T) {
 		t.Errorf("error %q does not say what failed", err)
 	}
 }
+
+// TestRefreshShorterWithLateReply: a Refresh to a shorter lease that Redis
+// ran but answered too late (paused past the new lease) has an unknown
+// outcome for the caller; the handle must then assume the shorter lease,
+// so that its Lost closes before another owner can be granted the lock.
+func TestRefreshShorterWithLateReply(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb, admin := srv.Client(t), srv.Client(t)
+	c, other := newTestClient(t, rdb, Options{}), newTestClient(t, srv.Client(t), Options{})
+	ctx := ctxT(t)
+	for _, reentrant := range []bool{false, true} {
+		key := redistest.Key(t)
+		var l *Lock
+		var err error
+		if reentrant {
+			l, err = c.ObtainReentrant(ctx, key, "job", 2*time.Second)
+		} else {
+			l, err = c.Obtain(ctx, key, 2*time.Second)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := admin.Do(ctx, "CLIENT", "PAUSE", 150, "ALL").Err(); err != nil {
+			t.Fatal(err)
+		}
+		// Runs after the pause, sets a 50ms lease, answers too late.
+		if err := l.Refresh(ctx, 50*time.Millisecond); err == nil {
+			t.Fatal("Refresh answered after its lease ran out succeeded")
+		}
+		var next *Lock
+		redistest.Eventually(t, 5*time.Second, "another owner to get the lock", func() bool {
+			next, err = other.Obtain(ctx, key, time.Minute)
+			return err == nil
+		})
+		waitClosed(t, l.Lost(), 100*time.Millisecond, "Lost of the handle whose shortened lease ran out")
+		_ = next.Release(ctx)
+	}
+}
