@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 
 	"github.com/stampede-go/stampede/internal/redistest"
 )
@@ -20,10 +21,12 @@ import (
 func TestStalledRedisIsNotBusy(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	c := newTestClient(t, rdb, Options{CleanupTimeout: 200 * time.Millisecond})
 	if err := rdb.Ping(ctxT(t)).Err(); err != nil {
 		t.Fatal(err)
 	}
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	c := New(rdb, Options{CleanupTimeout: 200 * time.Millisecond})
+	defer c.Close() // waits for the background releases; runs before the leak check
 	srv.Freeze(t)
 	for _, tc := range []struct {
 		name   string

@@ -41,7 +41,8 @@ type Lock struct {
 }
 
 // Token returns the random token of a token lock, or the owner id of a
-// reentrant lock.
+// reentrant lock (shared by all its holds; each hold also has a random id
+// of its own, which the handle keeps).
 func (l *Lock) Token() string { return l.token }
 
 // Holds returns how many live holds the owner had right after this
@@ -149,10 +150,12 @@ func (l *Lock) isLost() bool {
 	return expired
 }
 
-// Release releases the lock (one hold, for a reentrant lock) and wakes one
-// waiter. It stops the watchdog first and waits for it, so no renewal runs
+// Release releases the lock (this hold, for a reentrant lock: the lock is
+// free, and one waiter woken, once no hold of the owner lives) and closes
+// Lost. It stops the watchdog first and waits for it, so no renewal runs
 // after Release returns. It returns ErrNotHeld, changing nothing in Redis,
-// when the lock was no longer ours.
+// when the lock (the hold) was no longer ours: released before, or its
+// lease over.
 func (l *Lock) Release(ctx context.Context) error {
 	if ctx == nil {
 		return errors.New("lock: nil context")

@@ -37,7 +37,7 @@ func (c *Client) wait(ctx context.Context, r *request) (*Lock, error) {
 	case err != nil:
 		return nil, c.failed(ctx, r, a.id, queued, err)
 	case a.ok:
-		return c.newLock(r, a), nil
+		return c.won(r, a, queued), nil
 	}
 	if testHookAfterFirstAttempt != nil {
 		testHookAfterFirstAttempt()
@@ -84,12 +84,23 @@ func (c *Client) waitLoop(ctx context.Context, r *request, wake <-chan struct{},
 		case err != nil:
 			return nil, c.failed(ctx, r, a.id, true, err)
 		case a.ok:
-			return c.newLock(r, a), nil
+			return c.won(r, a, true), nil
 		default:
 			lastErr = nil // busy
 		}
 		retry = a.retry
 	}
+}
+
+// won returns the lock a waiter obtained. A Redlock waiter may still be
+// queued on masters that said busy, where a later release would reserve
+// the lock for it: it leaves those queues (and passes on such
+// reservations) in the background.
+func (c *Client) won(r *request, a attempt, queued bool) *Lock {
+	if queued && len(c.nodes) > 1 {
+		c.leaveQueue(r)
+	}
+	return c.newLock(r, a)
 }
 
 // pause waits for a wake-up, or for the fallback timer: a lock that expires

@@ -23,11 +23,12 @@
 --   ""           the owner's fencing number, once minted (lock_fence.lua)
 --
 -- A hold whose deadline has come is dead: it keeps nobody out and the
--- scripts that meet it delete it. The key expires (PEXPIREAT) at the latest
--- live deadline, so it is gone when the last hold ends, and with it the
--- owner's fencing number: the next owner mints a new one. A hash without an
--- owner field (not written by this script) is treated as held by someone
--- else, never pruned.
+-- scripts that meet it delete it. The key expires at the latest live
+-- deadline (set with PEXPIRE, relative to TIME: PEXPIREAT would need one
+-- ACL permission more), so it is gone when the last hold ends, and with it
+-- the owner's fencing number: the next owner mints a new one. A hash
+-- without an owner field (not written by this script) is treated as held
+-- by someone else, never pruned.
 --
 -- A queue member is "<#channel>:<channel><waiter>": the release that pops
 -- it knows where to publish and whom to reserve the lock for.
@@ -104,7 +105,7 @@ else
   end
   if kind == 'none' then
     redis.call('HSET', lock, 'owner', owner, 'hold:' .. id, string.format('%d', deadline))
-    redis.call('PEXPIREAT', lock, deadline)
+    redis.call('PEXPIRE', lock, ttl)
     return obtained(0, 1)
   end
   if kind == 'hash' and holder == owner then
@@ -112,7 +113,7 @@ else
     -- fencing number (if it has one yet). Setting the field again is what
     -- a retried call does: still one hold.
     redis.call('HSET', lock, 'hold:' .. id, string.format('%d', deadline))
-    redis.call('PEXPIREAT', lock, math.max(latest, deadline))
+    redis.call('PEXPIRE', lock, math.max(latest, deadline) - now)
     return obtained(fence, live + 1)
   end
 end

@@ -47,7 +47,7 @@ elseif kind == 'hash' then
     redis.call('HDEL', lock, unpack(dead))
   end
   redis.call('HSET', lock, 'hold:' .. id, string.format('%d', deadline))
-  redis.call('PEXPIREAT', lock, latest)
+  redis.call('PEXPIRE', lock, latest - now)
 else
   return 0
 end

@@ -4,7 +4,7 @@
 --
 -- KEYS[1] lock key (the layout of a reentrant lock is in lock_acquire.lua)
 -- KEYS[2] queue key (sorted set of waiters, score = wait deadline in Redis ms;
---         member "<#channel>:<channel><id>", see lock_acquire.lua)
+--         member "<#channel>:<channel><waiter>", see lock_acquire.lua)
 -- ARGV[1] id: the token (token lock), the hold's id (reentrant lock), or
 --         the waiter id the caller queued with (mode "l")
 -- ARGV[2] mode: "t" release a token lock, "r" release one hold of a
@@ -16,8 +16,8 @@
 -- ARGV[5] the caller's wake channel (mode "l" only; omitted otherwise)
 --
 -- Returns -1 when the caller does not hold the lock (nothing is changed,
--- except that a hand-off reservation made for the caller is passed on, and
--- mode "l" leaves the queue): a token lock with another token, a hold that
+-- except that mode "l" leaves the queue and passes on a hand-off
+-- reservation made for the waiter): a token lock with another token, a hold that
 -- was released or whose deadline has come. Returns 0 when the lock was
 -- released, and n > 0 when a reentrant lock still has n live holds of this
 -- owner; its key then expires at the latest of their deadlines.
@@ -78,10 +78,10 @@ if mode == 'l' then
   redis.call('ZREM', queue, #channel .. ':' .. channel .. token)
 end
 
-if v == 'stampede-handoff:' .. token then
-  -- A reservation for a caller that stopped waiting, or that got its lock
-  -- elsewhere (Redlock): pass it on rather than let it block everyone until
-  -- it expires.
+if mode == 'l' and v == 'stampede-handoff:' .. token then
+  -- A reservation for a waiter that stopped waiting, or that got its lock
+  -- on other masters (Redlock): pass it on rather than let it block
+  -- everyone until it expires.
   redis.call('DEL', lock)
   wake()
   return -1
@@ -114,7 +114,7 @@ elseif mode == 'r' then
   end
   if live > 0 then
     redis.call('HDEL', lock, unpack(dead))
-    redis.call('PEXPIREAT', lock, latest)
+    redis.call('PEXPIRE', lock, latest - now)
     return live
   end
 else
