@@ -17,7 +17,10 @@
 //     (Options.DriftFactor), measured from before the call, and Lost closes
 //     when that validity ends without a renewal, or when Redis reports the
 //     lock gone. A Refresh to a shorter lease counts from the moment it is
-//     sent, whatever becomes of the call. So Lost closes before the lock
+//     sent, whatever becomes of the call; and a Refresh that failed without
+//     a reply may still run in Redis later, after a Refresh that succeeded,
+//     so the handle trusts no later renewal for longer than the lease that
+//     call asked for. So Lost closes before the lock
 //     can pass to another owner, unless Redis itself loses data (a restart
 //     without persistence, a failover to a replica that missed the write).
 //   - Fencing: a holder's first Lock.Fence call mints a number larger than
@@ -140,8 +143,10 @@
 // no longer held by this handle (for a reentrant lock: this hold), and
 // close Lost; Fence then returns 0, which a resource that checks fences
 // refuses. Their other errors wrap the Redis error (and ctx.Err()); the
-// outcome is then unknown: Release may be retried, and after a failed
-// Refresh the handle trusts the shorter of its old and new leases.
+// outcome is then unknown: Release may be retried; after a failed Refresh
+// the handle trusts the shorter of its old and new leases, and no later
+// renewal for longer than the failed call's lease (a watchdog, which renews
+// with one lease, loses nothing by this).
 //
 // # Programmer errors
 //

@@ -45,6 +45,7 @@ type hold struct {
 // call is one call on a handle.
 type call struct {
 	op             string // "release", "refresh", "ttl", "fence"
+	arg            string // the lease a refresh asked for
 	invoke, ret    time.Time
 	err            error
 	lostAfterError bool // for ErrNotHeld: Lost() was closed when the call returned
@@ -175,7 +176,7 @@ func (hi *history) check() []string {
 		byKey[h.key] = append(byKey[h.key], h)
 	}
 	for key, hs := range byKey {
-		checkExclusion(&v, key, hs)
+		checkExclusion(&v, key, hs, hi.faults)
 		checkFenceOrder(&v, key, hs)
 	}
 	for key, r := range hi.regs {
@@ -230,7 +231,7 @@ func checkCalls(v *violations, h *hold, restarts []fault) {
 
 // checkExclusion: no two owners hold one lock at once. Holds are sorted by
 // grant; each is compared with the later grants that came before its end.
-func checkExclusion(v *violations, key string, hs []*hold) {
+func checkExclusion(v *violations, key string, hs []*hold, faults []fault) {
 	hs = slices.Clone(hs)
 	slices.SortFunc(hs, func(a, b *hold) int { return a.ret.Compare(b.ret) })
 	for i, a := range hs {
@@ -239,8 +240,8 @@ func checkExclusion(v *violations, key string, hs []*hold) {
 				break
 			}
 			if b.owner != a.owner && b.end.After(b.ret) && a.end.After(a.ret) {
-				v.add("exclusion", "key %s: hold %s (holding %s–%s) and hold %s (granted %s) of another owner overlap by %v",
-					key, a, at(a.ret), at(a.end), b, at(b.ret), a.end.Sub(b.ret))
+				v.add("exclusion", "key %s: hold %s (holding %s–%s) and hold %s (granted %s) of another owner overlap by %v\n%s",
+					key, a, at(a.ret), at(a.end), b, at(b.ret), a.end.Sub(b.ret), story(a, b, faults))
 			}
 		}
 	}
@@ -314,6 +315,25 @@ func checkWrites(v *violations, key string, r *register) {
 		}
 		last = w.fence
 	}
+}
+
+// story tells what happened to two holds, and the faults around them, for
+// a violation's message.
+func story(a, b *hold, faults []fault) string {
+	var sb strings.Builder
+	for _, h := range []*hold{a, b} {
+		fmt.Fprintf(&sb, "  hold %s: Obtain %s–%s (lease %v)\n", h, at(h.invoke), at(h.ret), h.l.ttl)
+		for _, c := range h.calls {
+			fmt.Fprintf(&sb, "    %s %s %s–%s: %v\n", c.op, c.arg, at(c.invoke), at(c.ret), c.err)
+		}
+	}
+	from, to := a.invoke.Add(-200*time.Millisecond), b.ret.Add(50*time.Millisecond)
+	for _, f := range faults {
+		if f.ret.After(from) && f.invoke.Before(to) {
+			fmt.Fprintf(&sb, "  fault %s %s–%s\n", f.kind, at(f.invoke), at(f.ret))
+		}
+	}
+	return sb.String()
 }
 
 func (h *hold) String() string {

@@ -30,6 +30,12 @@ type Lock struct {
 	released   bool
 	validUntil time.Time   // the lease is known valid until then
 	expiry     *time.Timer // closes lost at validUntil; nil until armed
+	renewedAt  time.Time   // start of the call that set the lease validUntil counts on
+	// unsure is the shortest lease asked for by a Refresh whose outcome is
+	// unknown (it failed without a reply), or 0. Such a call may still run
+	// in Redis at any later time, after a Refresh that succeeded, and leave
+	// its lease: no later renewal is trusted for longer.
+	unsure time.Duration
 
 	lost     chan struct{}
 	lostOnce sync.Once
@@ -74,28 +80,62 @@ func (l *Lock) armLocked() {
 	}
 }
 
-// extend records a renewal, made by a call that started before the lease
-// was known to have run out, that keeps the lease valid until until. A
-// lease that ran out in between stays lost: the timer may have fired.
-func (l *Lock) extend(until time.Time) {
+// leaseLocked is how long a renewal of ttl that started at start keeps
+// the lease known valid: ttl capped by unsure, minus the drift allowance.
+func (l *Lock) leaseLocked(start time.Time, ttl time.Duration) time.Time {
+	if l.unsure > 0 && l.unsure < ttl {
+		ttl = l.unsure
+	}
+	return start.Add(ttl - l.c.drift(ttl))
+}
+
+// extend records a renewal of ttl, made by a call that started at start,
+// before the lease was known to have run out. It reports false when the
+// lease ran out (or the handle was released) while the call was under way,
+// or when the renewal came too late to be of use: the handle then stays
+// lost, as its timer may already have closed Lost.
+func (l *Lock) extend(start time.Time, ttl time.Duration) bool {
 	l.mu.Lock()
-	if l.released || !time.Now().Before(l.validUntil) || isClosed(l.lost) {
+	now := time.Now()
+	until := l.leaseLocked(start, ttl)
+	if l.released || !now.Before(l.validUntil) || !now.Before(until) || isClosed(l.lost) {
 		l.mu.Unlock()
 		l.isLost() // marks it lost if the timer has not yet
-		return
+		return false
 	}
-	l.validUntil = until
+	l.validUntil, l.renewedAt = until, start
 	if l.expiry != nil {
 		l.expiry.Reset(time.Until(until))
 	}
 	l.mu.Unlock()
+	return true
 }
 
-// shorten records that the lease may end as early as until, as it does
-// once a call that sets a shorter lease is sent.
-func (l *Lock) shorten(until time.Time) {
+// sending records a renewal of ttl about to be sent at start: Redis may run
+// it and set its lease however the call ends for the caller (a late reply,
+// a timeout), so from now on the lease is known valid only until the
+// earlier of the old and the new ends.
+func (l *Lock) sending(start time.Time, ttl time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.shortenLocked(l.leaseLocked(start, ttl))
+}
+
+// unresolved records that a renewal of ttl failed without a reply on at
+// least one node: it may still run later, even after a later renewal that
+// succeeds (also one under way now), and leave a lease of ttl from then.
+// So no renewal is trusted for longer than ttl from its start, the one the
+// lease counts on now included.
+func (l *Lock) unresolved(ttl time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.unsure == 0 || ttl < l.unsure {
+		l.unsure = ttl
+	}
+	l.shortenLocked(l.leaseLocked(l.renewedAt, ttl))
+}
+
+func (l *Lock) shortenLocked(until time.Time) {
 	if until.Before(l.validUntil) {
 		l.validUntil = until
 		if l.expiry != nil {
@@ -244,10 +284,7 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 
 func (l *Lock) refresh(ctx context.Context, ttl time.Duration) error {
 	start := time.Now()
-	// Redis may run the call and set the new lease however the call ends
-	// for the caller (a late reply, a timeout): from now on the lease is
-	// known valid only until the earlier of the old and the new ends.
-	l.shorten(start.Add(ttl - l.c.drift(ttl)))
+	l.sending(start, ttl)
 	keys := []string{l.nm.lock, l.nm.fence()}
 	replies, errs := fanout(ctx, l.c.nodes, l.c.nodeTimeout(ttl), func(ctx context.Context, n *node) (int64, error) {
 		return scripts.LockRefresh().Run(ctx, n.rdb, keys, l.id, ms(ttl), ms(l.c.opts.FenceRetention)).Int64()
@@ -263,10 +300,11 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration) error {
 			notHeld++
 		}
 	}
-	validity := ttl - time.Since(start) - l.c.drift(ttl)
+	if len(failures) > 0 {
+		l.unresolved(ttl)
+	}
 	switch {
-	case held >= l.c.quorum && validity > 0:
-		l.extend(start.Add(ttl - l.c.drift(ttl)))
+	case held >= l.c.quorum && l.extend(start, ttl):
 		return nil
 	case len(l.c.nodes)-notHeld < l.c.quorum:
 		l.markLost()

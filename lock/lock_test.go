@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/stampede-go/stampede/internal/redistest"
+	"github.com/stampede-go/stampede/scripts"
 )
 
 func TestMutualExclusion(t *testing.T) {
@@ -353,6 +354,55 @@ func TestRefreshShorterWithLateReply(t *testing.T) {
 			return err == nil
 		})
 		waitClosed(t, l.Lost(), 100*time.Millisecond, "Lost of the handle whose shortened lease ran out")
+		_ = next.Release(ctx)
+	}
+}
+
+// TestRefreshUnknownOutcomeCapsLaterLeases: a Refresh that failed without a
+// reply may still run in Redis later (its command was sent), after a later
+// Refresh that succeeded, and leave the shorter lease it asked for. The
+// handle must then keep trusting no more than that shorter lease, so that
+// Lost closes before another owner can be granted the lock.
+func TestRefreshUnknownOutcomeCapsLaterLeases(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	c, other := newTestClient(t, rdb, Options{}), newTestClient(t, srv.Client(t), Options{})
+	ctx := ctxT(t)
+	for _, reentrant := range []bool{false, true} {
+		key := redistest.Key(t)
+		var l *Lock
+		var err error
+		if reentrant {
+			l, err = c.ObtainReentrant(ctx, key, "job", 2*time.Second)
+		} else {
+			l, err = c.Obtain(ctx, key, 2*time.Second)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A Refresh to 500ms whose reply never comes: Redis is stopped.
+		srv.Freeze(t)
+		short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		err = l.Refresh(short, 500*time.Millisecond)
+		cancel()
+		srv.Thaw(t)
+		if err == nil || errors.Is(err, ErrNotHeld) {
+			t.Fatalf("Refresh to a stopped Redis: %v, want a failure", err)
+		}
+		if err := l.Refresh(ctx, 2*time.Second); err != nil {
+			t.Fatalf("Refresh(2s): %v", err)
+		}
+		// The first call lands now, as it may: Redis runs the command it
+		// was sent. (Run here by hand, so the order is certain.)
+		if n, err := scripts.LockRefresh().Run(ctx, rdb, []string{l.nm.lock, l.nm.fence()}, l.id, 500, ms(c.opts.FenceRetention)).Int64(); err != nil || n != 1 {
+			t.Fatalf("the late refresh: %v, %v", n, err)
+		}
+		var next *Lock
+		redistest.Eventually(t, 5*time.Second, "another owner to get the lock", func() bool {
+			next, err = other.Obtain(ctx, key, time.Minute)
+			return err == nil
+		})
+		waitClosed(t, l.Lost(), 100*time.Millisecond, "Lost of the handle whose lease a late Refresh cut")
 		_ = next.Release(ctx)
 	}
 }

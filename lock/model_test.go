@@ -28,6 +28,7 @@ var (
 // interleaving.)
 var historySeeds = []uint64{
 	9661255862435558271, // a Refresh to a shorter lease, run late by Redis, left the longer validity
+	15452720973229597723, // a failed short Refresh ran after a later long one (10-minute soak)
 }
 
 // historyBudget is the wall time TestLockHistories spends in CI.
@@ -226,7 +227,7 @@ func (run *historyRun) worker(c *Client, ci, w int, rng *rand.Rand) {
 				if rng.IntN(2) == 0 {
 					ttl = MinTTL + time.Duration(rng.IntN(20))*time.Millisecond // likely shorter than the lease left
 				}
-				run.call(x, "refresh", func(ctx context.Context) error { return x.l.Refresh(ctx, ttl) })
+				run.callArg(x, "refresh", ttl.String(), func(ctx context.Context) error { return x.l.Refresh(ctx, ttl) })
 			case p < 68:
 				run.call(x, "ttl", func(ctx context.Context) error { _, err := x.l.TTL(ctx); return err })
 			case p < 78:
@@ -290,7 +291,7 @@ func (run *historyRun) renew(h *hold, rng *rand.Rand) func() {
 			if rng.IntN(10) < 3 {
 				ttl = MinTTL + time.Duration(rng.IntN(20))*time.Millisecond
 			}
-			run.call(h, "refresh", func(ctx context.Context) error { return h.l.Refresh(ctx, ttl) })
+			run.callArg(h, "refresh", ttl.String(), func(ctx context.Context) error { return h.l.Refresh(ctx, ttl) })
 		}
 	}()
 	return func() { close(stop); <-done }
@@ -341,9 +342,15 @@ func (run *historyRun) obtain(c *Client, key, owner string, w int, rng *rand.Ran
 
 // call makes one call on a hold's handle and records it.
 func (run *historyRun) call(h *hold, op string, f func(ctx context.Context) error) error {
+	return run.callArg(h, op, "", f)
+}
+
+// callArg is call, recording the argument that matters for the story of a
+// violation.
+func (run *historyRun) callArg(h *hold, op, arg string, f func(ctx context.Context) error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	c := call{op: op, invoke: time.Now()}
+	c := call{op: op, arg: arg, invoke: time.Now()}
 	c.err = f(ctx)
 	c.ret = time.Now()
 	c.lostAfterError = isClosed(h.l.lost)

@@ -117,6 +117,7 @@ type attempt struct {
 	ok       bool
 	fence    int64 // a reentrant owner's number, if it has one yet
 	holds    int64
+	start    time.Time     // when the round started
 	at       time.Time     // when the replies were in
 	validity time.Duration // when ok: how long from at the lock is known held
 	retry    time.Duration // when busy: remaining lease of the holder
@@ -153,7 +154,7 @@ func (c *Client) attempt(ctx context.Context, r *request, wait time.Duration, st
 func (c *Client) settle(r *request, id string, start time.Time, replies []reply, errs []error) (attempt, error) {
 	a, granted, err := c.tally(replies, errs)
 	a.id = id
-	a.at = time.Now()
+	a.start, a.at = start, time.Now()
 	a.validity = r.ttl - a.at.Sub(start) - c.drift(r.ttl)
 	if granted >= c.quorum {
 		if a.validity > 0 {
@@ -334,7 +335,7 @@ func (c *Client) newLock(r *request, a attempt) *Lock {
 	l := &Lock{
 		c: c, key: r.key, nm: r.nm, id: a.id, token: token, mode: r.mode,
 		fence: a.fence, holds: a.holds, obtained: a.at, ttl: r.ttl,
-		validUntil: a.at.Add(a.validity), lost: make(chan struct{}),
+		validUntil: a.at.Add(a.validity), renewedAt: a.start, lost: make(chan struct{}),
 	}
 	if c.opts.Hooks.Lost != nil || r.opts.autoRenew {
 		l.armLocked() // l is not shared yet
