@@ -27,7 +27,7 @@ var (
 // replays a failure's schedule of operations and faults, not its exact
 // interleaving.)
 var historySeeds = []uint64{
-	9661255862435558271, // a Refresh to a shorter lease, run late by Redis, left the longer validity
+	9661255862435558271,  // a Refresh to a shorter lease, run late by Redis, left the longer validity
 	15452720973229597723, // a failed short Refresh ran after a later long one (10-minute soak)
 }
 
