@@ -20,7 +20,8 @@
 //     sent, whatever becomes of the call; and a Refresh that failed without
 //     a reply may still run in Redis later, after a Refresh that succeeded,
 //     so the handle trusts no later renewal for longer than the lease that
-//     call asked for. So Lost closes before the lock
+//     call asked for. Renewals of one handle run one at a time, so that
+//     their replies arrive in the order Redis ran them. So Lost closes before the lock
 //     can pass to another owner, unless Redis itself loses data (a restart
 //     without persistence, a failover to a replica that missed the write).
 //   - Fencing: a holder's first Lock.Fence call mints a number larger than

@@ -25,6 +25,12 @@ type Lock struct {
 	fenceMu sync.Mutex // held while minting, so one handle mints once
 	fence   int64      // 0 until known
 
+	// renewing is held by the one renewal in flight (Refresh, watchdog).
+	// Concurrent renewals could run in Redis in another order than their
+	// replies arrive, and the handle would trust a lease Redis did not
+	// keep; one at a time, a reply's order is Redis's.
+	renewing chan struct{}
+
 	mu         sync.Mutex
 	ttl        time.Duration
 	released   bool
@@ -259,7 +265,8 @@ func (l *Lock) releaseEverywhere(ctx context.Context) (released int, failures []
 // Refresh sets the lease of a held lock (of this hold, for a reentrant
 // lock) to ttl from now; ttl may be shorter than the lease left, but not
 // below MinTTL. It returns ErrNotHeld, changing nothing, when the lock is
-// no longer ours.
+// no longer ours. Renewals of one handle run one at a time: Refresh waits,
+// up to ctx, for a renewal in flight (another Refresh, the watchdog's).
 func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if ctx == nil {
 		return errors.New("lock: nil context")
@@ -283,6 +290,12 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 }
 
 func (l *Lock) refresh(ctx context.Context, ttl time.Duration) error {
+	select {
+	case l.renewing <- struct{}{}:
+	case <-ctx.Done():
+		return opError("refresh", ctx, ctx.Err())
+	}
+	defer func() { <-l.renewing }()
 	start := time.Now()
 	l.sending(start, ttl)
 	keys := []string{l.nm.lock, l.nm.fence()}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -404,5 +405,79 @@ func TestRefreshUnknownOutcomeCapsLaterLeases(t *testing.T) {
 		})
 		waitClosed(t, l.Lost(), 100*time.Millisecond, "Lost of the handle whose lease a late Refresh cut")
 		_ = next.Release(ctx)
+	}
+}
+
+// TestConcurrentRefreshesInOrder: two Refresh calls on one handle (a
+// renewer and the worker, say) must not both be in flight: their replies
+// could come back in another order than Redis ran them, and the handle
+// would trust the lease of the reply that came last rather than the lease
+// Redis kept. A hook holds back the reply of the first call, which asks for
+// a long lease, until a second call ran (or 300ms passed: the second call
+// must wait its turn).
+func TestConcurrentRefreshesInOrder(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	other := newTestClient(t, srv.Client(t), Options{})
+	ctx := ctxT(t)
+	if err := scripts.LockRefresh().Load(ctx, rdb).Err(); err != nil {
+		t.Fatal(err) // so that each Refresh is one EVALSHA
+	}
+	hook := &holdFirstReply{firstRan: make(chan struct{}), secondRan: make(chan struct{})}
+	rdb.AddHook(hook)
+	c := newTestClient(t, rdb, Options{})
+	key := redistest.Key(t)
+	l, err := c.Obtain(ctx, key, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook.armed.Store(true)
+	long := make(chan error, 1)
+	go func() { long <- l.Refresh(ctx, 2*time.Second) }()
+	<-hook.firstRan
+	if err := l.Refresh(ctx, 300*time.Millisecond); err != nil {
+		t.Fatalf("short Refresh: %v", err)
+	}
+	if err := <-long; err != nil {
+		t.Fatalf("long Refresh: %v", err)
+	}
+	var next *Lock
+	redistest.Eventually(t, 5*time.Second, "another owner to get the lock", func() bool {
+		next, err = other.Obtain(ctx, key, time.Minute)
+		return err == nil
+	})
+	_ = next.Release(ctx)
+	waitClosed(t, l.Lost(), 100*time.Millisecond, "Lost of the handle once the lease Redis kept ran out")
+}
+
+// holdFirstReply holds back the reply of the first EVALSHA sent once armed
+// until a second one ran, or 300ms passed.
+type holdFirstReply struct {
+	armed               atomic.Bool
+	calls               atomic.Int32
+	firstRan, secondRan chan struct{}
+}
+
+func (h *holdFirstReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *holdFirstReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *holdFirstReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if !h.armed.Load() || cmd.Name() != "evalsha" {
+			return next(ctx, cmd)
+		}
+		err := next(ctx, cmd)
+		switch h.calls.Add(1) {
+		case 1:
+			close(h.firstRan)
+			select {
+			case <-h.secondRan:
+			case <-time.After(300 * time.Millisecond):
+			}
+		case 2:
+			close(h.secondRan)
+		}
+		return err
 	}
 }

@@ -29,6 +29,7 @@ var (
 var historySeeds = []uint64{
 	9661255862435558271,  // a Refresh to a shorter lease, run late by Redis, left the longer validity
 	15452720973229597723, // a failed short Refresh ran after a later long one (10-minute soak)
+	12156323326526994563, // concurrent Refresh calls answered in another order than Redis ran them (10-minute soak)
 }
 
 // historyBudget is the wall time TestLockHistories spends in CI.

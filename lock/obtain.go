@@ -336,6 +336,7 @@ func (c *Client) newLock(r *request, a attempt) *Lock {
 		c: c, key: r.key, nm: r.nm, id: a.id, token: token, mode: r.mode,
 		fence: a.fence, holds: a.holds, obtained: a.at, ttl: r.ttl,
 		validUntil: a.at.Add(a.validity), renewedAt: a.start, lost: make(chan struct{}),
+		renewing: make(chan struct{}, 1),
 	}
 	if c.opts.Hooks.Lost != nil || r.opts.autoRenew {
 		l.armLocked() // l is not shared yet
