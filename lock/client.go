@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"sync"
 	"time"
@@ -40,11 +41,17 @@ type node struct {
 }
 
 // New returns a Client that keeps its locks on rdb, which may be a
-// *redis.Client, a *redis.ClusterClient or a failover client. It panics if
-// rdb is nil or opts is invalid: both are programming errors.
+// *redis.Client, a *redis.ClusterClient, a *redis.Ring or a failover client.
+//
+// New panics on programmer errors, which no retry could fix: a nil rdb
+// (also a typed nil such as a nil *redis.Client), a client made without
+// ContextTimeoutEnabled (a caller's deadline could not bound its calls: a
+// stalled Redis would hold Obtain for the client's own socket timeouts), and
+// invalid Options (a Prefix with '{' or '}', DriftFactor outside [0, 0.5), a
+// negative duration).
 func New(rdb redis.UniversalClient, opts Options) *Client {
-	if rdb == nil {
-		panic("lock: New with a nil Redis client")
+	if msg := checkClient(rdb); msg != "" {
+		panic("lock: New with " + msg)
 	}
 	return newClient([]redis.UniversalClient{rdb}, opts)
 }
@@ -58,18 +65,43 @@ func New(rdb redis.UniversalClient, opts Options) *Client {
 // Redlock tolerates the loss of a minority of masters; it does not make a
 // lock safe against a paused holder. Use Fence, checked by the resource, for
 // that. The fencing number of a Redlock lock is the largest any master
-// minted, and numbers increase only as far as the masters' clocks agree. It
-// panics if clients is empty, holds nil, or opts is invalid.
+// minted, and numbers increase only as far as the masters' clocks agree.
+//
+// NewRedlock panics on the programmer errors of New, for any of clients,
+// and when clients is empty.
 func NewRedlock(clients []redis.UniversalClient, opts Options) *Client {
 	if len(clients) == 0 {
 		panic("lock: NewRedlock with no Redis clients")
 	}
 	for i, c := range clients {
-		if c == nil {
-			panic("lock: NewRedlock with a nil Redis client at index " + strconv.Itoa(i))
+		if msg := checkClient(c); msg != "" {
+			panic("lock: NewRedlock with " + msg + " at index " + strconv.Itoa(i))
 		}
 	}
 	return newClient(clients, opts)
+}
+
+// checkClient describes what makes rdb unusable, or returns "".
+func checkClient(rdb redis.UniversalClient) string {
+	if rdb == nil {
+		return "a nil Redis client"
+	}
+	if v := reflect.ValueOf(rdb); v.Kind() == reflect.Pointer && v.IsNil() {
+		return fmt.Sprintf("a nil Redis client (%T)", rdb)
+	}
+	timeouts := true
+	switch c := rdb.(type) {
+	case *redis.Client:
+		timeouts = c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		timeouts = c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		timeouts = c.Options().ContextTimeoutEnabled
+	}
+	if !timeouts {
+		return "a Redis client without ContextTimeoutEnabled: true (a caller's deadline could not bound its calls)"
+	}
+	return ""
 }
 
 func newClient(rdbs []redis.UniversalClient, opts Options) *Client {

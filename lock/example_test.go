@@ -18,7 +18,9 @@ func embeddedRedis() (*redis.Client, func()) {
 	if err != nil {
 		panic(err)
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	// ContextTimeoutEnabled lets a ctx deadline bound each Redis call; New
+	// requires it.
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
 	return rdb, func() { rdb.Close(); m.Close() }
 }
 

@@ -3,7 +3,6 @@ package lock
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/stampede-go/stampede/scripts"
 )
@@ -69,7 +68,7 @@ func (l *Lock) knownFence() int64 {
 func (l *Lock) mint(ctx context.Context) (int64, error) {
 	keys := []string{l.nm.lock, l.nm.fence()}
 	replies, errs := fanout(ctx, l.c.nodes, l.c.opts.CleanupTimeout, func(ctx context.Context, n *node) (int64, error) {
-		return scripts.LockFence().Run(ctx, n.rdb, keys, l.token, ms(l.c.opts.FenceRetention)).Int64()
+		return scripts.LockFence().Run(ctx, n.rdb, keys, l.id, ms(l.c.opts.FenceRetention)).Int64()
 	})
 	var fence int64
 	held, notHeld, failures := 0, 0, []error(nil)
@@ -91,6 +90,6 @@ func (l *Lock) mint(ctx context.Context) (int64, error) {
 		l.markLost()
 		return 0, ErrNotHeld
 	default:
-		return 0, fmt.Errorf("lock: fence: %w", errors.Join(failures...))
+		return 0, opError("fence", ctx, errors.Join(failures...))
 	}
 }

@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -33,15 +34,6 @@ func waitClosed(t testing.TB, ch <-chan struct{}, d time.Duration, what string) 
 	}
 }
 
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
-
 // overlapDetector fails when two holders are inside the critical section at
 // once. Its counter is incremented non-atomically (load, yield, store): any
 // overlap loses an update, which the final count reveals.
@@ -59,4 +51,20 @@ func (d *overlapDetector) enter() {
 	time.Sleep(50 * time.Microsecond) // widen the window an overlap would need
 	d.count.Store(v + 1)
 	d.inside.Add(-1)
+}
+
+// reentrantState reads a reentrant lock's hash: its owner and how many
+// hold fields it has (live or not yet pruned).
+func reentrantState(t testing.TB, rdb redis.UniversalClient, c *Client, key string) (owner string, holds int) {
+	t.Helper()
+	m, err := rdb.HGetAll(context.Background(), c.names(key).lock).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for f := range m {
+		if strings.HasPrefix(f, "hold:") {
+			holds++
+		}
+	}
+	return m["owner"], holds
 }

@@ -66,31 +66,35 @@ func TestBadInput(t *testing.T) {
 		{"Obtain huge key", func(t *testing.T, e env) error {
 			return obtain(e.c, ctxT(t), strings.Repeat("k", MaxKeyBytes+1), ttl)
 		}, "exceeds MaxKeyBytes", nil, true},
-		{"Obtain zero ttl", func(t *testing.T, e env) error { return obtain(e.c, ctxT(t), e.other, 0) }, "ttl 0s is below 1ms", nil, true},
-		{"Obtain negative ttl", func(t *testing.T, e env) error { return obtain(e.c, ctxT(t), e.other, -time.Second) }, "below 1ms", nil, true},
+		{"Obtain zero ttl", func(t *testing.T, e env) error { return obtain(e.c, ctxT(t), e.other, 0) }, "ttl 0s is below MinTTL (10ms)", nil, true},
+		{"Obtain negative ttl", func(t *testing.T, e env) error { return obtain(e.c, ctxT(t), e.other, -time.Second) }, "below MinTTL", nil, true},
+		{"Obtain ttl below MinTTL", func(t *testing.T, e env) error { return obtain(e.c, ctxT(t), e.other, MinTTL-1) }, "below MinTTL", nil, true},
 		{"Obtain negative WaitFor", func(t *testing.T, e env) error {
 			return obtain(e.c, ctxT(t), e.other, ttl, WaitFor(-1))
 		}, "negative WaitFor", nil, true},
-		{"Obtain cancelled", func(t *testing.T, e env) error { return obtain(e.c, cancelled, e.other, ttl) }, "not obtained", context.Canceled, true},
+		{"Obtain cancelled", func(t *testing.T, e env) error { return obtain(e.c, cancelled, e.other, ttl) }, "lock: obtain: context canceled", context.Canceled, true},
 		{"Obtain deadline exceeded", func(t *testing.T, e env) error {
 			return obtain(e.c, expired, e.other, ttl, WaitFor(time.Second))
-		}, "not obtained", context.DeadlineExceeded, true},
+		}, "lock: obtain: context deadline exceeded", context.DeadlineExceeded, true},
 		{"Obtain nil context", func(t *testing.T, e env) error { return obtain(e.c, nilCtx, e.other, ttl) }, "nil context", nil, true},
 		{"Obtain on a closed Client", func(t *testing.T, e env) error { return obtain(e.closed, ctxT(t), e.other, ttl) }, "closed", ErrClosed, true},
 		{"ObtainReentrant empty owner", func(t *testing.T, e env) error { return reentrant(e.c, ctxT(t), e.other, "", ttl) }, "empty owner", nil, true},
-		{"ObtainReentrant zero ttl", func(t *testing.T, e env) error { return reentrant(e.c, ctxT(t), e.other, "owner", 0) }, "below 1ms", nil, true},
+		{"ObtainReentrant zero ttl", func(t *testing.T, e env) error { return reentrant(e.c, ctxT(t), e.other, "owner", 0) }, "below MinTTL", nil, true},
+		{"ObtainReentrant ttl below MinTTL", func(t *testing.T, e env) error {
+			return reentrant(e.c, ctxT(t), e.other, "owner", 2*time.Millisecond)
+		}, "ttl 2ms is below MinTTL", nil, true},
 		{"ObtainReentrant negative WaitFor", func(t *testing.T, e env) error {
 			return reentrant(e.c, ctxT(t), e.other, "owner", ttl, WaitFor(-time.Second))
 		}, "negative WaitFor -1s", nil, true},
 		{"ObtainReentrant cancelled", func(t *testing.T, e env) error {
 			return reentrant(e.c, cancelled, e.other, "owner", ttl)
-		}, "not obtained", context.Canceled, true},
+		}, "lock: obtain: context canceled", context.Canceled, true},
 		{"ObtainReentrant on a closed Client", func(t *testing.T, e env) error {
 			return reentrant(e.closed, ctxT(t), e.other, "owner", ttl)
 		}, "closed", ErrClosed, true},
-		{"Refresh negative ttl", func(t *testing.T, e env) error { return e.l.Refresh(ctxT(t), -time.Second) }, "ttl -1s is below 1ms", nil, true},
-		{"Refresh zero ttl", func(t *testing.T, e env) error { return e.l.Refresh(ctxT(t), 0) }, "ttl 0s is below 1ms", nil, true},
-		{"Refresh sub-millisecond ttl", func(t *testing.T, e env) error { return e.l.Refresh(ctxT(t), time.Microsecond) }, "below 1ms", nil, true},
+		{"Refresh negative ttl", func(t *testing.T, e env) error { return e.l.Refresh(ctxT(t), -time.Second) }, "ttl -1s is below MinTTL", nil, true},
+		{"Refresh zero ttl", func(t *testing.T, e env) error { return e.l.Refresh(ctxT(t), 0) }, "ttl 0s is below MinTTL", nil, true},
+		{"Refresh sub-millisecond ttl", func(t *testing.T, e env) error { return e.l.Refresh(ctxT(t), time.Microsecond) }, "below MinTTL", nil, true},
 		{"Refresh cancelled", func(t *testing.T, e env) error { return e.l.Refresh(cancelled, ttl) }, "refresh", context.Canceled, true},
 		{"Refresh deadline exceeded", func(t *testing.T, e env) error { return e.l.Refresh(expired, ttl) }, "refresh", context.DeadlineExceeded, true},
 		{"Refresh nil context", func(t *testing.T, e env) error { return e.l.Refresh(nilCtx, ttl) }, "nil context", nil, true},
@@ -141,6 +145,9 @@ func TestBadInput(t *testing.T) {
 			if tc.is != nil && !errors.Is(err, tc.is) {
 				t.Fatalf("got %v, want errors.Is %v", err, tc.is)
 			}
+			if errors.Is(err, ErrNotObtained) {
+				t.Fatalf("got %v: a refused call is not a busy lock", err)
+			}
 			other := c.names(key + ":other")
 			if n, err := rdb.Exists(ctxT(t), other.lock, other.queue, c.names("").lock).Result(); err != nil || n != 0 {
 				t.Fatalf("a refused call stored %d names (%v)", n, err)
@@ -179,23 +186,42 @@ func checkStillHeld(t *testing.T, rdb redis.UniversalClient, c *Client, key stri
 }
 
 // TestConstructorsPanicOnProgrammerErrors: the constructors' bad input is a
-// programming error, reported by a panic at construction time.
+// programming error, reported by a panic at construction time with a
+// message that starts with "lock: " and names the problem.
 func TestConstructorsPanicOnProgrammerErrors(t *testing.T) {
-	for name, f := range map[string]func(){
-		"nil client":         func() { New(nil, Options{}) },
-		"no redlock clients": func() { NewRedlock(nil, Options{}) },
-		"nil redlock client": func() { NewRedlock([]redis.UniversalClient{nil}, Options{}) },
-		"brace in prefix":    func() { New(redis.NewClient(&redis.Options{}), Options{Prefix: "a{"}) },
-		"bad drift":          func() { New(redis.NewClient(&redis.Options{}), Options{DriftFactor: 2}) },
-		"negative duration":  func() { New(redis.NewClient(&redis.Options{}), Options{HandoffTimeout: -1}) },
+	ok := func() *redis.Client { return redis.NewClient(&redis.Options{ContextTimeoutEnabled: true}) }
+	noTimeouts := redis.NewClient(&redis.Options{})
+	for name, tc := range map[string]struct {
+		f    func()
+		want string
+	}{
+		"nil client":                     {func() { New(nil, Options{}) }, "nil Redis client"},
+		"typed nil client":               {func() { New((*redis.Client)(nil), Options{}) }, "nil Redis client"},
+		"typed nil cluster client":       {func() { New((*redis.ClusterClient)(nil), Options{}) }, "nil Redis client"},
+		"client without context timeout": {func() { New(noTimeouts, Options{}) }, "ContextTimeoutEnabled"},
+		"cluster client without context timeout": {func() {
+			New(redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}}), Options{})
+		}, "ContextTimeoutEnabled"},
+		"ring without context timeout": {func() {
+			New(redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}}), Options{})
+		}, "ContextTimeoutEnabled"},
+		"no redlock clients":         {func() { NewRedlock(nil, Options{}) }, "no Redis clients"},
+		"nil redlock client":         {func() { NewRedlock([]redis.UniversalClient{nil}, Options{}) }, "nil Redis client at index 0"},
+		"typed nil redlock client":   {func() { NewRedlock([]redis.UniversalClient{ok(), (*redis.Client)(nil)}, Options{}) }, "at index 1"},
+		"redlock client w/o timeout": {func() { NewRedlock([]redis.UniversalClient{ok(), noTimeouts}, Options{}) }, "ContextTimeoutEnabled"},
+		"brace in prefix":            {func() { New(ok(), Options{Prefix: "a{"}) }, "Prefix"},
+		"bad drift":                  {func() { New(ok(), Options{DriftFactor: 2}) }, "DriftFactor"},
+		"negative duration":          {func() { New(ok(), Options{HandoffTimeout: -1}) }, "negative duration"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			defer func() {
-				if recover() == nil {
-					t.Fatal("no panic")
+				r := recover()
+				msg, _ := r.(string)
+				if r == nil || !strings.HasPrefix(msg, "lock: ") || !strings.Contains(msg, tc.want) {
+					t.Fatalf("panic %#v, want a message starting with \"lock: \" naming %q", r, tc.want)
 				}
 			}()
-			f()
+			tc.f()
 		})
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/stampede-go/stampede/internal/redistest"
+	"github.com/stampede-go/stampede/scripts"
 )
 
 func TestMutualExclusion(t *testing.T) {
@@ -92,8 +94,8 @@ func TestReentrant(t *testing.T) {
 			}
 			holds = append(holds, l)
 		}
-		if n, _ := rdb.HGet(ctx, c.names(key).lock, "job-1").Int(); n != 3 {
-			t.Fatalf("hash hold count = %d, want 3", n)
+		if owner, n := reentrantState(t, rdb, c, key); owner != "job-1" || n != 3 {
+			t.Fatalf("hash: owner %q with %d holds, want job-1 with 3", owner, n)
 		}
 		for i := 2; i >= 0; i-- {
 			if _, err := c.ObtainReentrant(ctx, key, "job-2", time.Minute); !errors.Is(err, ErrNotObtained) {
@@ -293,8 +295,8 @@ func TestReleaseTwiceKeepsNextHolder(t *testing.T) {
 		if err := inner.Release(ctx); !errors.Is(err, ErrNotHeld) {
 			t.Fatalf("second Release of one hold: got %v, want ErrNotHeld", err)
 		}
-		if n, err := rdb.HGet(ctx, c.names(key).lock, "job").Result(); err != nil || n != "1" {
-			t.Fatalf("holds left %q (%v), want outer's 1", n, err)
+		if owner, n := reentrantState(t, rdb, c, key); owner != "job" || n != 1 {
+			t.Fatalf("owner %q with %d holds left, want job with outer's 1", owner, n)
 		}
 		if err := outer.Release(ctx); err != nil {
 			t.Fatalf("outer Release: %v", err)
@@ -316,5 +318,166 @@ func TestRedisDown(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "lock: obtain: ") {
 		t.Errorf("error %q does not say what failed", err)
+	}
+}
+
+// TestRefreshShorterWithLateReply: a Refresh to a shorter lease that Redis
+// ran but answered too late (paused past the new lease) has an unknown
+// outcome for the caller; the handle must then assume the shorter lease,
+// so that its Lost closes before another owner can be granted the lock.
+func TestRefreshShorterWithLateReply(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb, admin := srv.Client(t), srv.Client(t)
+	c, other := newTestClient(t, rdb, Options{}), newTestClient(t, srv.Client(t), Options{})
+	ctx := ctxT(t)
+	for _, reentrant := range []bool{false, true} {
+		key := redistest.Key(t)
+		var l *Lock
+		var err error
+		if reentrant {
+			l, err = c.ObtainReentrant(ctx, key, "job", 2*time.Second)
+		} else {
+			l, err = c.Obtain(ctx, key, 2*time.Second)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := admin.Do(ctx, "CLIENT", "PAUSE", 150, "ALL").Err(); err != nil {
+			t.Fatal(err)
+		}
+		// Runs after the pause, sets a 50ms lease, answers too late.
+		if err := l.Refresh(ctx, 50*time.Millisecond); err == nil {
+			t.Fatal("Refresh answered after its lease ran out succeeded")
+		}
+		var next *Lock
+		redistest.Eventually(t, 5*time.Second, "another owner to get the lock", func() bool {
+			next, err = other.Obtain(ctx, key, time.Minute)
+			return err == nil
+		})
+		waitClosed(t, l.Lost(), 100*time.Millisecond, "Lost of the handle whose shortened lease ran out")
+		_ = next.Release(ctx)
+	}
+}
+
+// TestRefreshUnknownOutcomeCapsLaterLeases: a Refresh that failed without a
+// reply may still run in Redis later (its command was sent), after a later
+// Refresh that succeeded, and leave the shorter lease it asked for. The
+// handle must then keep trusting no more than that shorter lease, so that
+// Lost closes before another owner can be granted the lock.
+func TestRefreshUnknownOutcomeCapsLaterLeases(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	c, other := newTestClient(t, rdb, Options{}), newTestClient(t, srv.Client(t), Options{})
+	ctx := ctxT(t)
+	for _, reentrant := range []bool{false, true} {
+		key := redistest.Key(t)
+		var l *Lock
+		var err error
+		if reentrant {
+			l, err = c.ObtainReentrant(ctx, key, "job", 2*time.Second)
+		} else {
+			l, err = c.Obtain(ctx, key, 2*time.Second)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A Refresh to 500ms whose reply never comes: Redis is stopped.
+		srv.Freeze(t)
+		short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		err = l.Refresh(short, 500*time.Millisecond)
+		cancel()
+		srv.Thaw(t)
+		if err == nil || errors.Is(err, ErrNotHeld) {
+			t.Fatalf("Refresh to a stopped Redis: %v, want a failure", err)
+		}
+		if err := l.Refresh(ctx, 2*time.Second); err != nil {
+			t.Fatalf("Refresh(2s): %v", err)
+		}
+		// The first call lands now, as it may: Redis runs the command it
+		// was sent. (Run here by hand, so the order is certain.)
+		if n, err := scripts.LockRefresh().Run(ctx, rdb, []string{l.nm.lock, l.nm.fence()}, l.id, 500, ms(c.opts.FenceRetention)).Int64(); err != nil || n != 1 {
+			t.Fatalf("the late refresh: %v, %v", n, err)
+		}
+		var next *Lock
+		redistest.Eventually(t, 5*time.Second, "another owner to get the lock", func() bool {
+			next, err = other.Obtain(ctx, key, time.Minute)
+			return err == nil
+		})
+		waitClosed(t, l.Lost(), 100*time.Millisecond, "Lost of the handle whose lease a late Refresh cut")
+		_ = next.Release(ctx)
+	}
+}
+
+// TestConcurrentRefreshesInOrder: two Refresh calls on one handle (a
+// renewer and the worker, say) must not both be in flight: their replies
+// could come back in another order than Redis ran them, and the handle
+// would trust the lease of the reply that came last rather than the lease
+// Redis kept. A hook holds back the reply of the first call, which asks for
+// a long lease, until a second call ran (or 300ms passed: the second call
+// must wait its turn).
+func TestConcurrentRefreshesInOrder(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	other := newTestClient(t, srv.Client(t), Options{})
+	ctx := ctxT(t)
+	if err := scripts.LockRefresh().Load(ctx, rdb).Err(); err != nil {
+		t.Fatal(err) // so that each Refresh is one EVALSHA
+	}
+	hook := &holdFirstReply{firstRan: make(chan struct{}), secondRan: make(chan struct{})}
+	rdb.AddHook(hook)
+	c := newTestClient(t, rdb, Options{})
+	key := redistest.Key(t)
+	l, err := c.Obtain(ctx, key, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook.armed.Store(true)
+	long := make(chan error, 1)
+	go func() { long <- l.Refresh(ctx, 2*time.Second) }()
+	<-hook.firstRan
+	if err := l.Refresh(ctx, 300*time.Millisecond); err != nil {
+		t.Fatalf("short Refresh: %v", err)
+	}
+	if err := <-long; err != nil {
+		t.Fatalf("long Refresh: %v", err)
+	}
+	var next *Lock
+	redistest.Eventually(t, 5*time.Second, "another owner to get the lock", func() bool {
+		next, err = other.Obtain(ctx, key, time.Minute)
+		return err == nil
+	})
+	_ = next.Release(ctx)
+	waitClosed(t, l.Lost(), 100*time.Millisecond, "Lost of the handle once the lease Redis kept ran out")
+}
+
+// holdFirstReply holds back the reply of the first EVALSHA sent once armed
+// until a second one ran, or 300ms passed.
+type holdFirstReply struct {
+	armed               atomic.Bool
+	calls               atomic.Int32
+	firstRan, secondRan chan struct{}
+}
+
+func (h *holdFirstReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *holdFirstReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *holdFirstReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if !h.armed.Load() || cmd.Name() != "evalsha" {
+			return next(ctx, cmd)
+		}
+		err := next(ctx, cmd)
+		switch h.calls.Add(1) {
+		case 1:
+			close(h.firstRan)
+			select {
+			case <-h.secondRan:
+			case <-time.After(300 * time.Millisecond):
+			}
+		case 2:
+			close(h.secondRan)
+		}
+		return err
 	}
 }

@@ -15,7 +15,9 @@ type Options struct {
 
 	// DriftFactor is the share of the lease held back for clock drift between
 	// this process and Redis when computing how long a lock is known valid:
-	// validity = ttl - elapsed - ttl*DriftFactor - 2ms. Default: 0.01.
+	// validity = ttl - elapsed - ttl*DriftFactor - 2ms, elapsed counted from
+	// before the call. Lock.Lost closes when the validity ends. It must be in
+	// [0, 0.5). Default: 0.01.
 	DriftFactor float64
 
 	// HandoffTimeout is how long a released lock stays reserved for the one
@@ -60,6 +62,12 @@ type Hooks struct {
 
 // MaxKeyBytes is the longest lock name accepted.
 const MaxKeyBytes = 64 << 10
+
+// MinTTL is the shortest lease Obtain, ObtainReentrant and Refresh accept.
+// A lock is known valid for ttl minus the time Redis took to answer minus
+// the drift allowance (ttl*DriftFactor + 2ms); a shorter lease leaves no
+// validity on most machines, so a free lock could never be obtained.
+const MinTTL = 10 * time.Millisecond
 
 const (
 	defaultPrefix         = "stampede:lock:"
@@ -110,9 +118,11 @@ func WaitFor(d time.Duration) ObtainOption {
 	return func(o *obtainOptions) { o.wait = d }
 }
 
-// AutoRenew starts a watchdog that renews the lease every ttl/3 until
-// Release. If a renewal finds the lock gone, the watchdog stops and Lost is
-// closed; it never renews a lock that is not ours.
+// AutoRenew starts a watchdog that renews the lease (this hold's, for a
+// reentrant lock) every ttl/3 until Release. If a renewal finds the lock
+// gone, the watchdog stops and Lost is closed; it never renews a lock that
+// is not ours. Renewals that fail (Redis slow or down) leave the lease to
+// run out, and Lost closes when the last known validity ends.
 func AutoRenew() ObtainOption {
 	return func(o *obtainOptions) { o.autoRenew = true }
 }

@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -23,8 +24,9 @@ var testHookAfterFirstAttempt func()
 // at once; otherwise it only tries, and the waiter subscribes before it
 // queues (subscribe, then retry: a release in between is seen by the retry).
 func (c *Client) wait(ctx context.Context, r *request) (*Lock, error) {
+	r.waiter = newToken()
 	wake := make(chan struct{}, 1)
-	defer c.register(r.token, wake)()
+	defer c.register(r.waiter, wake)()
 	queued := c.subscribed()
 	firstWait := time.Duration(0)
 	if queued {
@@ -33,9 +35,9 @@ func (c *Client) wait(ctx context.Context, r *request) (*Lock, error) {
 	a, err := c.attempt(ctx, r, firstWait, r.start)
 	switch {
 	case err != nil:
-		return nil, c.failed(ctx, r, queued, err)
+		return nil, c.failed(ctx, r, a.id, queued, err)
 	case a.ok:
-		return c.newLock(r, a), nil
+		return c.won(r, a, queued), nil
 	}
 	if testHookAfterFirstAttempt != nil {
 		testHookAfterFirstAttempt()
@@ -43,7 +45,7 @@ func (c *Client) wait(ctx context.Context, r *request) (*Lock, error) {
 	deadline := r.start.Add(r.opts.wait)
 	if !queued {
 		if err := c.subscribeUntil(ctx, deadline); err != nil {
-			return nil, c.failed(ctx, r, false, err)
+			return nil, c.failed(ctx, r, "", false, err)
 		}
 	}
 	return c.waitLoop(ctx, r, wake, queued, a.retry, deadline)
@@ -68,23 +70,37 @@ func (c *Client) waitLoop(ctx context.Context, r *request, wake <-chan struct{},
 				c.leaveQueue(r)
 			}
 			if lastErr != nil {
-				return nil, lastErr
+				return nil, opError("obtain", ctx, lastErr)
 			}
 			return nil, ErrNotObtained
 		}
 		queued = true
 		a, err := c.attempt(ctx, r, remaining, now)
+		var qe *quorumError
 		switch {
-		case err != nil && len(c.nodes) > 1 && errors.Is(err, ErrNotObtained) && ctx.Err() == nil:
+		case err != nil && errors.As(err, &qe) && ctx.Err() == nil:
 			// Redlock with masters down: keep trying within the wait.
 			lastErr = err
 		case err != nil:
-			return nil, c.failed(ctx, r, true, err)
+			return nil, c.failed(ctx, r, a.id, true, err)
 		case a.ok:
-			return c.newLock(r, a), nil
+			return c.won(r, a, true), nil
+		default:
+			lastErr = nil // busy
 		}
 		retry = a.retry
 	}
+}
+
+// won returns the lock a waiter obtained. A Redlock waiter may still be
+// queued on masters that said busy, where a later release would reserve
+// the lock for it: it leaves those queues (and passes on such
+// reservations) in the background.
+func (c *Client) won(r *request, a attempt, queued bool) *Lock {
+	if queued && len(c.nodes) > 1 {
+		c.leaveQueue(r)
+	}
+	return c.newLock(r, a)
 }
 
 // pause waits for a wake-up, or for the fallback timer: a lock that expires
@@ -108,15 +124,21 @@ func (c *Client) pause(ctx context.Context, r *request, timer *time.Timer, wake 
 
 // subscribeUntil confirms this Client's wake channel before a waiter first
 // queues. Unconfirmed by deadline is no error: the fallback timer still
-// serves. A closed Client, the caller's ctx ending, or Redis refusing the
-// channel (NOPERM: no release could wake the waiter, so waiting would only
-// turn a misconfiguration into ErrNotObtained) are.
+// serves. A closed Client, the caller's ctx ending during the subscription
+// (Redis did not confirm in time), or Redis refusing the channel (NOPERM:
+// no release could wake the waiter, so waiting would only turn a
+// misconfiguration into ErrNotObtained) are.
 func (c *Client) subscribeUntil(ctx context.Context, deadline time.Time) error {
 	subCtx, cancel := context.WithDeadline(ctx, deadline)
 	err := c.subscribe(subCtx)
 	cancel()
-	if err != nil && (errors.Is(err, notify.ErrClosed) || ctx.Err() != nil) {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, notify.ErrClosed) || c.isClosed():
 		return ErrClosed
+	case ctx.Err() != nil:
+		return fmt.Errorf("subscribe: %w", err)
 	}
 	if rerr := redis.Error(nil); errors.As(err, &rerr) {
 		return err
@@ -129,16 +151,16 @@ func (c *Client) subscribeUntil(ctx context.Context, deadline time.Time) error {
 func (c *Client) leaveQueue(r *request) {
 	c.background(func(bg context.Context) {
 		for _, n := range c.nodes {
-			_ = c.release(bg, n, r.nm, r.token, "l")
+			_ = c.release(bg, n, r.nm, r.waiter, "l")
 		}
 	})
 }
 
-// register routes wake-ups for token from every node to wake.
-func (c *Client) register(token string, wake chan struct{}) (unregister func()) {
+// register routes wake-ups for the waiter id from every node to wake.
+func (c *Client) register(waiter string, wake chan struct{}) (unregister func()) {
 	unregs := make([]func(), len(c.nodes))
 	for i, n := range c.nodes {
-		unregs[i] = n.hub.Register(token, wake)
+		unregs[i] = n.hub.Register(waiter, wake)
 	}
 	return func() {
 		for _, u := range unregs {

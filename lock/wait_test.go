@@ -185,7 +185,7 @@ func TestReservationOfLeaverPassedOn(t *testing.T) {
 			t.Fatal(err)
 		}
 		const gone = "gone-token"
-		r := &request{key: key, nm: nm, token: gone, mode: "t", ttl: longLease}
+		r := &request{key: key, nm: nm, waiter: gone, mode: "t", ttl: longLease}
 		if _, err := leaver.attempt(ctxT(t), r, time.Minute, time.Now()); err != nil {
 			t.Fatal(err)
 		}

@@ -1,25 +1,31 @@
 -- lock_fence.lua: mint the fencing number of a lock the caller holds, or
 -- return the one its reentrant owner already has.
 --
--- KEYS[1] lock key   (string = token lock, hash = reentrant lock {owner: holds})
+-- KEYS[1] lock key   (the layout of a reentrant lock is in lock_acquire.lua)
 -- KEYS[2] fence key  (counter; never decreases, floored by the Redis clock)
--- ARGV[1] token (token lock) or owner id (reentrant lock)
+-- ARGV[1] id: the token (token lock) or the hold's id (reentrant lock)
 -- ARGV[2] fence retention in milliseconds (TTL of the fence key)
 --
 -- Returns the fence (> 0), or 0 when the caller does not hold the lock
 -- (nothing is minted: a number is only ever minted while its holder holds
 -- the lock, so numbers rise in the order of the holds that asked for one).
 --
--- A reentrant owner keeps one number for all its holds: it is stored in the
--- lock's hash under the field "" (never an owner: empty owners are refused).
+-- A reentrant owner keeps one number for all its holds while any of them
+-- lives: it is stored in the lock's hash under the field "" and goes with
+-- the key when the owner's last hold ends.
 local lock, fence = KEYS[1], KEYS[2]
-local token, keep = ARGV[1], ARGV[2]
+local id, keep = ARGV[1], ARGV[2]
 
 local kind = redis.call('TYPE', lock).ok
-if kind == 'string' and redis.call('GET', lock) == token then
+if kind == 'string' and redis.call('GET', lock) == id then
   return mint(fence, keep)
 end
-if kind == 'hash' and redis.call('HEXISTS', lock, token) == 1 then
+if kind == 'hash' then
+  local mine = tonumber(redis.call('HGET', lock, 'hold:' .. id))
+  local t = redis.call('TIME')
+  if not mine or mine <= tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) then
+    return 0
+  end
   local f = redis.call('HGET', lock, '')
   if f then
     return tonumber(f)

@@ -2,10 +2,11 @@
 -- hand the lock to the next live waiter; or, for a waiter that gives up,
 -- leave the wait queue.
 --
--- KEYS[1] lock key
+-- KEYS[1] lock key (the layout of a reentrant lock is in lock_acquire.lua)
 -- KEYS[2] queue key (sorted set of waiters, score = wait deadline in Redis ms;
---         member "<#channel>:<channel><token>", see lock_acquire.lua)
--- ARGV[1] token (token lock) or owner id (reentrant lock)
+--         member "<#channel>:<channel><waiter>", see lock_acquire.lua)
+-- ARGV[1] id: the token (token lock), the hold's id (reentrant lock), or
+--         the waiter id the caller queued with (mode "l")
 -- ARGV[2] mode: "t" release a token lock, "r" release one hold of a
 --         reentrant lock, "l" leave the queue (the caller's waiting ended)
 -- ARGV[3] hand-off reservation in milliseconds
@@ -15,9 +16,11 @@
 -- ARGV[5] the caller's wake channel (mode "l" only; omitted otherwise)
 --
 -- Returns -1 when the caller does not hold the lock (nothing is changed,
--- except that a hand-off reservation made for the caller is passed on, and
--- mode "l" leaves the queue), 0 when the lock was released, and n > 0 when a
--- reentrant lock still has n holds of this owner.
+-- except that mode "l" leaves the queue and passes on a hand-off
+-- reservation made for the waiter): a token lock with another token, a hold that
+-- was released or whose deadline has come. Returns 0 when the lock was
+-- released, and n > 0 when a reentrant lock still has n live holds of this
+-- owner; its key then expires at the latest of their deadlines.
 --
 -- Waking exactly one waiter (not all of them) keeps the Redis commands per
 -- acquisition flat in the number of waiters. The lock key is set to a short
@@ -75,10 +78,10 @@ if mode == 'l' then
   redis.call('ZREM', queue, #channel .. ':' .. channel .. token)
 end
 
-if v == 'stampede-handoff:' .. token then
-  -- A reservation for a caller that stopped waiting, or that got its lock
-  -- elsewhere (Redlock): pass it on rather than let it block everyone until
-  -- it expires.
+if mode == 'l' and v == 'stampede-handoff:' .. token then
+  -- A reservation for a waiter that stopped waiting, or that got its lock
+  -- on other masters (Redlock): pass it on rather than let it block
+  -- everyone until it expires.
   redis.call('DEL', lock)
   wake()
   return -1
@@ -86,12 +89,33 @@ end
 if mode == 't' then
   return -1 -- not ours (ours was released above)
 elseif mode == 'r' then
-  if redis.call('TYPE', lock).ok ~= 'hash' or redis.call('HEXISTS', lock, token) == 0 then
+  if redis.call('TYPE', lock).ok ~= 'hash' then
     return -1
   end
-  local holds = redis.call('HINCRBY', lock, token, -1)
-  if holds > 0 then
-    return holds
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local mine = tonumber(redis.call('HGET', lock, 'hold:' .. token))
+  if not mine or mine <= now then
+    return -1 -- released, or ended: it keeps nobody out, and changes nothing
+  end
+  local all, dead = redis.call('HGETALL', lock), {'hold:' .. token}
+  local live, latest = 0, 0
+  for i = 1, #all, 2 do
+    local f = all[i]
+    if string.sub(f, 1, 5) == 'hold:' and f ~= 'hold:' .. token then
+      local d = tonumber(all[i + 1]) or 0
+      if d > now then
+        live = live + 1
+        latest = math.max(latest, d)
+      else
+        dead[#dead + 1] = f
+      end
+    end
+  end
+  if live > 0 then
+    redis.call('HDEL', lock, unpack(dead))
+    redis.call('PEXPIRE', lock, latest - now)
+    return live
   end
 else
   return -1

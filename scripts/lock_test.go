@@ -66,32 +66,202 @@ func TestLockFenceToken(t *testing.T) {
 	})
 }
 
+// acquireHold runs lock_acquire.lua for one hold of owner, without waiting,
+// and returns its reply.
+func acquireHold(t *testing.T, rdb redis.UniversalClient, k lockKeys, hold, owner string, ttlMs int64) []int64 {
+	t.Helper()
+	v, err := LockAcquire().Run(context.Background(), rdb, []string{k.lock, k.queue}, hold, ttlMs, "r", 0, "ch", "", owner).Int64Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// lockCall runs one of the lock scripts that answer with a number.
+func lockCall(t *testing.T, rdb redis.UniversalClient, s *redis.Script, keys []string, args ...any) int64 {
+	t.Helper()
+	n, err := s.Run(context.Background(), rdb, keys, args...).Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// endHold moves a hold's deadline into the past, as time would.
+func endHold(t *testing.T, rdb redis.UniversalClient, k lockKeys, hold string) {
+	t.Helper()
+	past := serverMicros(t, rdb)/1000 - 1
+	if err := rdb.HSet(context.Background(), k.lock, "hold:"+hold, past).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestLockFenceReentrant: the holds of one owner share one number, kept in
-// the hash under "", minted once.
+// the hash under "", minted once; a hold that ended mints nothing.
 func TestLockFenceReentrant(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		k := newLockKeys(t)
+		if v := acquireHold(t, rdb, k, "h1", "job", 60000); v[0] != 1 || v[2] != 1 {
+			t.Fatalf("first hold: %v", v)
+		}
+		if v := acquireHold(t, rdb, k, "h2", "job", 60000); v[0] != 1 || v[1] != 0 || v[2] != 2 {
+			t.Fatalf("second hold: %v", v)
+		}
+		f1 := lockFence(t, rdb, k, "h1")
+		if f1 <= 0 {
+			t.Fatalf("owner's fence %d", f1)
+		}
+		if f := lockFence(t, rdb, k, "h2"); f != f1 {
+			t.Fatalf("owner's other hold: %d, want %d", f, f1)
+		}
+		for _, id := range []string{"job", "other", "h3"} {
+			if f := lockFence(t, rdb, k, id); f != 0 {
+				t.Fatalf("not a hold (%q): fence %d, want 0", id, f)
+			}
+		}
+		if v, err := rdb.Get(ctx, k.fence).Int64(); err != nil || v != f1 {
+			t.Fatalf("counter %d (%v), want %d: minted more than once", v, err, f1)
+		}
+		// A re-acquire reports the number with the new hold count.
+		if v := acquireHold(t, rdb, k, "h3", "job", 60000); v[0] != 1 || v[1] != f1 || v[2] != 3 {
+			t.Fatalf("re-acquire: %v, want [1 %d 3]", v, f1)
+		}
+		endHold(t, rdb, k, "h3")
+		if f := lockFence(t, rdb, k, "h3"); f != 0 {
+			t.Fatalf("ended hold: fence %d, want 0", f)
+		}
+	})
+}
+
+// TestLockReentrantHolds: each hold of a reentrant lock has its own
+// deadline; the key expires at the latest live one; a hold whose deadline
+// has come is refused by release, refresh and ttl (changing nothing) and
+// keeps no other owner out; the lock passes on when the last hold ends,
+// without the old owner's fence.
+func TestLockReentrantHolds(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		k := newLockKeys(t)
+		release := func(hold string) int64 {
+			return lockCall(t, rdb, LockRelease(), []string{k.lock, k.queue}, hold, "r", 250, "1")
+		}
+		refresh := func(hold string, ms int64) int64 {
+			return lockCall(t, rdb, LockRefresh(), []string{k.lock, k.fence}, hold, ms, retention)
+		}
+		ttl := func(hold string) int64 { return lockCall(t, rdb, LockTTL(), []string{k.lock}, hold) }
+
+		acquireHold(t, rdb, k, "long", "job", 60000)
+		acquireHold(t, rdb, k, "short", "job", 2000)
+		wantTTL(t, rdb, k.lock, 60000) // the latest hold's, not the last one's
+		if got := ttl("short"); got > 2000 || got < 1000 {
+			t.Fatalf("short hold's ttl %d, want its own 2000ms", got)
+		}
+		// A shorter lease for the long hold cuts the key to the latest
+		// live deadline; a longer one for the short hold extends it.
+		if refresh("long", 1500) != 1 {
+			t.Fatal("refresh of a live hold refused")
+		}
+		wantTTL(t, rdb, k.lock, 2000)
+		if refresh("short", 30000) != 1 {
+			t.Fatal("refresh of a live hold refused")
+		}
+		wantTTL(t, rdb, k.lock, 30000)
+		if v := acquireHold(t, rdb, k, "intruder", "other", 60000); v[0] != 0 || v[1] <= 0 {
+			t.Fatalf("other owner while holds live: %v, want busy with the latest lease", v)
+		}
+
+		// The short hold (now the latest) ends: the long one keeps the
+		// lock; the ended one can do nothing.
+		endHold(t, rdb, k, "short")
+		before, err := rdb.HGetAll(ctx, k.lock).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := release("short"); got != -1 {
+			t.Fatalf("release of an ended hold: %d, want -1", got)
+		}
+		if got := refresh("short", 60000); got != 0 {
+			t.Fatalf("refresh of an ended hold: %d, want 0", got)
+		}
+		if got := ttl("short"); got != -3 {
+			t.Fatalf("ttl of an ended hold: %d, want -3", got)
+		}
+		if after, err := rdb.HGetAll(ctx, k.lock).Result(); err != nil || len(after) != len(before) || after["hold:long"] != before["hold:long"] {
+			t.Fatalf("calls of an ended hold changed the lock: %v, was %v (%v)", after, before, err)
+		}
+		if v := acquireHold(t, rdb, k, "intruder", "other", 60000); v[0] != 0 {
+			t.Fatalf("other owner while the long hold lives: %v, want busy", v)
+		}
+		// A retried acquire (same hold id) is still one hold.
+		if v := acquireHold(t, rdb, k, "again", "job", 60000); v[0] != 1 || v[2] != 2 {
+			t.Fatalf("re-acquire: %v, want [1 _ 2]", v)
+		}
+		if v := acquireHold(t, rdb, k, "again", "job", 60000); v[0] != 1 || v[2] != 2 {
+			t.Fatalf("retried re-acquire: %v, want [1 _ 2]", v)
+		}
+		if got := release("again"); got != 1 {
+			t.Fatalf("release with one live hold left: %d, want 1", got)
+		}
+		if got := release("again"); got != -1 {
+			t.Fatalf("second release of one hold: %d, want -1", got)
+		}
+		fence := lockFence(t, rdb, k, "long")
+
+		// Every hold ended: the next owner gets the lock, fresh.
+		endHold(t, rdb, k, "long")
+		if v := acquireHold(t, rdb, k, "new", "other", 60000); v[0] != 1 || v[1] != 0 || v[2] != 1 {
+			t.Fatalf("other owner after every hold ended: %v, want [1 0 1]", v)
+		}
+		got, err := rdb.HGetAll(ctx, k.lock).Result()
+		if err != nil || len(got) != 2 || got["owner"] != "other" || got["hold:new"] == "" {
+			t.Fatalf("lock after the hand-over: %v (%v), want the new owner's one hold", got, err)
+		}
+		if f := lockFence(t, rdb, k, "new"); f <= fence {
+			t.Fatalf("new owner's fence %d, want above %d", f, fence)
+		}
+		if got := release("new"); got != 0 {
+			t.Fatalf("release of the last hold: %d, want 0", got)
+		}
+		if exists(t, rdb, k.lock) {
+			t.Fatal("lock still there after its last hold was released")
+		}
+	})
+}
+
+// TestLockReentrantForeignHash: a hash the acquire script did not write (no
+// owner field, as a stale layout or another tool's) is held by someone else:
+// never pruned or taken.
+func TestLockReentrantForeignHash(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := context.Background()
 		k := newLockKeys(t)
 		if err := rdb.HSet(ctx, k.lock, "job", 2).Err(); err != nil {
 			t.Fatal(err)
 		}
-		f1 := lockFence(t, rdb, k, "job")
-		if f1 <= 0 {
-			t.Fatalf("owner's fence %d", f1)
+		if v := acquireHold(t, rdb, k, "h", "job", 60000); v[0] != 0 {
+			t.Fatalf("acquire on a foreign hash: %v, want busy", v)
 		}
-		if f := lockFence(t, rdb, k, "job"); f != f1 {
-			t.Fatalf("owner's second ask: %d, want %d", f, f1)
+		if got, err := rdb.HGetAll(ctx, k.lock).Result(); err != nil || len(got) != 1 || got["job"] != "2" {
+			t.Fatalf("foreign hash changed: %v (%v)", got, err)
 		}
-		if f := lockFence(t, rdb, k, "other"); f != 0 {
-			t.Fatalf("other owner: fence %d, want 0", f)
+	})
+}
+
+// TestLockTokenRetriedAcquire: a token lock's acquire that the client
+// retries after a lost reply finds its own grant.
+func TestLockTokenRetriedAcquire(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
+		k := newLockKeys(t)
+		for i := range 2 {
+			v, err := LockAcquire().Run(context.Background(), rdb, []string{k.lock, k.queue}, "tok", 60000, "t", 0, "ch", "").Int64Slice()
+			if err != nil || len(v) != 3 || v[0] != 1 {
+				t.Fatalf("run %d: %v (%v), want obtained", i+1, v, err)
+			}
 		}
-		if v, err := rdb.Get(ctx, k.fence).Int64(); err != nil || v != f1 {
-			t.Fatalf("counter %d (%v), want %d: minted more than once", v, err, f1)
-		}
-		// A re-acquire reports the number with the new hold count.
-		v, err := LockAcquire().Run(ctx, rdb, []string{k.lock, k.queue}, "job", 60000, "r", 0, "ch").Int64Slice()
-		if err != nil || len(v) != 3 || v[0] != 1 || v[1] != f1 || v[2] != 3 {
-			t.Fatalf("re-acquire: %v (%v), want [1 %d 3]", v, err, f1)
+		v, err := LockAcquire().Run(context.Background(), rdb, []string{k.lock, k.queue}, "other", 60000, "t", 0, "ch", "").Int64Slice()
+		if err != nil || len(v) != 3 || v[0] != 0 {
+			t.Fatalf("another token: %v (%v), want busy", v, err)
 		}
 	})
 }
