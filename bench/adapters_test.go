@@ -133,7 +133,7 @@ func stampedeQueueKey(key string) string {
 // newRedis returns a go-redis client with the library defaults, counting
 // the replies to the commands named in attemptCmds when attempts is set.
 func newRedis(addr string, attempts *atomic.Int64, attemptCmds ...string) *redis.Client {
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	if attempts != nil {
 		names := map[string]bool{}
 		for _, c := range attemptCmds {

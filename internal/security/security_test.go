@@ -38,7 +38,7 @@ const aclLine = "ACL SETUSER stampede reset on >CHANGE-ME" +
 	" ~stampede:{* ~stampede:lock:{* &stampede:fill:* &stampede:lock:wake:*" +
 	" +evalsha +eval +get +subscribe" +
 	" +time +set +del +exists +pexpire +pttl +incr +getrange +strlen +sadd +smembers +publish" +
-	" +type +hset +hget +hexists +hincrby +zadd +zrem +zpopmin +zremrangebyscore"
+	" +type +hset +hget +hgetall +hdel +zadd +zrem +zpopmin +zremrangebyscore"
 
 // clientCommands are the commands the Go code sends itself (the rest of
 // aclLine's commands are called by the Lua scripts).
