@@ -161,6 +161,19 @@
 // and when it has none. Calls never panic on bad arguments: they return an
 // error.
 //
+// # Failover
+//
+// Redis replicates asynchronously: a lock taken on a master that dies
+// before its replicas received it is missing on the promoted replica, and
+// another client can obtain it there while the first still believes it
+// holds it. The first finds out only at its next Refresh or renewal
+// (ErrNotHeld, Lost closed), or when its lease runs out. Fencing still
+// protects a resource that checks fences: the new holder's number is above
+// the lost one's as long as the promoted replica's clock is behind the old
+// master's by less than the failover took. Redlock over independent
+// masters does not depend on one master's replication. docs/failover.md
+// has the measurements.
+//
 // # Redlock
 //
 // NewRedlock obtains locks on a majority of independent masters, valid for
