@@ -8,7 +8,7 @@ require (
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/redis/rueidis v1.0.79
-	github.com/stampede-go/stampede v0.0.0
+	github.com/stampede-go/stampede v0.1.0
 	github.com/viccon/sturdyc v1.1.5
 	golang.org/x/sync v0.24.0
 	gonum.org/v1/plot v0.17.0
@@ -35,4 +35,7 @@ require (
 	golang.org/x/text v0.42.0 // indirect
 )
 
+// This repository's own builds and tests use the checkout of the modules
+// below; a program that depends on this module ignores replace
+// directives and gets the required releases (see release/README.md).
 replace github.com/stampede-go/stampede => ../

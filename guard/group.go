@@ -129,6 +129,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 					h("subscribe", err)
 				}
 			}
+			g.unready(err) // Hooks.Unready (ready.go)
 		}
 	})
 	return g, nil

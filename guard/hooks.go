@@ -26,6 +26,7 @@ func MergeHooks(hs ...Hooks) Hooks {
 		m.Corrupt = chain2(m.Corrupt, h.Corrupt)
 		m.Batch = chain1(m.Batch, h.Batch)
 		m.BatchLoad = chain1(m.BatchLoad, h.BatchLoad)
+		m.Unready = chain1(m.Unready, h.Unready)
 	}
 	return m
 }

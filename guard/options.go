@@ -299,4 +299,13 @@ type Hooks struct {
 	// BatchLoad: a batch loader call finished. Load runs for each of its
 	// keys as well, with the call's duration and the key's outcome.
 	BatchLoad func(BatchLoadStats)
+
+	// Unready: the fill subscription New starts failed: Redis refused it,
+	// or did not confirm it within WaitTimeout (Redis unreachable or
+	// stalled at start-up). err joins a *ReadyError per failed check, as
+	// Group.Ready's does ("subscription", and "redis" when Redis does not
+	// answer either). Called at most once per Group, from New's background
+	// work, never after Close. The Group serves its callers meanwhile,
+	// degraded; Ready says when it coordinates again.
+	Unready func(err error)
 }

@@ -5,7 +5,7 @@ go 1.26.0
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/stampede-go/stampede v0.0.0
+	github.com/stampede-go/stampede v0.1.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0
@@ -27,4 +27,7 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 )
 
+// This repository's own builds and tests use the checkout of the modules
+// below; a program that depends on this module ignores replace
+// directives and gets the required releases (see release/README.md).
 replace github.com/stampede-go/stampede => ../..

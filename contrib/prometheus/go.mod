@@ -8,7 +8,7 @@ require (
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.0
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/stampede-go/stampede v0.0.0
+	github.com/stampede-go/stampede v0.1.0
 )
 
 require (
@@ -25,4 +25,7 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
+// This repository's own builds and tests use the checkout of the modules
+// below; a program that depends on this module ignores replace
+// directives and gets the required releases (see release/README.md).
 replace github.com/stampede-go/stampede => ../..

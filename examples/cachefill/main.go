@@ -42,6 +42,12 @@
 // interpreter under one global lock, so the guard's reads (one script each,
 // where cache-aside sends a plain GET) are far slower there than on Redis
 // and queue behind each other. Origin loads compare fine on either.
+//
+// The default run takes about 20 seconds (three strategies of -duration
+// 6s). Progress goes to stderr: one line rewritten in place on a terminal,
+// a plain line every 2 seconds otherwise (a file, a pipe, a CI log); the
+// table goes to stdout. go-redis logs each failed dial itself; those lines
+// are shown only with -v.
 package main
 
 import (
@@ -52,7 +58,10 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // config is the demo's settings, one field per flag.
@@ -65,6 +74,7 @@ type config struct {
 	Fresh         time.Duration // how long a cached value is fresh (the TTL of cache-aside)
 	Stale         time.Duration // how long after that the guard may serve it stale
 	RedisAddr     string        // "" = embedded miniredis
+	Verbose       bool          // go-redis's own log lines to stderr
 }
 
 func defaultConfig() config {
@@ -92,9 +102,22 @@ func (c config) validate() error {
 	return nil
 }
 
-func main() {
+// summary is the first line of -h: what the demo does.
+const summary = "cachefill shows a cache stampede on a simulated fleet: naive cache-aside vs singleflight vs the guard."
+
+// parseFlags reads the command line into a config; -h prints the summary,
+// the usage and the flags to out.
+func parseFlags(args []string, out io.Writer, onError flag.ErrorHandling) (config, error) {
 	cfg := defaultConfig()
-	fs := flag.NewFlagSet("cachefill", flag.ExitOnError)
+	fs := flag.NewFlagSet("cachefill", onError)
+	fs.SetOutput(out)
+	fs.Usage = func() {
+		fmt.Fprintf(out, "%s\n\nUsage: go run ./examples/cachefill [flags]\n\n"+
+			"Runs the same workload three times, each for -duration (defaults: about 20s in all,\n"+
+			"on an embedded miniredis), and prints a table: requests answered, origin loads,\n"+
+			"stale answers, latency, errors. See the package documentation for how to read it.\n\nFlags:\n", summary)
+		fs.PrintDefaults()
+	}
 	fs.IntVar(&cfg.Nodes, "nodes", cfg.Nodes, "simulated service nodes (each with its own Redis client and guard)")
 	fs.IntVar(&cfg.Clients, "clients", cfg.Clients, "concurrent clients per node")
 	fs.IntVar(&cfg.Keys, "keys", cfg.Keys, "hot keys (requests are Zipf-skewed over them)")
@@ -103,8 +126,13 @@ func main() {
 	fs.DurationVar(&cfg.Fresh, "fresh", cfg.Fresh, "how long a cached value is fresh (cache-aside TTL)")
 	fs.DurationVar(&cfg.Stale, "stale", cfg.Stale, "how long after -fresh the guard serves a value stale while refreshing")
 	fs.StringVar(&cfg.RedisAddr, "redis", cfg.RedisAddr, "host:port of a Redis server (default $REDIS_ADDR; empty: embedded miniredis)")
-	_ = fs.Parse(os.Args[1:])
+	fs.BoolVar(&cfg.Verbose, "v", cfg.Verbose, "show go-redis's own log lines (failed dials, pool messages) on stderr")
+	err := fs.Parse(args)
+	return cfg, err
+}
 
+func main() {
+	cfg, _ := parseFlags(os.Args[1:], os.Stderr, flag.ExitOnError)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if err := run(ctx, cfg, os.Stdout, os.Stderr); err != nil {
@@ -113,12 +141,41 @@ func main() {
 	}
 }
 
+// redisLog takes go-redis's own log lines: a failed dial is logged by the
+// connection pool on every attempt, which would break into the progress
+// line and repeat what the demo's own error says. They go to w with -v,
+// nowhere otherwise.
+type redisLog struct{ w io.Writer }
+
+func (l redisLog) Printf(_ context.Context, format string, v ...any) {
+	if l.w != nil {
+		msg := strings.TrimPrefix(strings.TrimSuffix(fmt.Sprintf(format, v...), "\n"), "redis: ")
+		fmt.Fprintln(l.w, "go-redis:", msg)
+	}
+}
+
+// isTerminal reports whether w is a terminal (a character device), where
+// the progress line can be rewritten in place.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
 // run runs every strategy in turn with the same workload, writes progress to
 // stderr and the result table to stdout.
 func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	if err := cfg.validate(); err != nil {
 		return err
 	}
+	var rl redisLog
+	if cfg.Verbose {
+		rl.w = stderr
+	}
+	redis.SetLogger(rl)
 	srv, err := openServer(cfg.RedisAddr)
 	if err != nil {
 		return err
@@ -130,7 +187,7 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 
 	var results []result
 	for _, s := range strategies {
-		res, err := runStrategy(ctx, cfg, srv, s, stderr)
+		res, err := runStrategy(ctx, cfg, srv, s, stderr, isTerminal(stderr))
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}

@@ -3,11 +3,18 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"flag"
 	"io"
+	"net"
+	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // row is one parsed line of the result table.
@@ -54,11 +61,22 @@ func TestRunSmall(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	var out bytes.Buffer
-	if err := run(ctx, cfg, &out, io.Discard); err != nil {
+	var out, progress bytes.Buffer
+	if err := run(ctx, cfg, &out, &progress); err != nil {
 		t.Fatalf("run: %v\n%s", err, out.String())
 	}
 	t.Logf("output:\n%s", out.String())
+
+	// stderr is no terminal here: plain progress lines, no carriage
+	// return; the last line of each strategy says where it ended.
+	if strings.Contains(progress.String(), "\r") {
+		t.Errorf("progress to a non-terminal holds carriage returns: %q", progress.String())
+	}
+	for _, name := range []string{"naive", "singleflight", "guard"} {
+		if !strings.Contains(progress.String(), name+strings.Repeat(" ", 12-len(name))+"   0.6s / 0.6s") {
+			t.Errorf("progress lacks the final line of %s:\n%s", name, progress.String())
+		}
+	}
 
 	rows := parseTable(t, out.String())
 	if len(rows) != 3 {
@@ -116,4 +134,82 @@ func TestValidate(t *testing.T) {
 	if err := run(context.Background(), bad, io.Discard, io.Discard); err == nil {
 		t.Error("run with 0 keys: no error")
 	}
+}
+
+func TestHelp(t *testing.T) {
+	var out bytes.Buffer
+	if _, err := parseFlags([]string{"-h"}, &out, flag.ContinueOnError); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("parseFlags(-h) = %v, want flag.ErrHelp", err)
+	}
+	first, rest, _ := strings.Cut(out.String(), "\n")
+	if first != summary || !strings.HasPrefix(first, "cachefill ") {
+		t.Errorf("-h starts with %q, want the one-line summary %q", first, summary)
+	}
+	for _, want := range []string{"Usage: go run ./examples/cachefill", "-duration", "-redis", "-v"} {
+		if !strings.Contains(rest, want) {
+			t.Errorf("-h lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestProgressLines(t *testing.T) {
+	var requests atomic.Int64
+	requests.Store(1234)
+	org := newOrigin(0)
+	for _, c := range []struct {
+		tty        bool
+		start, end string
+	}{
+		{false, "naive", "origin loads\n"},
+		{true, "\rnaive", "origin loads\n"},
+	} {
+		var w bytes.Buffer
+		progress(&w, c.tty, "naive", time.Now(), time.Second, &requests, org)()
+		got := w.String()
+		if !strings.HasPrefix(got, c.start) || !strings.HasSuffix(got, c.end) || strings.Count(got, "\n") != 1 {
+			t.Errorf("tty %v: progress wrote %q, want one line from %q to %q", c.tty, got, c.start, c.end)
+		}
+		if !c.tty && strings.Contains(got, "\r") {
+			t.Errorf("progress to a non-terminal wrote a carriage return: %q", got)
+		}
+		if !strings.Contains(got, "1234 requests") {
+			t.Errorf("progress %q lacks the request count", got)
+		}
+	}
+	if isTerminal(&bytes.Buffer{}) {
+		t.Error("a bytes.Buffer taken for a terminal")
+	}
+	f, err := os.Create(t.TempDir() + "/log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if isTerminal(f) {
+		t.Error("a regular file taken for a terminal")
+	}
+}
+
+// TestRedisLogQuiet: go-redis logs each failed dial itself; those lines
+// reach stderr only with -v.
+func TestRedisLogQuiet(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens: dials are refused
+	for _, verbose := range []bool{false, true} {
+		cfg := defaultConfig()
+		cfg.RedisAddr, cfg.Verbose = addr, verbose
+		var out, errs bytes.Buffer
+		err := run(context.Background(), cfg, &out, &errs)
+		if err == nil || !strings.Contains(err.Error(), "refused") {
+			t.Fatalf("run on a closed port: %v, want the refused dial", err)
+		}
+		logged := strings.Contains(errs.String(), "go-redis:") && strings.Contains(errs.String(), "dial")
+		if logged != verbose {
+			t.Errorf("-v=%v: stderr %q; want go-redis's dial lines only with -v", verbose, errs.String())
+		}
+	}
+	redis.SetLogger(redisLog{}) // quiet for the tests after this one
 }

@@ -44,7 +44,8 @@ func keyName(i int) string { return fmt.Sprintf("item:%d", i) }
 
 // runStrategy runs the workload against strategy s on its own key namespace
 // and origin, and summarises it.
-func runStrategy(ctx context.Context, cfg config, srv *server, s strategy, stderr io.Writer) (result, error) {
+// Progress goes to stderr, rewritten in place when it is a terminal (tty).
+func runStrategy(ctx context.Context, cfg config, srv *server, s strategy, stderr io.Writer, tty bool) (result, error) {
 	prefix := srv.prefix(s.name)
 	org := newOrigin(cfg.OriginLatency)
 
@@ -102,7 +103,7 @@ func runStrategy(ctx context.Context, cfg config, srv *server, s strategy, stder
 		})
 	}
 	began := time.Now()
-	stopProgress := progress(stderr, s.name, began, cfg.Duration, &requests, org)
+	stopProgress := progress(stderr, tty, s.name, began, cfg.Duration, &requests, org)
 	close(start)
 	wg.Wait()
 	stopProgress()
@@ -181,23 +182,35 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
-// progress rewrites one line on w every 500ms until the returned func is
-// called, which writes the final line and a newline.
-func progress(w io.Writer, name string, began time.Time, total time.Duration, requests *atomic.Int64, org *origin) (stop func()) {
-	line := func() {
+// progress reports a run's progress on w until the returned func is
+// called, which writes the final line. On a terminal (tty) it rewrites one
+// line every 500ms; elsewhere (a file, a pipe, CI's log) it writes a plain
+// line every 2s, since a carriage return there only garbles the log.
+func progress(w io.Writer, tty bool, name string, began time.Time, total time.Duration, requests *atomic.Int64, org *origin) (stop func()) {
+	every, start, end := 2*time.Second, "", "\n"
+	if tty {
+		every, start, end = 500*time.Millisecond, "\r", " "
+	}
+	line := func(last bool) {
 		el := min(time.Since(began), total)
-		fmt.Fprintf(w, "\r%-12s %5.1fs / %.1fs  %9d requests  %7d origin loads ",
-			name, el.Seconds(), total.Seconds(), requests.Load(), org.loads.Load())
+		tail := end
+		if last {
+			tail = "\n"
+		}
+		fmt.Fprintf(w, "%s%-12s %5.1fs / %.1fs  %9d requests  %7d origin loads%s",
+			start, name, el.Seconds(), total.Seconds(), requests.Load(), org.loads.Load(), tail)
 	}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		t := time.NewTicker(500 * time.Millisecond)
+		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
 			select {
 			case <-t.C:
-				line()
+				if time.Since(began) < total { // else the final line says it
+					line(false)
+				}
 			case <-done:
 				return
 			}
@@ -206,7 +219,6 @@ func progress(w io.Writer, name string, began time.Time, total time.Duration, re
 	return func() {
 		close(done)
 		wg.Wait()
-		line()
-		fmt.Fprintln(w)
+		line(true)
 	}
 }

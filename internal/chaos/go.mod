@@ -4,8 +4,8 @@ go 1.26.0
 
 require (
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/stampede-go/stampede v0.0.0
-	github.com/stampede-go/stampede/internal/faults v0.0.0
+	github.com/stampede-go/stampede v0.1.0
+	github.com/stampede-go/stampede/internal/faults v0.1.0
 	go.uber.org/goleak v1.3.0
 )
 
@@ -34,6 +34,9 @@ require (
 	gopkg.in/tomb.v1 v1.0.0-20141024135613-dd632973f1e7 // indirect
 )
 
+// This repository's own builds and tests use the checkout of the modules
+// below; a program that depends on this module ignores replace
+// directives and gets the required releases (see release/README.md).
 replace github.com/stampede-go/stampede => ../..
 
 replace github.com/stampede-go/stampede/internal/faults => ../faults

@@ -6,7 +6,7 @@ require (
 	github.com/Shopify/toxiproxy/v2 v2.5.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/rs/zerolog v1.35.1
-	github.com/stampede-go/stampede v0.0.0
+	github.com/stampede-go/stampede v0.1.0
 )
 
 require (
@@ -30,4 +30,7 @@ require (
 	gopkg.in/tomb.v1 v1.0.0-20141024135613-dd632973f1e7 // indirect
 )
 
+// This repository's own builds and tests use the checkout of the modules
+// below; a program that depends on this module ignores replace
+// directives and gets the required releases (see release/README.md).
 replace github.com/stampede-go/stampede => ../..

@@ -31,6 +31,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	_ "github.com/stampede-go/stampede" // the overview package: documentation only
 	"github.com/stampede-go/stampede/guard"
 	"github.com/stampede-go/stampede/lock"
 	guardhttp "github.com/stampede-go/stampede/middleware/nethttp"
@@ -47,12 +48,12 @@ func main() {
 }
 `
 
-// TestCoreImportsNoAdapterDependency builds a program that imports guard,
-// lock and guardhttp from this checkout (a module of its own in a temporary
-// directory, with a replace directive) and checks its whole module graph,
-// test dependencies included, for the adapters' dependencies. Resolving the
-// graph reads go.mod files from the module cache, or from the module proxy
-// when the cache lacks them.
+// TestCoreImportsNoAdapterDependency builds a program that imports the
+// root package, guard, lock and guardhttp from this checkout (a module of
+// its own in a temporary directory, with a replace directive) and checks
+// its whole module graph, test dependencies included, for the adapters'
+// dependencies. Resolving the graph reads go.mod files from the module
+// cache, or from the module proxy when the cache lacks them.
 func TestCoreImportsNoAdapterDependency(t *testing.T) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
@@ -64,7 +65,7 @@ func TestCoreImportsNoAdapterDependency(t *testing.T) {
 	}
 	dir := t.TempDir()
 	gomod := "module example.com/coreonly\n\ngo 1.26.0\n\n" +
-		"require github.com/stampede-go/stampede v0.0.0\n\n" +
+		"require github.com/stampede-go/stampede v0.1.0\n\n" +
 		"replace github.com/stampede-go/stampede => " + root + "\n"
 	write(t, filepath.Join(dir, "go.mod"), gomod)
 	write(t, filepath.Join(dir, "main.go"), program)

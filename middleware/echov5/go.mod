@@ -2,7 +2,7 @@ module github.com/stampede-go/stampede/middleware/echov5
 
 go 1.26.0
 
-require github.com/stampede-go/stampede v0.0.0
+require github.com/stampede-go/stampede v0.1.0
 
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
@@ -17,4 +17,7 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 )
 
+// This repository's own builds and tests use the checkout of the modules
+// below; a program that depends on this module ignores replace
+// directives and gets the required releases (see release/README.md).
 replace github.com/stampede-go/stampede => ../..

@@ -6,7 +6,7 @@ require (
 	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/gin-gonic/gin v1.12.0
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/stampede-go/stampede v0.0.0
+	github.com/stampede-go/stampede v0.1.0
 )
 
 require (
@@ -47,4 +47,7 @@ require (
 	google.golang.org/protobuf v1.36.10 // indirect
 )
 
+// This repository's own builds and tests use the checkout of the modules
+// below; a program that depends on this module ignores replace
+// directives and gets the required releases (see release/README.md).
 replace github.com/stampede-go/stampede => ../..
