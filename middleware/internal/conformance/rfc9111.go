@@ -170,6 +170,19 @@ func rfcRows() []rfcRow {
 			[]step{{origin: 1}, {origin: 2}}},
 		rfcRow{"§5.3", "invalid Expires is in the past", nil, always(200, "a", "Expires", "next tuesday"),
 			[]step{{origin: 1}, {origin: 2}}},
+		rfcRow{"§5.3, RFC 9110 §5.6.7", "an Expires with runs of spaces is invalid, so in the past", nil, func(int, *http.Request) reply {
+			exp := time.Now().Add(time.Hour).UTC().Format(http.TimeFormat)
+			return reply{200, []string{"Date", now(), "Expires", strings.Replace(exp, " ", "  ", 1)}, "a"}
+		}, []step{{origin: 1}, {origin: 2}}},
+		rfcRow{"§5.3, RFC 9110 §5.6.7", "an Expires with a one-digit hour is invalid, so in the past", nil, always(200, "a", "Date", "Thu, 01 Jan 2099 00:00:00 GMT", "Expires", "Thu, 01 Jan 2099 2:00:00 GMT"),
+			[]step{{origin: 1}, {origin: 2}}},
+		rfcRow{"§5.3, RFC 9110 §5.6.7", "Expires in the rfc850 form", nil, func(int, *http.Request) reply {
+			exp := time.Now().Add(time.Hour).UTC().Format("Monday, 02-Jan-06 15:04:05 GMT")
+			return reply{200, []string{"Date", now(), "Expires", exp}, "a"}
+		}, []step{{origin: 1}, {origin: 1, want: hit}}},
+		rfcRow{"§5.3, RFC 9110 §5.6.7", "Expires in the asctime form", nil, func(int, *http.Request) reply {
+			return reply{200, []string{"Date", now(), "Expires", time.Now().Add(time.Hour).UTC().Format(time.ANSIC)}, "a"}
+		}, []step{{origin: 1}, {origin: 1, want: hit}}},
 		rfcRow{"§5.3", "max-age wins over an Expires in the past", nil, func(int, *http.Request) reply {
 			return reply{200, []string{"Date", now(), "Expires", ago(time.Hour), "Cache-Control", "max-age=3600"}, "a"}
 		}, []step{{origin: 1}, {origin: 1, want: hit}}},

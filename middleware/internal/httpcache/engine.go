@@ -295,6 +295,18 @@ func (e *Engine) failed(w http.ResponseWriter, r *http.Request, c *call, err err
 	return runDirect(direct, c.h, w, r)
 }
 
+// dropTargeted removes from h the targeted fields of this cache's own
+// (the list of Config.TargetedCacheControl) before a response goes out;
+// CDN-Cache-Control, addressed to every CDN cache on the path, goes on to
+// the next (RFC 9213 §3: such caches typically forward it).
+func (e *Engine) dropTargeted(h http.Header) {
+	for _, name := range e.targets {
+		if name != "Cdn-Cache-Control" {
+			delete(h, name)
+		}
+	}
+}
+
 // usable reports whether a client's request directives let it be served
 // sr (RFC 9111 §5.2.1); they are read only with HonorClientNoCache.
 func (e *Engine) usable(r *http.Request, sr *storedResponse, res guard.Result) bool {
@@ -331,10 +343,7 @@ func (e *Engine) write(w http.ResponseWriter, r *http.Request, sr *storedRespons
 	for _, f := range sr.fields {
 		dst[f.name] = f.vals
 	}
-	for _, name := range e.targets {
-		// A targeted field is this cache's: not forwarded (RFC 9213).
-		delete(dst, name)
-	}
+	e.dropTargeted(dst)
 	noSniff(dst)
 	// The room decodeResponse left: no allocation per field.
 	extra := sr.extra[:extraFields:extraFields]

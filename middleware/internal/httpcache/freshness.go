@@ -117,13 +117,65 @@ func ageValue(vals []string) (secs int64, ok bool) {
 	return min(n, maxDelta), true
 }
 
-// httpDate parses an HTTP-date (RFC 9110 §5.6.7) in any of its three forms.
+// httpDate parses an HTTP-date (RFC 9110 §5.6.7) in any of its three
+// forms, by the grammar: net/http's ParseTime alone also takes runs of
+// spaces and one-digit hours, which the grammar does not (and an Expires
+// that is not a valid date means the response is already expired).
 func httpDate(vals []string) (time.Time, bool) {
 	if len(vals) != 1 {
 		return time.Time{}, false
 	}
-	t, err := http.ParseTime(strings.TrimSpace(vals[0]))
+	v := strings.Trim(vals[0], " \t")
+	if !dateForm(v) {
+		return time.Time{}, false
+	}
+	t, err := http.ParseTime(v)
 	return t, err == nil
+}
+
+// dateForm reports whether v has the exact shape of IMF-fixdate ("Sun, 06
+// Nov 1994 08:49:37 GMT"), rfc850-date ("Sunday, 06-Nov-94 08:49:37 GMT")
+// or asctime-date ("Sun Nov  6 08:49:37 1994"): digits where digits go,
+// single spaces, "GMT" as is. Names are checked by ParseTime.
+func dateForm(v string) bool {
+	var shape string
+	switch {
+	case len(v) == 29 && v[3] == ',':
+		shape = "aaa, dd aaa dddd dd:dd:dd GMT"
+	case len(v) == 24 && v[3] == ' ':
+		shape = "aaa aaa ?d dd:dd:dd dddd"
+	default:
+		comma := strings.IndexByte(v, ',')
+		if comma < 6 || comma > 9 {
+			return false
+		}
+		shape = strings.Repeat("a", comma) + ", dd-aaa-dd dd:dd:dd GMT"
+	}
+	if len(v) != len(shape) {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		switch shape[i] {
+		case 'a':
+			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') {
+				return false
+			}
+		case 'd':
+			if c < '0' || c > '9' {
+				return false
+			}
+		case '?':
+			if c != ' ' && (c < '0' || c > '9') {
+				return false
+			}
+		default:
+			if c != shape[i] {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // freshness is what a response says of its own freshness (RFC 9111 §4.2),
@@ -171,12 +223,32 @@ func parseTargeted(vals []string) (cacheControl, bool) {
 		return cacheControl{}, false
 	}
 	for d := range strings.SplitSeq(joined, ",") {
-		name, arg, hasArg := strings.Cut(strings.TrimSpace(d), "=")
-		if !validKey(name) || (hasArg && arg == "") {
+		member, _, _ := strings.Cut(strings.Trim(d, " \t"), ";") // parameters are ignored
+		name, arg, hasArg := strings.Cut(member, "=")
+		if !validKey(name) || (hasArg && !validItem(name, arg)) {
 			return cacheControl{}, false
 		}
 	}
 	return parseCacheControl(vals), true
+}
+
+// deltaDirectives take an integer (RFC 9213 §2.1: their values are
+// Structured Fields integers, not strings).
+var deltaDirectives = map[string]bool{"max-age": true, "s-maxage": true,
+	"stale-while-revalidate": true, "stale-if-error": true}
+
+// validItem reports whether arg is a bare item the directive name may
+// take: an sf-integer for a delta directive, else any token-like or
+// quoted item, with no whitespace before it.
+func validItem(name, arg string) bool {
+	if arg == "" || arg[0] == ' ' || arg[0] == '\t' {
+		return false
+	}
+	if deltaDirectives[name] {
+		digits := strings.TrimPrefix(arg, "-")
+		return digits != "" && len(digits) <= 15 && isDigits(digits)
+	}
+	return true
 }
 
 // validKey reports an RFC 8941 key: lowercase letter or '*', then

@@ -29,9 +29,7 @@ func (e *Engine) serveRange(w http.ResponseWriter, r *http.Request, key string, 
 	for _, f := range sr.fields {
 		dst[f.name] = f.vals
 	}
-	for _, name := range e.targets {
-		delete(dst, name)
-	}
+	e.dropTargeted(dst)
 	noSniff(dst)
 	dst["Age"] = []string{strconv.FormatInt(min(sr.initialAge+int64(res.Age/time.Second), maxDelta), 10)}
 	dst["Cache-Status"] = []string{cachestatus.Of(res.Status)}

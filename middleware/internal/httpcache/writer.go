@@ -91,11 +91,19 @@ func (cw *capture) interim(code int) {
 		}
 		w = u.Unwrap()
 	}
+	// The 1xx's fields go with it only: the final response's are its own
+	// (a reverse proxy clears them after relaying a 1xx, as net/http does
+	// not).
 	dst := w.Header()
+	saved := dst.Clone()
 	for k, v := range cw.header {
 		dst[k] = v
 	}
 	w.WriteHeader(code)
+	clear(dst)
+	for k, v := range saved {
+		dst[k] = v
+	}
 }
 
 // canonical returns a copy of h under canonical names, as the rules read
@@ -254,9 +262,7 @@ func (cw *capture) writeHeader(w http.ResponseWriter) {
 	if !cw.streaming || cw.sniffAt >= 0 {
 		noSniff(dst)
 	}
-	for _, name := range cw.c.e.targets {
-		delete(dst, name) // this cache's: not forwarded (RFC 9213)
-	}
+	cw.c.e.dropTargeted(dst)
 	dst["Cache-Status"] = []string{cachestatus.NotStored(cw.why)}
 	w.WriteHeader(cw.status)
 }
