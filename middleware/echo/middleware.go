@@ -97,6 +97,14 @@ type Config struct {
 	// are the same for everyone (a consent banner's, say). Default: false
 	// (such a response is never shared).
 	StoreSetCookie bool
+
+	// KeyHost, when set, is keyed instead of each request's Host. The key
+	// holds the Host as sent, so a load balancer that rewrites Host to each
+	// backend's address, or local processes on different ports, split one
+	// URL into one entry (and one origin call) per backend: set KeyHost to
+	// the site's name there. Set it only when every request through this
+	// middleware is for one site. Default: the Host as sent.
+	KeyHost string
 }
 
 // ForwardingHeaders returns the request headers keyed by default, unless
@@ -109,7 +117,7 @@ func Middleware(g *guard.Group) echo.MiddlewareFunc {
 }
 
 // MiddlewareWithConfig returns a middleware that serves GET responses
-// through g. It panics when g is nil.
+// through g. It panics on a nil g or a Config out of range (see the package documentation).
 func MiddlewareWithConfig(g *guard.Group, cfg Config) echo.MiddlewareFunc {
 	if cfg.Skipper == nil {
 		cfg.Skipper = func(echo.Context) bool { return false }
@@ -127,8 +135,12 @@ func MiddlewareWithConfig(g *guard.Group, cfg Config) echo.MiddlewareFunc {
 		TargetedCacheControl: cfg.TargetedCacheControl,
 		HeuristicFreshness:   cfg.HeuristicFreshness,
 		StoreSetCookie:       cfg.StoreSetCookie,
+		KeyHost:              cfg.KeyHost,
 	}
-	eng := httpcache.New(g, o)
+	eng, err := httpcache.New(g, o)
+	if err != nil {
+		panic("guardecho: " + err.Error())
+	}
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			if cfg.Skipper(c) {

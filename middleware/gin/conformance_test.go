@@ -30,6 +30,7 @@ var adapter = conformance.Adapter{
 			TargetedCacheControl: cfg.TargetedCacheControl,
 			HeuristicFreshness:   cfg.HeuristicFreshness,
 			StoreSetCookie:       cfg.StoreSetCookie,
+			KeyHost:              cfg.KeyHost,
 		}))
 		r.Any("/*path", gin.WrapH(origin))
 		r.NoRoute(gin.WrapH(origin)) // methods gin does not route (M-SEARCH: RFC 9111 §4.4)
@@ -59,3 +60,7 @@ func TestPoisoningCluster(t *testing.T) { conformance.PoisoningCluster(t, adapte
 // TestTransparency runs the transparency property (package
 // middleware/internal/conformance) on generated cases.
 func TestTransparency(t *testing.T) { conformance.Transparency(t, adapter) }
+
+// TestMisuse holds the adapter to the one rule for programmer errors
+// (package middleware/internal/conformance).
+func TestMisuse(t *testing.T) { conformance.Misuse(t, adapter, "guardgin") }

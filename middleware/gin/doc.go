@@ -51,4 +51,11 @@
 // a failing key's requests wait for their turn past the guard's
 // WaitTimeout (or the guard backs off a key whose loads fail), 504 when the
 // guard's WaitTimeoutPolicy is ReturnError and the wait timed out.
+//
+// # Programmer errors
+//
+// Building the middleware panics on a nil Group or a Config out of range
+// (the rules of guardhttp's Config, which every HTTP adapter shares), with
+// a message that starts with "guardgin: " and names the setting. A request
+// never makes it panic (a handler's own panic is the handler's).
 package guardgin

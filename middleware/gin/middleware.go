@@ -95,6 +95,14 @@ type Config struct {
 	// are the same for everyone (a consent banner's, say). Default: false
 	// (such a response is never shared).
 	StoreSetCookie bool
+
+	// KeyHost, when set, is keyed instead of each request's Host. The key
+	// holds the Host as sent, so a load balancer that rewrites Host to each
+	// backend's address, or local processes on different ports, split one
+	// URL into one entry (and one origin call) per backend: set KeyHost to
+	// the site's name there. Set it only when every request through this
+	// middleware is for one site. Default: the Host as sent.
+	KeyHost string
 }
 
 // ForwardingHeaders returns the request headers keyed by default, unless
@@ -102,9 +110,9 @@ type Config struct {
 func ForwardingHeaders() []string { return httpcache.ForwardingHeaders() }
 
 // Middleware returns a gin middleware that serves GET responses through g.
-// It panics when g is nil.
+// It panics on a nil g or a Config out of range (see the package documentation).
 func Middleware(g *guard.Group, cfg Config) gin.HandlerFunc {
-	eng := httpcache.New(g, httpcache.Options{
+	eng, err := httpcache.New(g, httpcache.Options{
 		KeyHeaders:           cfg.KeyHeaders,
 		MaxBodyBytes:         cfg.MaxBodyBytes,
 		Statuses:             cfg.Statuses,
@@ -117,7 +125,11 @@ func Middleware(g *guard.Group, cfg Config) gin.HandlerFunc {
 		TargetedCacheControl: cfg.TargetedCacheControl,
 		HeuristicFreshness:   cfg.HeuristicFreshness,
 		StoreSetCookie:       cfg.StoreSetCookie,
+		KeyHost:              cfg.KeyHost,
 	})
+	if err != nil {
+		panic("guardgin: " + err.Error())
+	}
 	return func(c *gin.Context) {
 		if cfg.Skipper != nil && cfg.Skipper(c) {
 			c.Next()

@@ -27,6 +27,7 @@ var adapter = conformance.Adapter{
 			TargetedCacheControl: cfg.TargetedCacheControl,
 			HeuristicFreshness:   cfg.HeuristicFreshness,
 			StoreSetCookie:       cfg.StoreSetCookie,
+			KeyHost:              cfg.KeyHost,
 		})(origin)
 	},
 }
@@ -83,3 +84,7 @@ func TestTransparency(t *testing.T) { conformance.Transparency(t, adapter) }
 func FuzzTransparency(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) { conformance.TransparencyCase(t, adapter, data) })
 }
+
+// TestMisuse holds the adapter to the one rule for programmer errors
+// (package middleware/internal/conformance).
+func TestMisuse(t *testing.T) { conformance.Misuse(t, adapter, "guardhttp") }

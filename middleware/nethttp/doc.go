@@ -16,6 +16,13 @@
 // headers (below), encoded unambiguously and hashed (SHA-256) under a
 // key-format version; or Config.KeyFunc.
 //
+// The Host is keyed as sent. Two processes of one service on different
+// ports (localhost:8080, localhost:8081), or a load balancer that rewrites
+// Host to each backend's address, therefore split one URL into one entry
+// per Host, and one origin call per refresh per Host: correct (a handler
+// may answer per Host), but not what a fleet behind one name wants. Set
+// Config.KeyHost to the site's name there; the key then holds it instead.
+//
 // # Cache poisoning
 //
 // A shared cache must not let one client choose what another is served.
@@ -154,6 +161,16 @@
 // zero Config is the app-centric default: a response without freshness
 // information is stored for the Group's windows, and a client cannot make
 // the origin answer (any client could then stampede it).
+//
+// # Programmer errors
+//
+// Middleware panics, when it is called, on a nil Group or a Config out of
+// range: a negative MaxBodyBytes or one above the Group's MaxValueBytes, a
+// status in Statuses that is never shared by its status (1xx, 206, 304,
+// 5xx), a name in KeyHeaders or TargetedCacheControl that is not a field
+// name, a KeyHost with a space or a control character. The message starts
+// with "guardhttp: " and names the setting. A request never makes it
+// panic (a handler's own panic is the handler's).
 //
 // Stored responses are a versioned binary encoding of status, the age the
 // response arrived with, headers (all but hop-by-hop fields and Set-Cookie)

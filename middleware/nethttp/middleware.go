@@ -94,6 +94,14 @@ type Config struct {
 	// are the same for everyone (a consent banner's, say). Default: false
 	// (such a response is never shared).
 	StoreSetCookie bool
+
+	// KeyHost, when set, is keyed instead of each request's Host. The key
+	// holds the Host as sent, so a load balancer that rewrites Host to each
+	// backend's address, or local processes on different ports, split one
+	// URL into one entry (and one origin call) per backend: set KeyHost to
+	// the site's name there. Set it only when every request through this
+	// middleware is for one site. Default: the Host as sent.
+	KeyHost string
 }
 
 // ForwardingHeaders returns the request headers keyed by default, unless
@@ -116,13 +124,17 @@ func (c Config) options() httpcache.Options {
 		TargetedCacheControl: c.TargetedCacheControl,
 		HeuristicFreshness:   c.HeuristicFreshness,
 		StoreSetCookie:       c.StoreSetCookie,
+		KeyHost:              c.KeyHost,
 	}
 }
 
 // Middleware returns a middleware that serves GET responses of the handler
-// it wraps through g. It panics when g is nil.
+// it wraps through g. It panics on a nil g or a Config out of range (see the package documentation).
 func Middleware(g *guard.Group, cfg Config) func(http.Handler) http.Handler {
-	eng := httpcache.New(g, cfg.options())
+	eng, err := httpcache.New(g, cfg.options())
+	if err != nil {
+		panic("guardhttp: " + err.Error())
+	}
 	return func(next http.Handler) http.Handler {
 		run := func(w http.ResponseWriter, r *http.Request) error {
 			next.ServeHTTP(w, r)

@@ -27,13 +27,15 @@ type Config struct {
 	// UnkeyedForwarding leaves the forwarding headers out of the key (the
 	// adapters' Config field of the same name).
 	UnkeyedForwarding bool
-	// PassFor, NotStored, TargetedCacheControl, HeuristicFreshness and
-	// StoreSetCookie are the adapters' fields of the same names.
+	// PassFor, NotStored, TargetedCacheControl, HeuristicFreshness,
+	// StoreSetCookie and KeyHost are the adapters' fields of the same
+	// names.
 	PassFor              time.Duration
 	NotStored            func(r *http.Request, why string)
 	TargetedCacheControl []string
 	HeuristicFreshness   bool
 	StoreSetCookie       bool
+	KeyHost              string
 }
 
 // Adapter puts one framework's middleware in front of an origin.

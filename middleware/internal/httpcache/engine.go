@@ -44,6 +44,8 @@ type Options struct {
 	// StoreSetCookie stores and shares responses that carry Set-Cookie,
 	// the cookie with them.
 	StoreSetCookie bool
+	// KeyHost, when set, is keyed instead of each request's Host.
+	KeyHost string
 }
 
 // DefaultPassFor is how long a URL is marked pass by default.
@@ -73,12 +75,15 @@ type Engine struct {
 	targets      []string // targeted Cache-Control fields, canonical
 	heuristic    bool
 	storeCookies bool
+	keyHost      string
 }
 
-// New returns an Engine for g; it panics on a nil g (a programming error).
-func New(g *guard.Group, o Options) *Engine {
-	if g == nil {
-		panic("httpcache: nil *guard.Group")
+// New returns an Engine for g, or an error for a nil g or Options out of
+// range (each adapter panics with it, under its own name: a programming
+// error at construction).
+func New(g *guard.Group, o Options) (*Engine, error) {
+	if err := o.check(g); err != nil {
+		return nil, err
 	}
 	e := &Engine{
 		g:           g,
@@ -103,7 +108,7 @@ func New(g *guard.Group, o Options) *Engine {
 		}
 	}
 	e.upstream, e.strict = o.UpstreamWindows, o.RequireFreshness
-	e.heuristic, e.storeCookies = o.HeuristicFreshness, o.StoreSetCookie
+	e.heuristic, e.storeCookies, e.keyHost = o.HeuristicFreshness, o.StoreSetCookie, o.KeyHost
 	switch {
 	case o.TargetedCacheControl != nil:
 		// In the order given: the first present rules.
@@ -121,7 +126,39 @@ func New(g *guard.Group, o Options) *Engine {
 	case e.passFor < 0:
 		e.passFor = 0
 	}
-	return e
+	return e, nil
+}
+
+// check reports the first setting of o that cannot work with g.
+func (o Options) check(g *guard.Group) error {
+	if g == nil {
+		return errors.New("nil *guard.Group")
+	}
+	switch max := g.Options().MaxValueBytes; {
+	case o.MaxBodyBytes < 0:
+		return fmt.Errorf("negative MaxBodyBytes %d", o.MaxBodyBytes)
+	case o.MaxBodyBytes > max:
+		return fmt.Errorf("MaxBodyBytes %d is above the Group's MaxValueBytes %d: such a body could never be stored", o.MaxBodyBytes, max)
+	}
+	for _, s := range o.Statuses {
+		if s < 200 || s > 499 || s == http.StatusPartialContent || s == http.StatusNotModified {
+			return fmt.Errorf("Statuses holds %d: a 1xx, 206, 304 or 5xx is never shared by its status (a 5xx the origin marks fresh is, with UpstreamWindows)", s)
+		}
+	}
+	for _, list := range []struct {
+		name  string
+		names []string
+	}{{"KeyHeaders", o.KeyHeaders}, {"TargetedCacheControl", o.TargetedCacheControl}} {
+		for _, n := range list.names {
+			if !validName([]byte(strings.TrimSpace(n))) {
+				return fmt.Errorf("%s holds %q, not a header field name", list.name, n)
+			}
+		}
+	}
+	if strings.ContainsFunc(o.KeyHost, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		return fmt.Errorf("KeyHost %q holds a space or a control character", o.KeyHost)
+	}
+	return nil
 }
 
 // Handler runs the downstream handler, writing to w, for r.
@@ -154,7 +191,7 @@ func (e *Engine) Serve(w http.ResponseWriter, r *http.Request, direct func() err
 	if e.keyFunc != nil {
 		return e.ServeKey(w, r, e.keyFunc(r), direct, h)
 	}
-	return e.serve(w, r, deriveKey(r, e.keyHeaders, e.forwarding), direct, h, true)
+	return e.serve(w, r, deriveKey(r, e.host(r), e.keyHeaders, e.forwarding), direct, h, true)
 }
 
 // ServeKey is Serve with the key of a custom key func (for adapters whose
@@ -293,6 +330,14 @@ func (e *Engine) failed(w http.ResponseWriter, r *http.Request, c *call, err err
 	}
 	w.Header().Set("Cache-Status", cachestatus.Miss)
 	return runDirect(direct, c.h, w, r)
+}
+
+// host is the host keyed for r: Config.KeyHost, else r.Host.
+func (e *Engine) host(r *http.Request) string {
+	if e.keyHost != "" {
+		return e.keyHost
+	}
+	return r.Host
 }
 
 // dropTargeted removes from h the targeted fields of this cache's own

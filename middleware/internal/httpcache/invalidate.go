@@ -67,7 +67,7 @@ func (e *Engine) invalidate(r *http.Request, h http.Header) {
 			}
 			continue
 		}
-		_ = e.g.InvalidateTag(ctx, urlTag(r.TLS != nil, r.Host, u))
+		_ = e.g.InvalidateTag(ctx, urlTag(r.TLS != nil, e.host(r), u))
 	}
 }
 

@@ -26,7 +26,7 @@ const userKeyPrefix = "hu:"
 // forwarding headers ([ForwardingHeaders]), each length-prefixed, hashed
 // with SHA-256, under the hash tag of r's URL (see urlTag).
 func DeriveKey(r *http.Request, headers []string) string {
-	return deriveKey(r, headers, true)
+	return deriveKey(r, r.Host, headers, true)
 }
 
 // Key lengths: the URL tag (16 bytes of SHA-256, base64) in braces, the
@@ -36,14 +36,16 @@ const (
 	keyLen = 1 + tagLen + 1 + len(keyVersion) + 43
 )
 
-func deriveKey(r *http.Request, headers []string, forwarding bool) string {
+// deriveKey is DeriveKey with the host keyed (r.Host, or Config.KeyHost)
+// and the forwarding headers keyed or not.
+func deriveKey(r *http.Request, host string, headers []string, forwarding bool) string {
 	var stack [512]byte
 	var out [keyLen]byte
 	out[0], out[1+tagLen] = '{', '}'
-	u := appendURLInput(stack[:0], r.TLS != nil, r.Host, r.URL)
+	u := appendURLInput(stack[:0], r.TLS != nil, host, r.URL)
 	usum := sha256.Sum256(u)
 	base64.RawURLEncoding.Encode(out[1:1+tagLen], usum[:16])
-	b := appendKeyInput(stack[:0], r, headers, forwarding)
+	b := appendKeyInput(stack[:0], r, host, headers, forwarding)
 	sum := sha256.Sum256(b)
 	copy(out[2+tagLen:], keyVersion)
 	base64.RawURLEncoding.Encode(out[2+tagLen+len(keyVersion):], sum[:])
@@ -86,14 +88,14 @@ func appendURLInput(b []byte, tls bool, host string, u *url.URL) []byte {
 // (a handler may read RawPath; echo routes on it), and the scheme, host
 // and user of an absolute-form target (echo's Context.Scheme reads
 // r.URL.Scheme).
-func appendKeyInput(b []byte, r *http.Request, headers []string, forwarding bool) []byte {
+func appendKeyInput(b []byte, r *http.Request, host string, headers []string, forwarding bool) []byte {
 	b = append(b, 2) // input format version
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"
 	}
 	b = appendStr(b, scheme)
-	b = appendStr(b, r.Host)
+	b = appendStr(b, host)
 	method := r.Method
 	if method == http.MethodHead {
 		method = http.MethodGet

@@ -64,8 +64,8 @@ func FuzzKey(f *testing.F) {
 	headers := []string{"Accept-Language"}
 	f.Fuzz(func(t *testing.T, h1, t1 string, s1 bool, l1, h2, t2 string, s2 bool, l2 string) {
 		r1, r2 := request(h1, t1, s1, l1), request(h2, t2, s2, l2)
-		in1 := appendKeyInput(nil, r1, headers, true)
-		in2 := appendKeyInput(nil, r2, headers, true)
+		in1 := appendKeyInput(nil, r1, r1.Host, headers, true)
+		in2 := appendKeyInput(nil, r2, r2.Host, headers, true)
 		same := equalFields(fieldsOf(r1), fieldsOf(r2))
 		if bytes.Equal(in1, in2) != same {
 			t.Fatalf("encodings equal %v, fields equal %v:\n%q %q\n%q %q", !same, same, h1, t1, h2, t2)
@@ -172,7 +172,7 @@ func TestDeriveKeyFields(t *testing.T) {
 			if DeriveKey(r, headers) == want {
 				t.Errorf("%s is not keyed", name)
 			}
-			if deriveKey(r, headers, false) != deriveKey(base(), headers, false) {
+			if deriveKey(r, r.Host, headers, false) != deriveKey(base(), base().Host, headers, false) {
 				t.Errorf("%s is keyed with forwarding unkeyed", name)
 			}
 		})
