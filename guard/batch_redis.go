@@ -124,7 +124,9 @@ func (g *Group) readMany(ctx context.Context, keys []string, nms []names, force 
 		i := getIdx[j]
 		s, err := c.Result()
 		switch {
-		case errors.Is(err, redis.Nil):
+		case errors.Is(err, redis.Nil) || (err != nil && !unwell(err)):
+			// Missing, or another type under the entry's name (the read
+			// script drops and reports it).
 			g.hints.c.Remove(keys[i])
 			retry = append(retry, i)
 			continue
@@ -144,9 +146,7 @@ func (g *Group) readMany(ctx context.Context, keys []string, nms []names, force 
 	for j, c := range callCmds {
 		i := callIdx[j]
 		out[i] = g.readResult(c, nms[i], sent)
-		if out[i].err != nil {
-			failed = out[i].err
-		}
+		g.keyRead(out[i].err, &failed)
 	}
 	if len(retry) > 0 && failed == nil {
 		calls := make([]scriptCall, len(retry))
@@ -158,9 +158,7 @@ func (g *Group) readMany(ctx context.Context, keys []string, nms []names, force 
 		for j, c := range callCmds {
 			i := retry[j]
 			out[i] = g.readResult(c, nms[i], sent)
-			if out[i].err != nil {
-				failed = out[i].err
-			}
+			g.keyRead(out[i].err, &failed)
 		}
 	} else {
 		for _, i := range retry {
@@ -169,6 +167,21 @@ func (g *Group) readMany(ctx context.Context, keys []string, nms []names, force 
 	}
 	g.settle("read", failed)
 	return out
+}
+
+// keyRead sorts the error of one key's read in a pipeline: one that says
+// Redis is unwell fails the pipeline's other keys too (*failed); one about
+// the key alone fails that key only, and is reported.
+func (g *Group) keyRead(err error, failed *error) {
+	switch {
+	case err == nil:
+	case unwell(err):
+		*failed = err
+	default:
+		if h := g.opts.Hooks.RedisError; h != nil {
+			h("read", err)
+		}
+	}
 }
 
 func (g *Group) readCall(nm names, force bool) scriptCall {

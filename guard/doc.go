@@ -163,7 +163,12 @@
 //     answers ErrBackoff on every node for ErrorBackoff.
 //   - Redis trouble degrades, it does not cascade: every Redis call has its
 //     own RedisTimeout, a breaker stops paying it while Redis is down, and
-//     callers are then served through singleflight alone. Coordination
+//     callers are then served through singleflight alone. The breaker
+//     counts only what says Redis itself is unwell (no answer in time, a
+//     broken connection, replies such as LOADING, BUSY, MASTERDOWN,
+//     CLUSTERDOWN, TRYAGAIN, READONLY or OOM), never an error about one
+//     key's data: that answers the key's call alone (served Degraded) and
+//     is reported to Hooks.RedisError. Coordination
 //     resumes by itself; on a *redis.ClusterClient a failed call also
 //     reloads the slot map, so a replica promoted by a failover is used
 //     within about a second.
@@ -184,10 +189,24 @@
 //	nsfill:<id>  Pub/Sub channel of one Group
 //
 // Garbage under an entry key is a miss (reported to Hooks.Corrupt) and is
-// overwritten by the next fill. A value of another type under the lease or
-// invalidation name (or a lease with no TTL: every lease the guard takes
-// has one) was not written by the guard: the scripts drop it and report it
-// to Hooks.Corrupt, so such a write cannot keep a key's callers waiting.
+// overwritten by the next fill. Any other value the guard would not have
+// written under a key's names is dropped by the scripts and reported to
+// Hooks.Corrupt, so that no script ever fails on it (a failure would count
+// against Redis's health, and open the breaker for every key) and it can
+// neither keep the key's callers waiting nor fence out its fills:
+//
+//   - a value of another type, under any of the names;
+//   - an entry with no TTL, or a TTL past its stale_until;
+//   - a lease with no TTL, that is not a canonical decimal, or that is
+//     above the fence counter (or has none): every lease is minted from it;
+//   - a fence counter that is not a canonical decimal of at most 2^53 (a
+//     negative, non-integer or huge counter; the next fence is then floored
+//     by the Redis clock, as after a lost counter);
+//   - an invalidation marker that is not a canonical decimal, has no TTL or
+//     is above the fence counter.
+//
+// An entry whose fence is above the fence counter cannot have been written
+// under a fence the guard minted: a fill it would reject overwrites it.
 //
 // # Observability
 //

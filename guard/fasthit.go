@@ -89,6 +89,11 @@ func (g *Group) fastHit(ctx context.Context, key string) (e entry, now int64, ok
 		return entry{}, 0, false, nil
 	case err != nil && ctx.Err() != nil:
 		return entry{}, 0, false, ctx.Err()
+	case err != nil && !unwell(err):
+		// A reply about this key's data (another type under its name): the
+		// read script drops it, reports it and loads.
+		g.hints.c.Remove(key)
+		return entry{}, 0, false, nil
 	case err != nil:
 		g.redisFailed("get", err)
 		return entry{}, 0, false, err

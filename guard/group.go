@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -75,12 +76,13 @@ type localEntry struct {
 
 // New returns a Group that keeps its entries in rdb (a *redis.Client, a
 // *redis.ClusterClient or any UniversalClient). It returns an error for a nil
-// client, invalid options, or a *redis.Client or *redis.ClusterClient made
+// client (a nil interface, or a nil pointer behind it), invalid options, or
+// a *redis.Client or *redis.ClusterClient made
 // without ContextTimeoutEnabled: go-redis then ignores context deadlines on
 // the socket, so RedisTimeout could not bound a call to a stalled Redis (it
 // would wait out ReadTimeout, 3s by default, on every retry).
 func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
-	if rdb == nil {
+	if isNil(rdb) {
 		return nil, errors.New("guard: nil Redis client")
 	}
 	if !contextTimeouts(rdb) {
@@ -132,6 +134,17 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 		}
 	})
 	return g, nil
+}
+
+// isNil reports whether rdb is nil or a nil pointer (a typed nil, such as
+// a (*redis.Client)(nil), is not nil as an interface, and panics when
+// used).
+func isNil(rdb redis.UniversalClient) bool {
+	if rdb == nil {
+		return true
+	}
+	v := reflect.ValueOf(rdb)
+	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 // contextTimeouts reports whether rdb applies context deadlines to socket

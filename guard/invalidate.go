@@ -25,10 +25,14 @@ func (g *Group) Invalidate(ctx context.Context, key string) error {
 func (g *Group) invalidate(ctx context.Context, nm names) error {
 	rctx, cancel := context.WithTimeout(ctx, g.opts.RedisTimeout)
 	defer cancel()
-	if err := scripts.GuardInvalidate().Run(rctx, g.rdb, nm.keys, g.keepArg, nm.entry).Err(); err != nil {
+	v, err := scripts.GuardInvalidate().Run(rctx, g.rdb, nm.keys, g.keepArg, nm.entry).Slice()
+	if err != nil {
 		g.redisFailed("invalidate", err)
 		return fmt.Errorf("guard: invalidate: %w", err)
 	}
 	g.br.success()
+	if len(v) == 2 {
+		g.foreign(nm, v[1])
+	}
 	return nil
 }

@@ -162,7 +162,7 @@ func (g *Group) redisFailed(op string, err error) {
 	if h := g.opts.Hooks.RedisError; h != nil {
 		h(op, err)
 	}
-	if cc, ok := g.rdb.(*redis.ClusterClient); ok && !errors.Is(err, context.Canceled) {
+	if cc, ok := g.rdb.(*redis.ClusterClient); ok && !errors.Is(err, context.Canceled) && unwell(err) {
 		// A dead master sends no MOVED, and go-redis otherwise reloads the
 		// slot map only every ClusterStateReloadInterval (60s by default):
 		// after a failover the promoted replica would go unused that long.

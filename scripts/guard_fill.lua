@@ -43,29 +43,29 @@
 -- their fills are rejected. Whether or not it wrote, the script settles the
 -- caller's lease and wakes the waiters.
 --
--- A value of another type under the invalidation or lease name was not
--- written by the guard (every guard write there is a string, every lease has
--- a TTL): it is dropped, like a corrupt entry, and reported, so one foreign
--- write cannot leave the key's lease unreleased and its callers waiting. A
--- dropped invalidation marker rejects this fill if it has fence 0 (it
--- might have fenced it out); a fenced fill is judged by the fence counter,
--- which every invalidation mints into.
+-- Foreign data (values the guard did not write) never fails the script and
+-- never fences a fill out: each is dropped, like a corrupt entry, and
+-- reported, so one foreign write can neither leave the key's lease
+-- unreleased and its callers waiting, nor reject the key's fills for good.
+-- Foreign means: another type under any name; an invalidation marker that
+-- is not a canonical decimal, has no TTL or is above the fence counter it
+-- was minted from; a fence counter that is not a canonical decimal of at
+-- most 2^53; an entry whose fence would reject the fill but which has no
+-- TTL, or a fence above the counter (every fence is minted from it). A dropped invalidation
+-- marker rejects this fill if it has fence 0 (it might have fenced it out);
+-- a fenced fill is judged by the fence counter, which every invalidation
+-- mints into.
 --
 -- Returns {written, now_ms, notified, foreign}: written is 1 when the entry
 -- was stored and 0 otherwise, now_ms the Redis clock in milliseconds (the
 -- entry's written time), notified the number of waiter channels published
--- to, foreign the names ("inv", "lease", joined by ",") whose foreign values
--- were dropped, or "".
+-- to, foreign the names ("entry", "lease", "fence", "w", "inv", joined by
+-- ",") whose foreign values were dropped, or "".
 local entry, lease, fence, waiters, inv = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local mine, payload = ARGV[1], ARGV[2]
 local fresh, stale, loadus = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local flags, mode, hold, msg = ARGV[6], ARGV[7], tonumber(ARGV[8]), ARGV[9]
 local keep = tonumber(ARGV[10])
-
--- less compares two canonical decimal strings exactly (no float rounding).
-local function less(a, b)
-  return #a < #b or (#a == #b and a < b)
-end
 
 local function natural(x)
   return x and x >= 0 and x % 1 == 0
@@ -87,7 +87,7 @@ if mode ~= '-' then
   if not (string.match(loadus, '^%d+$') and int(loadus, '9223372036854775')) then
     return redis.error_reply('ERR guard_fill: bad load duration ' .. loadus)
   end
-  if not (flags == '' or flags == 'e' or flags == 'r' or (flags == 'n' and payload == '')) then
+  if not (flags == '' or flags == 'e' or flags == 'r' or ((flags == 'n' or flags == 'o') and payload == '')) then
     return redis.error_reply('ERR guard_fill: bad flags ' .. flags)
   end
   if mode == 'k' and not (natural(tonumber(ARGV[11])) and string.match(ARGV[12] or '', '^%d+,%d+$')
@@ -104,8 +104,13 @@ local written = 0
 local foreign = {}
 if mode ~= '-' then
   local ok = true
+  local cur = counter(fence, foreign)
   local gen = redis.pcall('GET', inv)
-  if type(gen) == 'table' and gen.err then
+  local badinv = type(gen) == 'table' and gen.err ~= nil
+  if gen and not badinv then
+    badinv = not canon(gen, fencemax) or redis.call('PTTL', inv) == -1 or (cur and less(cur, gen))
+  end
+  if badinv then
     redis.call('DEL', inv)
     table.insert(foreign, 'inv')
     gen = false
@@ -114,11 +119,8 @@ if mode ~= '-' then
   if gen and less(mine, gen) then
     ok = false
   end
-  if ok and mine ~= '0' then
-    local cur = redis.call('GET', fence)
-    if cur and less(mine, cur) then
-      ok = false
-    end
+  if ok and mine ~= '0' and cur and less(mine, cur) then
+    ok = false
   end
   local tail = nil
   if ok then
@@ -127,26 +129,36 @@ if mode ~= '-' then
     elseif mode == 'k' then
       -- The entry must still be the one revalidated: same writer fence and
       -- written time. Its tail is copied inside Redis, never sent.
-      local cur = redis.call('GET', entry)
-      local _, f, fl, w, hl = parse(cur, cur and #cur or 0)
+      local old = getstr(entry, 'entry', foreign)
+      local _, f, fl, w, hl = parse(old, old and #old or 0)
       local trim = tonumber(ARGV[11])
-      if not f or fl == 'n' or fl == 'e' or f .. ',' .. w ~= ARGV[12] or hl + trim > #cur then
+      if not f or fl == 'n' or fl == 'e' or fl == 'o' or f .. ',' .. w ~= ARGV[12] or hl + trim > #old then
         ok = false
       else
-        tail = string.sub(cur, hl + trim + 1)
+        tail = string.sub(old, hl + trim + 1)
       end
     else
       -- Only the header is needed: do not copy a large payload into Lua.
-      local _, f = parse(redis.call('GETRANGE', entry, 0, 127), redis.call('STRLEN', entry))
-      if f and less(mine, f) then
-        ok = false
+      local head = redis.pcall('GETRANGE', entry, 0, 127)
+      if type(head) == 'table' and head.err then
+        redis.call('DEL', entry)
+        table.insert(foreign, 'entry')
+      else
+        local _, f = parse(head, redis.call('STRLEN', entry))
+        if f and less(mine, f) then
+          if redis.call('PTTL', entry) == -1 or (cur and less(cur, f)) then
+            table.insert(foreign, 'entry') -- overwritten below
+          else
+            ok = false
+          end
+        end
       end
     end
   end
   if ok then
     local f = mine
     if mine == '0' then
-      f = string.format('%d', mint(fence, keep))
+      f = string.format('%d', guardmint(fence, keep, foreign))
     end
     local header = string.format('~1,%d,%d,%d,%s,%s,%s\n',
       now + fresh, now + fresh + stale, now, loadus, f, flags)
@@ -167,4 +179,4 @@ elseif held == mine then
   end
 end
 
-return {written, now, notify(waiters, msg), table.concat(foreign, ',')}
+return {written, now, notify(waiters, msg, foreign), table.concat(foreign, ',')}
