@@ -265,9 +265,20 @@ func (g *Group) storeMany(ctx context.Context, items []fillItem) {
 // into the first lease counted from leased, when the read that won the
 // leases was sent: a batch's read and the start of its load may be far
 // apart on a busy process.
+//
+// Close stops it as it stops renewLease's watchdogs: a closed Group renews
+// no lease.
 func (g *Group) renewLeases(nms []names, fences []int64, leased time.Time) (stop func()) {
+	g.mu.Lock()
+	if g.watchdogsOff {
+		g.mu.Unlock()
+		return func() {}
+	}
+	g.wd.Add(1)
+	g.mu.Unlock()
 	quit, done := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer g.wd.Done()
 		defer close(done)
 		t := time.NewTimer(max(g.firstLease/3-time.Since(leased), time.Millisecond))
 		defer t.Stop()
@@ -280,6 +291,8 @@ func (g *Group) renewLeases(nms []names, fences []int64, leased time.Time) (stop
 		for len(held) > 0 {
 			select {
 			case <-quit:
+				return
+			case <-g.closing:
 				return
 			case <-t.C:
 			}
@@ -307,7 +320,6 @@ func (g *Group) renewLeases(nms []names, fences []int64, leased time.Time) (stop
 				g.redisFailed("renew", failed)
 			}
 		}
-		<-quit
 	}()
 	var once sync.Once
 	return func() {

@@ -142,7 +142,10 @@
 //     order their loads began in: the stored value never goes back in time.
 //   - Loads run detached from the caller that started them
 //     (context.WithoutCancel), bounded by LoadTimeout: a cancelled caller
-//     never fails the others, and each caller leaves on its own ctx.
+//     never fails the others, and each caller leaves on its own ctx. A
+//     loader that ignores its ctx is abandoned after LoadTimeout and a
+//     grace (see Options.LoadTimeout): its callers get ErrLoadTimeout, its
+//     lease is settled, and nothing, Close included, waits for it.
 //   - Every way a loader can end reaches the callers of its flight: a
 //     value, an error, a panic (*PanicError) or runtime.Goexit (ErrGoexit);
 //     the loader runs on a goroutine of its own, so the process survives,
@@ -156,8 +159,9 @@
 //     per-process load slots, the lease watchdogs and the waiter
 //     registrations. A probe whose caller left before Redis answered gives
 //     no verdict; it is released, and the next call probes. Close waits
-//     for the background refreshes, then stops the watchdogs of loads still
-//     running for callers: a closed Group renews no lease.
+//     for the background refreshes (each bounded by LoadTimeout and its
+//     grace), then stops the watchdogs of loads still running for callers,
+//     single keys and batches alike: a closed Group renews no lease.
 //   - A failing loader is not hammered: a stale value keeps being served and
 //     the lease is held for ErrorBackoff (stale-if-error); a missing key
 //     answers ErrBackoff on every node for ErrorBackoff.
@@ -175,7 +179,11 @@
 //   - At most one load of a key runs in a process at any time, whatever
 //     asked for it (a miss, a background refresh, Redis being
 //     unavailable): callers that only need a value share the running load;
-//     a load to be stored under a lease waits for it and loads anew.
+//     a load to be stored under a lease waits for it and loads anew. A load
+//     abandoned after LoadTimeout no longer counts: the next load of its
+//     key may start while its loader still runs (so a loader that ignores
+//     its ctx can have more than one call of a key running here, one per
+//     LoadTimeout at most), and its result is never stored or served.
 //
 // # Redis layout
 //

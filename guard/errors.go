@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"context"
 	"errors"
 	"fmt"
 )
@@ -30,6 +31,12 @@ var (
 	// returning. Like a panic, it is treated as a failed load: the lease is
 	// released and the key backs off.
 	ErrGoexit = errors.New("guard: loader called runtime.Goexit")
+
+	// ErrLoadTimeout is the error the callers of a flight get when its
+	// loader did not return within Options.LoadTimeout and its grace (see
+	// there): the load is abandoned, and treated as a failed load. It wraps
+	// context.DeadlineExceeded.
+	ErrLoadTimeout = fmt.Errorf("guard: loader abandoned after LoadTimeout: %w", context.DeadlineExceeded)
 
 	// ErrNoPrevious is wrapped by the error of a load that answered
 	// Revalidated with no previous value to revalidate (see Previous), or

@@ -496,3 +496,41 @@ func TestNoGoroutineLeak(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestCloseStopsBatchWatchdogs: Close stops the lease renewals of a
+// GetMany load still running, as it does a single key's: a closed Group
+// renews no lease. Before the fix the batch's renewer went on.
+func TestCloseStopsBatchWatchdogs(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	const lockTTL = 2 * time.Second
+	g, err := New(rdb, Options{LockTTL: lockTTL, RedisTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := redistest.Key(t)
+	lease := g.names(key).keys[1]
+	release := make(chan struct{})
+	got := make(chan error, 1)
+	go func() {
+		_, err := g.GetMany(context.Background(), []string{key}, func(_ context.Context, keys []string) (map[string][]byte, error) {
+			<-release
+			return map[string][]byte{keys[0]: []byte("v")}, nil
+		})
+		got <- err
+	}()
+	redistest.Eventually(t, 5*time.Second, "the watchdog to extend the lease", func() bool {
+		d, err := rdb.PTTL(context.Background(), lease).Result()
+		return err == nil && d > 1200*time.Millisecond
+	})
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, lockTTL+2*time.Second, "the lease to lapse after Close", func() bool {
+		n, err := rdb.Exists(context.Background(), lease).Result()
+		return err == nil && n == 0
+	})
+	close(release)
+	if err := <-got; err != nil {
+		t.Fatalf("the caller of the load: %v; want its value", err)
+	}
+}

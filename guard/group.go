@@ -170,7 +170,7 @@ var leaseGrace = time.Second // a var for tests
 const fenceRetention = 24 * time.Hour
 
 // Close stops the Group: it waits for background refreshes (each bounded by
-// LoadTimeout), closes the fill subscription and stops renewing the leases
+// LoadTimeout and its grace; an abandoned loader is not waited for), closes the fill subscription and stops renewing the leases
 // of loads still running for callers (their fills are still stored while
 // their fences hold). Calls after Close return ErrClosed. It does not close
 // the Redis client.

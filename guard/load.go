@@ -202,28 +202,33 @@ func (g *Group) runLoader(ctx context.Context, key string, load LoadFunc, prev *
 	defer cancel()
 	slot := &windowsSlot{prev: prev}
 	ctx = context.WithValue(ctx, windowsKey{}, slot)
-	var (
+	type result struct {
 		v   []byte
 		err error
-	)
+	}
 	start := time.Now()
-	done := make(chan struct{})
+	done := make(chan result, 1) // an abandoned loader still leaves its result
 	go func() {
+		var r result
 		normal := false
 		defer func() {
 			if !normal {
 				if p := recover(); p != nil {
-					v, err = nil, &PanicError{Value: p, Stack: debug.Stack()}
+					r = result{err: &PanicError{Value: p, Stack: debug.Stack()}}
 				} else {
-					v, err = nil, ErrGoexit
+					r = result{err: ErrGoexit}
 				}
 			}
-			close(done)
+			done <- r
 		}()
-		v, err = load(ctx)
+		r.v, r.err = load(ctx)
 		normal = true
 	}()
-	<-done
+	r, ok := awaitLoader(g, done)
+	if !ok {
+		r.err = ErrLoadTimeout
+	}
+	v, err := r.v, r.err
 	d := time.Since(start)
 	if h := g.opts.Hooks.Load; h != nil {
 		h(key, d, err)

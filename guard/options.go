@@ -42,8 +42,14 @@ type Options struct {
 	// Default: LoadLocally.
 	WaitTimeoutPolicy WaitTimeoutPolicy
 	// LoadTimeout bounds a shared load. The load runs detached from the
-	// caller that started it, so a cancelled caller never fails the others.
-	// Default: 30s.
+	// caller that started it, so a cancelled caller never fails the others;
+	// its ctx ends after LoadTimeout. A loader that has not returned by
+	// then plus a grace (a tenth of LoadTimeout, between 1ms and 1s) is
+	// abandoned: the callers of its flight get ErrLoadTimeout (which wraps
+	// context.DeadlineExceeded), its lease stops being renewed and is
+	// settled as for any failed load (stale-if-error, back-off), and
+	// neither later loads of the key nor Close wait for it. Its goroutine
+	// is left to finish; what it returns is dropped. Default: 30s.
 	LoadTimeout time.Duration
 
 	// EarlyRefreshBeta turns on probabilistic early refresh (XFetch, Vattani
