@@ -132,7 +132,7 @@ func (g *Group) served(key string, e entry, now int64, st Status) (Result, error
 	case e.negative:
 		return Result{Status: st, Age: age}, ErrNotFound
 	case e.errMark:
-		return Result{Status: st, Age: age}, ErrBackoff
+		return Result{Status: st, Age: age}, &BackoffError{Key: key, Cause: string(e.value)}
 	}
 	if st == Stale {
 		if h := g.opts.Hooks.Stale; h != nil {

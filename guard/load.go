@@ -81,7 +81,7 @@ func (g *Group) fillFor(co callOptions, fence int64, o outcome, refresh bool) fi
 	default:
 		// A cold key: an error marker (never over a value) makes every node
 		// back off instead of calling the failing loader again.
-		f.mode, f.fresh, f.flags = "m", g.opts.ErrorBackoff, "e"
+		f.mode, f.fresh, f.flags, f.value = "m", g.opts.ErrorBackoff, "e", causeText(err)
 	}
 	if o.reval != nil && f.mode == "w" {
 		// Only the new head travels; the script keeps the stored tail.
