@@ -115,3 +115,12 @@ func (g *Group) missHook(key string) {
 		h(key)
 	}
 }
+
+// wokenHook reports to Hooks.Woken how a wait for another node's fill that
+// began at start ended, once per wait and only if it woke at all: notified
+// says whether its last wake-up was the fill's notification.
+func (g *Group) wokenHook(key string, woke, notified bool, start time.Time) {
+	if h := g.opts.Hooks.Woken; h != nil && woke {
+		h(key, notified, time.Since(start))
+	}
+}

@@ -36,6 +36,9 @@ type waitState struct {
 	poll   time.Duration // the fallback poll, doubling up to LockTTL
 	holder time.Duration // the holder's remaining lease, when known
 	force  bool          // read at once, trying the lease even if "fresh"
+	// woke: the wait woke at least once; notified: its last wake-up was
+	// the fill's notification (reported once, when the wait ends).
+	woke, notified bool
 }
 
 // resolveMiss is the body of a miss flight: wait for another node's fill
@@ -51,6 +54,7 @@ func (g *Group) resolveMiss(ctx context.Context, c *call, x int64) (Result, erro
 	// once, trying the lease.
 	w := waitState{start: time.Now(), poll: 50 * time.Millisecond,
 		holder: time.Duration(-x) * time.Millisecond, force: x == 0}
+	defer func() { g.wokenHook(c.key, w.woke, w.notified, w.start) }()
 	deadline := w.start.Add(g.opts.WaitTimeout)
 	for remaining := time.Until(deadline); remaining > 0; remaining = time.Until(deadline) {
 		if !w.force {
@@ -89,9 +93,7 @@ func (g *Group) awaitFill(ctx context.Context, key string, w *waitState, wake <-
 		notified = true
 	case <-t.C:
 	}
-	if h := g.opts.Hooks.Woken; h != nil {
-		h(key, notified, time.Since(w.start))
-	}
+	w.woke, w.notified = true, notified
 	w.poll = min(w.poll*2, g.opts.LockTTL)
 }
 

@@ -282,8 +282,12 @@ type Hooks struct {
 	Load func(key string, d time.Duration, err error)
 	// Lease: this node won (true) or found busy (false) a key's refresh lease.
 	Lease func(key string, won bool)
-	// Woken: a waiter for another node's fill woke: by the fill's
-	// notification (notified true) or by its fallback timer.
+	// Woken: a wait for another node's fill ended, after waited: once per
+	// wait (per key of a batch), whatever fallback polls came before.
+	// notified is true when the fill's notification ended the wait, false
+	// when a fallback poll found the outcome, WaitTimeout passed, or a load
+	// of this process the waiter joined ended it. A wait whose first read
+	// already found the value does not wake, and is not reported.
 	Woken func(key string, notified bool, waited time.Duration)
 	// RefreshError: a background refresh failed; stale is being served.
 	RefreshError func(key string, err error)
