@@ -185,6 +185,7 @@ func (b *batch) flight(idx []int, fences []int64, slots []*runningLoad, useRedis
 		if h := g.opts.Hooks.Load; h != nil {
 			h(k, d, errs[j])
 		}
+		g.oversizeHook(k, v, errs[j])
 	}
 	g.lmu.Lock()
 	for _, k := range keys {

@@ -136,7 +136,7 @@ func (g *Group) readMany(ctx context.Context, keys []string, nms []names, force 
 		}
 		e, derr := decodeEntry(unsafe.Slice(unsafe.StringData(s), len(s)))
 		now, _ := g.clk.now()
-		if derr != nil || e.freshUntil-now <= fastMargin.Milliseconds() {
+		if derr != nil || e.freshUntil-now <= fastMargin.Milliseconds() || (e.oversize && !g.overValue(keys[i], &e, now)) {
 			g.hints.c.Remove(keys[i])
 			retry = append(retry, i)
 			continue

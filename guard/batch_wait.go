@@ -175,6 +175,7 @@ func (b *batch) reread(ws []*waiter, resolve func(*waiter), filled bool) {
 	defer sr.abandon(g)
 	var won, failed []int
 	var fences []int64
+	var over []overKey
 	settle := func(w *waiter, r batchRead, own bool) {
 		key := b.keys[w.i]
 		if r.err != nil {
@@ -195,6 +196,9 @@ func (b *batch) reread(ws []*waiter, resolve func(*waiter), filled bool) {
 			resolve(w)
 		case st == stale:
 			b.serve(w.i, e, r.rr.now, Stale)
+			resolve(w)
+		case st == oversized:
+			over = append(over, overKey{i: w.i, e: e, now: r.rr.now})
 			resolve(w)
 		case r.rr.x > 0 && own:
 			g.leaseHook(key, true)
@@ -224,4 +228,5 @@ func (b *batch) reread(ws []*waiter, resolve func(*waiter), filled bool) {
 	if len(failed) > 0 {
 		b.degrade(failed)
 	}
+	b.loadOversize(over)
 }

@@ -87,6 +87,9 @@ func (g *Group) readPath(ctx context.Context, c *call) (Result, error) {
 		return g.served(c.key, lk.e, lk.now, Hit)
 	case stale:
 		return g.served(c.key, lk.e, lk.now, Stale)
+	case oversized:
+		g.missHook(c.key)
+		return g.loadOversize(ctx, c.key, c.load, lk.e, lk.now)
 	case loaded:
 		if !lk.missSeen {
 			g.missHook(c.key)
@@ -145,11 +148,11 @@ func (g *Group) served(key string, e entry, now int64, st Status) (Result, error
 		g.keepLocal(key, e, now)
 	}
 	fresh := time.Duration(e.freshUntil-now) * time.Millisecond
-	return Result{Value: e.value, Status: st, Age: age, Fresh: fresh}, nil
+	return Result{Value: e.value, Status: st, Age: age, Fresh: fresh, Oversize: e.oversize}, nil
 }
 
 func (g *Group) keepLocal(key string, e entry, now int64) {
-	if g.loc == nil || e.negative || e.errMark {
+	if g.loc == nil || e.negative || e.errMark || e.oversize {
 		return
 	}
 	left := time.Duration(e.freshUntil-now) * time.Millisecond

@@ -32,7 +32,9 @@
 // watchdog.go (lease renewal), breaker.go, redis.go (script I/O), entry.go
 // (the entry format), windows.go (SetWindows, Previous, Revalidated),
 // peek.go, scriptqueue.go (concurrent scripts batched), deadline.go (the
-// hits' shared deadline), typed.go (Fetch, Wrap), group.go (lifecycle).
+// hits' shared deadline), typed.go (Fetch, Wrap), oversize.go (values over
+// MaxValueBytes), abandon.go (loaders past LoadTimeout), group.go
+// (lifecycle).
 //
 // # Serving rules
 //
@@ -51,6 +53,10 @@
 //	            the winner's load sees the kept value (Previous) and may
 //	            answer Revalidated: the value is stored fresh again, and
 //	            only its new head travels to Redis
+//	oversize  → (a marker: the value is over MaxValueBytes) this node's own
+//	            copy, fresh or stale as the marker says; without one, a
+//	            fresh marker is loaded by this node alone, once, and a
+//	            stale one is waited for as missing
 //
 // A refresh (stale or early) also sees the value it replaces through
 // Previous. Peek reads an entry without any of this: no load, no lease, no
@@ -164,7 +170,11 @@
 //     single keys and batches alike: a closed Group renews no lease.
 //   - A failing loader is not hammered: a stale value keeps being served and
 //     the lease is held for ErrorBackoff (stale-if-error); a missing key
-//     answers ErrBackoff on every node for ErrorBackoff.
+//     answers ErrBackoff (a *BackoffError naming the key and the error) on
+//     every node for ErrorBackoff.
+//   - A value over MaxValueBytes costs the origin at most one load per key
+//     per refresh per node; its refreshes are coordinated fleet-wide as any
+//     other's (see Options.MaxValueBytes).
 //   - Redis trouble degrades, it does not cascade: every Redis call has its
 //     own RedisTimeout, a breaker stops paying it while Redis is down, and
 //     callers are then served through singleflight alone. The breaker
@@ -190,6 +200,9 @@
 // For Namespace ns and key k, with {k} the escaped hash tag:
 //
 //	ns{k}        the entry: "~1,fresh_until,stale_until,written,load_us,fence,flags\n" payload
+//	             (flags: "" a value, "n" not found, "e" an error marker whose
+//	             payload is the error text, "r" never served stale, "o" an
+//	             oversize marker, no payload)
 //	ns{k}:lease  the refresh lease; value = the holder's fence
 //	ns{k}:fence  fence counter (floored by Redis TIME in µs)
 //	ns{k}:w      set of the fill channels of nodes waiting for a fill

@@ -23,11 +23,13 @@ import (
 // flags is "" for a value, "n" for a negative entry (the loader said not
 // found; the payload is empty), "e" for an error marker (a cold key's load
 // failed; the payload is the error text and the entry lives only for the
-// back-off) or "r" for a value that is never served stale: between
+// back-off), "r" for a value that is never served stale: between
 // fresh_until and stale_until it is only kept for the next load to
-// revalidate (Windows.MustRevalidate). Anything else is corrupt: formats evolve through the version,
-// not through unknown flags. The header, newline included, is at most
-// maxHeaderLen bytes.
+// revalidate (Windows.MustRevalidate), or "o" for an oversize marker (a
+// value over Options.MaxValueBytes was loaded: the payload is empty, and
+// each node keeps its own copy; see oversize.go). Anything else is
+// corrupt: formats evolve through the version, not through unknown flags.
+// The header, newline included, is at most maxHeaderLen bytes.
 //
 // The scripts guard_read.lua and guard_fill.lua write and parse this format
 // with the same rules; scriptsdata_test.go holds them to it.
@@ -54,7 +56,10 @@ type entry struct {
 	// flag 'r': a value never served stale; past fresh_until it is kept
 	// only to be revalidated by the next load (Windows.MustRevalidate).
 	mustRevalidate bool
-	value          []byte
+	// flag 'o': a value over MaxValueBytes, not stored; value is empty
+	// until a node's own copy is put in its place (oversize.go).
+	oversize bool
+	value    []byte
 }
 
 // entryFields names the numeric header fields in order, for error details.
@@ -109,6 +114,11 @@ func decodeEntry(b []byte) (entry, error) {
 		e.errMark = true
 	case "r":
 		e.mustRevalidate = true
+	case "o":
+		if len(e.value) != 0 {
+			return entry{}, corruptf("oversize marker with a %d-byte payload", len(e.value))
+		}
+		e.oversize = true
 	default:
 		return entry{}, corruptf("bad flags %q", h)
 	}
@@ -144,9 +154,9 @@ func corruptf(format string, args ...any) error {
 
 // encodeEntry encodes e in format v1. Negative numbers are written as 0 and
 // loadDur is truncated to microseconds (at most maxLoadMicros); the caller
-// keeps staleUntil >= freshUntil, sets at most one of negative, errMark and
-// mustRevalidate,
-// and leaves value empty when negative, or the result does not decode.
+// keeps staleUntil >= freshUntil, sets at most one of negative, errMark,
+// mustRevalidate and oversize, and leaves value empty when negative or
+// oversize, or the result does not decode.
 func encodeEntry(e entry) []byte {
 	b := make([]byte, 0, len(entryMagic)+5*20+2+len(e.value))
 	b = append(b, entryMagic...)
@@ -163,6 +173,9 @@ func encodeEntry(e entry) []byte {
 	}
 	if e.mustRevalidate {
 		b = append(b, 'r')
+	}
+	if e.oversize {
+		b = append(b, 'o')
 	}
 	b = append(b, '\n')
 	return append(b, e.value...)

@@ -101,9 +101,10 @@ func (g *Group) fastHit(ctx context.Context, key string) (e entry, now int64, ok
 	g.br.success()
 	e, derr := decodeEntry(unsafe.Slice(unsafe.StringData(s), len(s)))
 	now, _ = g.clk.now()
-	if derr != nil || e.freshUntil-now <= fastMargin.Milliseconds() {
-		// Undecodable, or no longer clearly fresh: let the script judge
-		// (and report a corrupt entry).
+	if derr != nil || e.freshUntil-now <= fastMargin.Milliseconds() || (e.oversize && !g.overValue(key, &e, now)) {
+		// Undecodable, no longer clearly fresh, or an oversize marker this
+		// node has no copy for: let the script judge (and report a corrupt
+		// entry).
 		g.hints.c.Remove(key)
 		return entry{}, 0, false, nil
 	}

@@ -27,6 +27,7 @@ type Group struct {
 	sf   singleflight.Group
 	br   breaker
 	loc  *expirable.LRU[string, localEntry] // nil when the local tier is off
+	over overStore                          // this node's copies of values over MaxValueBytes (oversize.go)
 
 	firstLease  time.Duration  // lease taken by a read, before the watchdog extends it
 	clk         redisClock     // estimate of the Redis clock, for the fast hit path
@@ -99,6 +100,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 		flights: map[string]*flight{},
 		closing: make(chan struct{}),
 		hints:   newHints(),
+		over:    newOverStore(),
 		br:      breaker{threshold: o.BreakerFailures, cooldown: o.BreakerCooldown, hook: o.Hooks.Breaker},
 	}
 	g.hq = newHitQueue(rdb, o)

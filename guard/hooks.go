@@ -24,6 +24,7 @@ func MergeHooks(hs ...Hooks) Hooks {
 		m.RedisError = chain2(m.RedisError, h.RedisError)
 		m.Breaker = chain1(m.Breaker, h.Breaker)
 		m.Corrupt = chain2(m.Corrupt, h.Corrupt)
+		m.Oversize = chain2(m.Oversize, h.Oversize)
 		m.Batch = chain1(m.Batch, h.Batch)
 		m.BatchLoad = chain1(m.BatchLoad, h.BatchLoad)
 	}

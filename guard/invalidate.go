@@ -18,6 +18,7 @@ func (g *Group) Invalidate(ctx context.Context, key string) error {
 		g.loc.Remove(key)
 	}
 	g.hints.c.Remove(key)
+	g.over.c.Remove(key)
 	nm := g.names(key)
 	return g.invalidate(ctx, nm)
 }

@@ -108,6 +108,9 @@ func (g *Group) afterWait(ctx context.Context, c *call, rr readReply, w *waitSta
 	case st == stale:
 		res, err = g.served(c.key, e, rr.now, Stale)
 		return res, err, true
+	case st == oversized:
+		res, err = g.loadOversize(ctx, c.key, c.load, e, rr.now)
+		return res, err, true
 	case rr.x > 0:
 		g.leaseHook(c.key, true)
 		res, err = g.loadAndFill(ctx, c, rr.x, false, kept(e))

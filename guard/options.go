@@ -92,8 +92,19 @@ type Options struct {
 	// trip of its own.
 	MaxHitBatch int
 
-	// MaxValueBytes is the largest value stored in Redis. Larger values are
-	// returned to the callers but not stored. Default: 8 MiB.
+	// MaxValueBytes is the largest value stored in Redis. A larger value is
+	// returned to the callers of its load and reported (Hooks.Oversize,
+	// Result.Oversize), but not stored: the loading node stores a marker
+	// in its place (the value's windows, no payload) and keeps the value in
+	// process until the marker's stale-until; another node that reads the
+	// marker and holds no copy loads the value once, through its own
+	// singleflight, and keeps it the same way. So an oversized value costs
+	// the origin at most one load per key per refresh per node, while the
+	// refreshes themselves are still coordinated fleet-wide (one node at a
+	// time, under the lease). A copy is served only while Redis holds its
+	// marker, so a refresh or an Invalidate retires every node's copy. Each
+	// Group keeps at most 16 such values (least recently used first out):
+	// beyond that a node loads again. Default: 8 MiB.
 	MaxValueBytes int
 
 	// LocalEntries turns on the in-process tier: up to this many fresh
@@ -298,9 +309,13 @@ type Hooks struct {
 	RedisError func(op string, err error)
 	// Breaker: the Redis breaker opened (true) or closed (false).
 	Breaker func(open bool)
-	// Corrupt: an entry in Redis could not be decoded; it is treated as a
-	// miss and overwritten by the next fill.
+	// Corrupt: an entry in Redis could not be decoded, or a value the
+	// guard did not write was found (and dropped) under one of the key's
+	// names; it is treated as a miss and overwritten by the next fill.
 	Corrupt func(key string, err error)
+	// Oversize: a load returned a value of size bytes, over MaxValueBytes:
+	// it is not stored in Redis (see MaxValueBytes).
+	Oversize func(key string, size int)
 
 	// Batch: a GetMany or FetchMany call finished its work (after its
 	// caller left, if it left early), with what became of its keys. The

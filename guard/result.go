@@ -63,4 +63,8 @@ type Result struct {
 	// it has been stale), zero for a value that was not stored (Degraded,
 	// or a load the guard did not store).
 	Fresh time.Duration
+	// Oversize: the value is larger than Options.MaxValueBytes, so Redis
+	// holds only a marker of it, and each node its own copy (see
+	// MaxValueBytes).
+	Oversize bool
 }

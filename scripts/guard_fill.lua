@@ -12,7 +12,9 @@
 -- ARGV[4] stale window in milliseconds (0 to 10^15); fresh + stale > 0 when writing
 -- ARGV[5] duration of the load in microseconds (decimal, 0 to 9223372036854775)
 -- ARGV[6] flags: "" value, "n" negative (payload must be empty), "e" error
---         marker, "r" value never served stale (kept past fresh to revalidate)
+--         marker, "r" value never served stale (kept past fresh to revalidate),
+--         "o" oversize marker (payload must be empty: the value is too large
+--         to store, and each node keeps its own copy)
 -- ARGV[7] write mode: "w" write, "m" write only when no entry exists (never
 --         overwrite a value with an error marker), "k" write ARGV[2] followed
 --         by the stored payload less its first ARGV[11] bytes (a

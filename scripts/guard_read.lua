@@ -35,7 +35,10 @@
 -- are registered) but is still returned so the caller can report it. Only a
 -- caller that finds no usable entry registers as a waiter; one that finds a
 -- stale entry is served that, unless it is flagged 'r' (never served stale:
--- kept only for the next load to revalidate), which counts as missing.
+-- kept only for the next load to revalidate), which counts as missing. A
+-- stale oversize marker ('o': the value is kept by each node, not here)
+-- registers too: a node without its own copy waits for the refresh.
+-- Fresh oversize markers count as fresh.
 local entry, lease, fence, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local leasems, channel = tonumber(ARGV[1]), ARGV[2]
 local wait, keep = tonumber(ARGV[3]), ARGV[4]
@@ -103,7 +106,7 @@ end
 if pttl < 1 then
   pttl = 1
 end
-if (not fu or fl == 'r') and channel ~= '' then
+if (not fu or fl == 'r' or fl == 'o') and channel ~= '' then
   local added = redis.pcall('SADD', waiters, channel)
   if type(added) == 'table' and added.err then
     redis.call('DEL', waiters)
