@@ -123,12 +123,13 @@ func (b *breaker) record(err, callerErr error) {
 // unwellReplies are the prefixes of the error replies that say the server
 // cannot serve anyone right now (loading, busy with a script, a replica
 // cut off from its master, a cluster that is down or resharding, out of
-// memory, refused writes or connections), rather than something about one
-// call or one key.
+// memory, refused writes or connections, an ACL that refuses the guard's
+// commands or keys), rather than something about one key's data.
 var unwellReplies = [...]string{
 	"LOADING", "BUSY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY",
-	"NOREPLICAS", "MISCONF", "OOM", "NOAUTH", "WRONGPASS", "MOVED", "ASK",
+	"NOREPLICAS", "MISCONF", "OOM", "NOAUTH", "WRONGPASS", "NOPERM", "MOVED", "ASK",
 	"ERR max number of clients",
+	"ERR The user executing the script can't run", // an ACL refusal inside a script
 }
 
 // unwell reports whether err says Redis is unwell: no reply at all (a

@@ -217,7 +217,7 @@
 // neither keep the key's callers waiting nor fence out its fills:
 //
 //   - a value of another type, under any of the names;
-//   - an entry with no TTL, or a TTL past its stale_until;
+//   - an entry with no TTL (every entry the guard writes expires);
 //   - a lease with no TTL, that is not a canonical decimal, or that is
 //     above the fence counter (or has none): every lease is minted from it;
 //   - a fence counter that is not a canonical decimal of at most 2^53 (a

@@ -25,7 +25,7 @@
 -- foreign data under one key's names never fails the script (which would
 -- count against Redis's health) and never keeps the key's callers waiting
 -- for a holder that does not exist. Foreign means: another type under any
--- name; an entry of format v1 with no TTL, or a TTL past its stale_until;
+-- name; an entry of format v1 with no TTL;
 -- a lease with no TTL, that is not a canonical decimal, or with no fence
 -- counter or one below it (a lease is minted from the counter, which
 -- outlives it); a fence counter that is not a canonical
@@ -63,14 +63,13 @@ end
 
 local now = nowms()
 local v = getstr(entry, 'entry', foreign)
-local fu, fl, su = nil, nil, nil
+local fu, fl = nil, nil
 if v then
   local _
-  fu, _, fl, _, _, su = parse(v, #v)
+  fu, _, fl = parse(v, #v)
   if fu then
-    -- Every entry the guard writes expires at its stale_until.
-    local ttl = redis.call('PTTL', entry)
-    if ttl == -1 or ttl > tonumber(su) - now + 1000 then
+    -- Every entry the guard writes expires (at its stale_until).
+    if redis.call('PTTL', entry) == -1 then
       redis.call('DEL', entry)
       table.insert(foreign, 'entry')
       v, fu, fl = false, nil, nil

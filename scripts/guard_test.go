@@ -1016,7 +1016,6 @@ func TestGuardForeignData(t *testing.T) {
 		}{
 			{"entry/hash", hash(entry), "entry"},
 			{"entry/valid without TTL", str(entry, fmt.Sprintf("~1,1,%d,0,0,1,\nv", far), 0), "entry"},
-			{"entry/TTL past its stale_until", str(entry, fmt.Sprintf("~1,1,%d,0,0,1,\nv", time.Now().Add(time.Second).UnixMilli()), time.Hour), "entry"},
 			{"lease/garbage", str(lease, "zz", time.Hour), "lease"},
 			{"lease/negative", str(lease, "-3", time.Hour), "lease"},
 			{"lease/leading zero", str(lease, "012", time.Hour), "lease"},
