@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -532,5 +533,43 @@ func TestCloseStopsBatchWatchdogs(t *testing.T) {
 	close(release)
 	if err := <-got; err != nil {
 		t.Fatalf("the caller of the load: %v; want its value", err)
+	}
+}
+
+// TestCloseWhileScriptsQueue: calls still in flight when the Group is
+// closed may start a batch of queued scripts (their fills must still go
+// out) while Close waits for the batches running. Close must wait for
+// those too, without racing with them; before the fix Close's wait and a
+// late call's start of a batch raced on the queue's WaitGroup (found by
+// TestModelHistories under -race).
+func TestCloseWhileScriptsQueue(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	for round := range 20 {
+		g, err := New(rdb, Options{RedisTimeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		started := make(chan struct{}, 16)
+		for c := range 16 {
+			wg.Go(func() {
+				started <- struct{}{}
+				for i := 0; ; i++ {
+					key := redistest.Key(t, strconv.Itoa(round), strconv.Itoa(c), strconv.Itoa(i))
+					_, err := g.Do(context.Background(), key, func(context.Context) ([]byte, error) { return []byte("v"), nil })
+					rdb.Del(context.Background(), g.names(key).keys...)
+					if errors.Is(err, ErrClosed) {
+						return
+					}
+				}
+			})
+		}
+		for range 16 {
+			<-started
+		}
+		if err := g.Close(); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
 	}
 }
