@@ -180,9 +180,9 @@
 //     callers are then served through singleflight alone. The breaker
 //     counts only what says Redis itself is unwell (no answer in time, a
 //     broken connection, replies such as LOADING, BUSY, MASTERDOWN,
-//     CLUSTERDOWN, TRYAGAIN, READONLY or OOM), never an error about one
-//     key's data: that answers the key's call alone (served Degraded) and
-//     is reported to Hooks.RedisError. Coordination
+//     CLUSTERDOWN, TRYAGAIN, READONLY or OOM, an ACL refusal), never an
+//     error about one key's data: that answers the key's call alone
+//     (served Degraded) and is reported to Hooks.RedisError. Coordination
 //     resumes by itself; on a *redis.ClusterClient a failed call also
 //     reloads the slot map, so a replica promoted by a failover is used
 //     within about a second.
@@ -228,11 +228,16 @@
 //
 // An entry whose fence is above the fence counter cannot have been written
 // under a fence the guard minted: a fill it would reject overwrites it.
+// What cannot be told from the guard's own writes is taken as such: a
+// valid entry with its TTL is a value (served until its stale-until); a
+// lease that is a fence at most the counter, with a TTL, is another
+// node's (waited for, up to WaitTimeout).
 //
 // # Observability
 //
 // Hooks is a struct of optional funcs (hits, stale answers, misses,
 // coalesced callers, loads, leases, wake-ups, refresh errors, rejected
-// fills, Redis errors, breaker changes, corrupt entries): wire it to your
-// metrics; the package itself logs nothing.
+// fills, Redis errors, breaker changes, corrupt entries and foreign data,
+// oversized values): wire it to your metrics; the package itself logs
+// nothing.
 package guard
