@@ -63,7 +63,8 @@ func chain3[A, B, C any](f, g func(A, B, C)) func(A, B, C) {
 
 // LogHooks returns Hooks that log the few events worth a line to l: a
 // failed background refresh and a failed load (warn), the breaker opening
-// (error) and closing (info), a corrupt entry (warn) and a failed Redis
+// (error) and closing (info), a corrupt entry or foreign data (warn), a
+// value too large to store (warn) and a failed Redis
 // call (warn; while Redis is down the breaker keeps these few). Keys are
 // not logged,
 // only their length: they may carry user data. Combine with metrics hooks
@@ -91,6 +92,10 @@ func LogHooks(l *slog.Logger) Hooks {
 		Corrupt: func(key string, err error) {
 			l.LogAttrs(ctx, slog.LevelWarn, "stampede: corrupt cache entry treated as a miss",
 				slog.Int("key_len", len(key)), slog.Any("err", err))
+		},
+		Oversize: func(key string, size int) {
+			l.LogAttrs(ctx, slog.LevelWarn, "stampede: value over MaxValueBytes not stored; each node keeps its own copy",
+				slog.Int("key_len", len(key)), slog.Int("size", size))
 		},
 		RedisError: func(op string, err error) {
 			l.LogAttrs(ctx, slog.LevelWarn, "stampede: Redis call failed", slog.String("op", op), slog.Any("err", err))

@@ -57,6 +57,10 @@ func TestLogHooks(t *testing.T) {
 	if strings.Count(out, "load failed") != 1 {
 		t.Fatalf("ErrNotFound logged as a failure:\n%s", out)
 	}
+	LogHooks(l).Oversize(secret, 9<<20)
+	if out := buf.String(); !strings.Contains(out, "MaxValueBytes") || strings.Contains(out, "alice") {
+		t.Fatalf("oversized value not logged, or its key leaked:\n%s", out)
+	}
 	LogHooks(l).Breaker(true)
 	LogHooks(l).Breaker(false)
 	if !strings.Contains(buf.String(), "breaker open") || !strings.Contains(buf.String(), "breaker closed") {
