@@ -19,7 +19,9 @@ import (
 )
 
 // TestModelHistories runs generated interleavings of Do, GetMany,
-// Invalidate, callers that give up early and Groups closed and made anew,
+// Invalidate, callers that give up early, Groups closed and made anew, and
+// late writers (a slow load, an Invalidate while it runs, a newer load
+// that lands first),
 // on three Groups (as three nodes would be) over one real redis-server,
 // under faults (CLIENT PAUSE of writes or of everything, CLIENT KILL of the
 // normal and of the Pub/Sub connections). The origin numbers each key's
@@ -35,7 +37,8 @@ import (
 //     has to the callers of its process that join it: a load fenced out
 //     by a newer one still answers its own callers.)
 //   - Never back in time: no fill of a key stores a value older than one
-//     a fill of it stored δ before.
+//     a fill of it stored before (ordered by the Redis clock the fill
+//     script returns, to the millisecond).
 //   - Stale window: a value served from Redis (Hit, Stale, Shared) is
 //     served no later than FreshFor + StaleFor + δ after its fill landed.
 //   - One load at a time: loads of one key never overlap in time (across
@@ -80,7 +83,8 @@ type histLoad struct {
 type histFill struct {
 	key     string
 	version int64
-	done    time.Time
+	done    time.Time // when the reply reached the node
+	redisMS int64     // when the script ran, on the Redis clock (ms)
 }
 
 type histCall struct {
@@ -168,7 +172,7 @@ func (w fillWatch) see(cmd redis.Cmder) {
 		return
 	}
 	reply, err := c.Slice()
-	if err != nil || len(reply) < 1 || reply[0] != int64(1) || args[13] != "" || args[14] != "w" {
+	if err != nil || len(reply) < 2 || reply[0] != int64(1) || args[13] != "" || args[14] != "w" {
 		return
 	}
 	var payload []byte
@@ -180,7 +184,8 @@ func (w fillWatch) see(cmd redis.Cmder) {
 	}
 	if key, v, ok := versionOf(payload); ok {
 		done := time.Now()
-		w.h.add(func(h *history) { h.fills = append(h.fills, histFill{key: key, version: v, done: done}) })
+		ms, _ := reply[1].(int64)
+		w.h.add(func(h *history) { h.fills = append(h.fills, histFill{key: key, version: v, done: done, redisMS: ms}) })
 	}
 }
 
@@ -337,7 +342,7 @@ func historyModel(t *testing.T, seed uint64, budget time.Duration) {
 					start := time.Now()
 					res, err := g.Do(ctx, key, func(ctx context.Context) ([]byte, error) { return h.load(ctx, node, key, d), nil })
 					record(histCall{key: key, node: node, op: "Do", start: start, end: time.Now(), status: res.Status}, res.Value, err)
-				case op < 97:
+				case op < 94:
 					ks := slices.Compact(slices.Sorted(slices.Values([]string{keys[r.IntN(len(keys))], keys[r.IntN(len(keys))], keys[r.IntN(len(keys))]})))
 					start := time.Now()
 					got, err := g.GetMany(ctx, ks, func(ctx context.Context, ks []string) (map[string][]byte, error) {
@@ -353,6 +358,38 @@ func historyModel(t *testing.T, seed uint64, budget time.Duration) {
 							record(histCall{key: k, node: node, op: "GetMany", start: start, end: end, status: Shared}, v, err)
 						}
 					}
+				case op < 97:
+					// A late writer: a slow load, an Invalidate while it
+					// runs, a newer load on another node that lands first.
+					key := keys[r.IntN(len(keys))]
+					loading, slowDone := make(chan struct{}), make(chan struct{})
+					go func() {
+						defer close(slowDone)
+						start := time.Now()
+						res, err := g.Do(context.Background(), key, func(ctx context.Context) ([]byte, error) {
+							close(loading)
+							return h.load(ctx, node, key, 120*time.Millisecond), nil
+						})
+						record(histCall{key: key, node: node, op: "Do", start: start, end: time.Now(), status: res.Status}, res.Value, err)
+					}()
+					select {
+					case <-loading:
+						other, onode := nodes[r.IntN(len(nodes))].group()
+						start := time.Now()
+						err := other.Invalidate(context.Background(), key)
+						end := time.Now()
+						h.add(func(h *history) { h.invals = append(h.invals, histSpan{start, end, key}) })
+						if err != nil {
+							h.add(func(h *history) { h.faults = append(h.faults, histSpan{start, end, "invalidate: " + err.Error()}) })
+						}
+						start = time.Now()
+						res, err := other.Do(context.Background(), key, func(ctx context.Context) ([]byte, error) {
+							return h.load(ctx, onode, key, d), nil
+						})
+						record(histCall{key: key, node: onode, op: "Do", start: start, end: time.Now(), status: res.Status}, res.Value, err)
+					case <-slowDone: // served without a load
+					}
+					<-slowDone
 				default:
 					key := keys[r.IntN(len(keys))]
 					start := time.Now()
@@ -431,7 +468,7 @@ func historyModel(t *testing.T, seed uint64, budget time.Duration) {
 }
 
 // checkHistory checks the properties of TestModelHistories on h.
-func checkHistory(t *testing.T, h *history) {
+func checkHistory(t testing.TB, h *history) {
 	t.Helper()
 	violations := 0
 	report := func(format string, args ...any) {
@@ -449,32 +486,40 @@ func checkHistory(t *testing.T, h *history) {
 		}
 	}
 	for key, fs := range fills {
-		slices.SortFunc(fs, func(a, b histFill) int { return a.done.Compare(b.done) })
-		// Never back in time: a fill lands no older value than one that
-		// landed δ before it (δ: replies of fills that ran in order may
-		// reach their nodes out of order).
+		// Never back in time: in the order the fills ran in Redis (its
+		// clock, to the millisecond: fills of one millisecond are not
+		// ordered), no fill stores a value older than an earlier one's.
+		slices.SortFunc(fs, func(a, b histFill) int { return int(a.redisMS - b.redisMS) })
 		var newest histFill
 		for _, f := range fs {
-			if newest.version > f.version && f.done.Sub(newest.done) > histDelta {
-				report("back in time: the fill of %s version %d landed %v after the fill of version %d",
-					key, f.version, f.done.Sub(newest.done), newest.version)
+			if newest.version > f.version && f.redisMS > newest.redisMS {
+				report("back in time: the fill of %s version %d ran %dms after the fill of version %d",
+					key, f.version, f.redisMS-newest.redisMS, newest.version)
 			}
 			if f.version > newest.version {
 				newest = f
 			}
 		}
+		slices.SortFunc(fs, func(a, b histFill) int { return a.done.Compare(b.done) })
 	}
 
-	// Freshness and the stale window.
-	for _, c := range h.calls {
+	// Freshness and the stale window. upTo[key][i] is the newest of the
+	// first i+1 fills of key (in the order they landed).
+	upTo := map[string][]histFill{}
+	for key, fs := range fills {
 		var newest histFill
-		for _, f := range fills[c.key] {
-			if !f.done.Before(c.start.Add(-histDelta)) {
-				break
-			}
+		for _, f := range fs {
 			if f.version > newest.version {
 				newest = f
 			}
+			upTo[key] = append(upTo[key], newest)
+		}
+	}
+	for _, c := range h.calls {
+		var newest histFill
+		fs := fills[c.key]
+		if n, _ := slices.BinarySearchFunc(fs, c.start.Add(-histDelta), func(f histFill, t time.Time) int { return f.done.Compare(t) }); n > 0 {
+			newest = upTo[c.key][n-1]
 		}
 		if c.version < newest.version {
 			report("freshness: %s %s on %s began %v after the fill of version %d landed, and was served version %d",
@@ -548,4 +593,70 @@ func checkHistory(t *testing.T, h *history) {
 		t.Errorf("... and %d more violations", violations-10)
 	}
 	t.Logf("%d overlapping loads excused (faults, invalidations)", excusedLoads)
+}
+
+// recordTB records what a check reports instead of failing the test.
+type recordTB struct {
+	testing.TB
+	errs []string
+}
+
+func (r *recordTB) Helper()             {}
+func (r *recordTB) Logf(string, ...any) {}
+func (r *recordTB) Errorf(format string, args ...any) {
+	r.errs = append(r.errs, fmt.Sprintf(format, args...))
+}
+
+// TestCheckHistory: checkHistory finds each kind of violation in a
+// made-up history, and nothing in a good one.
+func TestCheckHistory(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	for _, c := range []struct {
+		name string
+		h    *history
+		want string // "" for no violation
+	}{
+		{"good", &history{
+			loads: []histLoad{{"k", "a", at(0), at(10), 1}, {"k", "b", at(1500), at(1510), 2}},
+			fills: []histFill{{"k", 1, at(12), 12}, {"k", 2, at(1512), 1512}},
+			calls: []histCall{{"k", "b", "Do", at(1000), at(1001), 1, Hit}, {"k", "a", "Do", at(2100), at(2101), 2, Hit}},
+		}, ""},
+		{"an older value served", &history{
+			fills: []histFill{{"k", 1, at(0), 0}, {"k", 2, at(100), 100}},
+			calls: []histCall{{"k", "a", "Do", at(1000), at(1001), 1, Hit}},
+		}, "freshness"},
+		{"a value stored out of order", &history{
+			fills: []histFill{{"k", 2, at(0), 0}, {"k", 1, at(2), 3}},
+		}, "back in time"},
+		{"served past its stale window", &history{
+			fills: []histFill{{"k", 1, at(0), 0}},
+			calls: []histCall{{"k", "a", "Do", at(3000), at(3001), 1, Stale}},
+		}, "stale window"},
+		{"loads overlap", &history{
+			loads: []histLoad{{"k", "a", at(0), at(50), 1}, {"k", "b", at(10), at(60), 2}},
+			fills: []histFill{{"k", 1, at(55), 55}},
+		}, "overlap"},
+		{"two loads in an epoch", &history{
+			loads: []histLoad{{"k", "a", at(0), at(10), 1}, {"k", "b", at(100), at(110), 2}},
+			fills: []histFill{{"k", 2, at(120), 120}},
+		}, "epoch"},
+		{"loads overlap across a fault", &history{
+			loads:  []histLoad{{"k", "a", at(0), at(50), 1}, {"k", "b", at(10), at(60), 2}},
+			faults: []histSpan{{at(5), at(6), "CLIENT PAUSE"}},
+		}, ""},
+		{"loads overlap across an Invalidate", &history{
+			loads:  []histLoad{{"k", "a", at(0), at(50), 1}, {"k", "b", at(10), at(60), 2}},
+			invals: []histSpan{{at(2), at(8), "k"}},
+		}, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := &recordTB{TB: t}
+			checkHistory(r, c.h)
+			got := strings.Join(r.errs, "\n")
+			if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+				t.Fatalf("reported %q; want %q", got, c.want)
+			}
+		})
+	}
 }
