@@ -94,9 +94,10 @@ func (g *Group) GetMany(ctx context.Context, keys []string, load BatchLoadFunc, 
 // (JSON; []byte and string as they are), and ids of any comparable type
 // mapped to keys by key. load gets the ids to load and returns the values
 // it found; an id it does not return has no value and is cached
-// negatively. The result holds the ids that have a value. Repeated ids are
-// asked for once; distinct ids whose keys are equal share one value (load
-// is asked for the first of them).
+// negatively. The result holds the ids that have a value, each the
+// caller's own (a []byte is a copy, as with Fetch). Repeated ids are asked
+// for once; distinct ids whose keys are equal share one value (load is
+// asked for the first of them).
 func FetchMany[ID comparable, T any](ctx context.Context, g *Group, ids []ID, key func(ID) string, load func(context.Context, []ID) (map[ID]T, error), opts ...CallOption) (map[ID]T, error) {
 	switch {
 	case key == nil:
@@ -153,12 +154,14 @@ func FetchMany[ID comparable, T any](ctx context.Context, g *Group, ids []ID, ke
 	}
 	res := make(map[ID]T, len(raw))
 	for k, b := range raw {
-		v, uerr := unmarshal[T](b)
-		if uerr != nil {
-			err = errors.Join(err, uerr)
-			continue
-		}
+		// Decoded for each id: ids that share a key get values of their
+		// own, as every caller does (see Fetch).
 		for _, id := range byKey[k] {
+			v, uerr := unmarshal[T](b)
+			if uerr != nil {
+				err = errors.Join(err, uerr)
+				break
+			}
 			res[id] = v
 		}
 	}

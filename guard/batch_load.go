@@ -139,7 +139,10 @@ func (b *batch) callBatch(keys []string) (vals map[string][]byte, unasked int, e
 		o.vals, o.unasked, o.err = b.load(ctx, keys)
 		returned = true
 	}()
-	o := <-ch
+	o, ok := awaitLoader(b.g, ch)
+	if !ok {
+		o = outcome{err: ErrLoadTimeout}
+	}
 	return o.vals, o.unasked, o.err, time.Since(start)
 }
 
@@ -182,6 +185,7 @@ func (b *batch) flight(idx []int, fences []int64, slots []*runningLoad, useRedis
 		if h := g.opts.Hooks.Load; h != nil {
 			h(k, d, errs[j])
 		}
+		g.oversizeHook(k, v, errs[j])
 	}
 	g.lmu.Lock()
 	for _, k := range keys {

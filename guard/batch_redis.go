@@ -124,7 +124,9 @@ func (g *Group) readMany(ctx context.Context, keys []string, nms []names, force 
 		i := getIdx[j]
 		s, err := c.Result()
 		switch {
-		case errors.Is(err, redis.Nil):
+		case errors.Is(err, redis.Nil) || (err != nil && !unwell(err)):
+			// Missing, or another type under the entry's name (the read
+			// script drops and reports it).
 			g.hints.c.Remove(keys[i])
 			retry = append(retry, i)
 			continue
@@ -134,7 +136,7 @@ func (g *Group) readMany(ctx context.Context, keys []string, nms []names, force 
 		}
 		e, derr := decodeEntry(unsafe.Slice(unsafe.StringData(s), len(s)))
 		now, _ := g.clk.now()
-		if derr != nil || e.marker() || e.freshUntil-now <= fastMargin.Milliseconds() {
+		if derr != nil || e.marker() || e.freshUntil-now <= fastMargin.Milliseconds() || (e.oversize && !g.overValue(keys[i], &e, now)) {
 			g.hints.c.Remove(keys[i])
 			retry = append(retry, i)
 			continue
@@ -144,9 +146,7 @@ func (g *Group) readMany(ctx context.Context, keys []string, nms []names, force 
 	for j, c := range callCmds {
 		i := callIdx[j]
 		out[i] = g.readResult(c, nms[i], sent)
-		if out[i].err != nil {
-			failed = out[i].err
-		}
+		g.keyRead(out[i].err, &failed)
 	}
 	if len(retry) > 0 && failed == nil {
 		calls := make([]scriptCall, len(retry))
@@ -158,9 +158,7 @@ func (g *Group) readMany(ctx context.Context, keys []string, nms []names, force 
 		for j, c := range callCmds {
 			i := retry[j]
 			out[i] = g.readResult(c, nms[i], sent)
-			if out[i].err != nil {
-				failed = out[i].err
-			}
+			g.keyRead(out[i].err, &failed)
 		}
 	} else {
 		for _, i := range retry {
@@ -169,6 +167,21 @@ func (g *Group) readMany(ctx context.Context, keys []string, nms []names, force 
 	}
 	g.settle("read", failed)
 	return out
+}
+
+// keyRead sorts the error of one key's read in a pipeline: one that says
+// Redis is unwell fails the pipeline's other keys too (*failed); one about
+// the key alone fails that key only, and is reported.
+func (g *Group) keyRead(err error, failed *error) {
+	switch {
+	case err == nil:
+	case unwell(err):
+		*failed = err
+	default:
+		if h := g.opts.Hooks.RedisError; h != nil {
+			h("read", err)
+		}
+	}
 }
 
 func (g *Group) readCall(nm names, force bool) scriptCall {
@@ -252,9 +265,20 @@ func (g *Group) storeMany(ctx context.Context, items []fillItem) {
 // into the first lease counted from leased, when the read that won the
 // leases was sent: a batch's read and the start of its load may be far
 // apart on a busy process.
+//
+// Close stops it as it stops renewLease's watchdogs: a closed Group renews
+// no lease.
 func (g *Group) renewLeases(nms []names, fences []int64, leased time.Time) (stop func()) {
+	g.mu.Lock()
+	if g.watchdogsOff {
+		g.mu.Unlock()
+		return func() {}
+	}
+	g.wd.Add(1)
+	g.mu.Unlock()
 	quit, done := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer g.wd.Done()
 		defer close(done)
 		t := time.NewTimer(max(g.firstLease/3-time.Since(leased), time.Millisecond))
 		defer t.Stop()
@@ -267,6 +291,8 @@ func (g *Group) renewLeases(nms []names, fences []int64, leased time.Time) (stop
 		for len(held) > 0 {
 			select {
 			case <-quit:
+				return
+			case <-g.closing:
 				return
 			case <-t.C:
 			}
@@ -294,7 +320,6 @@ func (g *Group) renewLeases(nms []names, fences []int64, leased time.Time) (stop
 				g.redisFailed("renew", failed)
 			}
 		}
-		<-quit
 	}()
 	var once sync.Once
 	return func() {

@@ -37,6 +37,7 @@ func (b *batch) run(idx []int) {
 	if len(p.failed) > 0 {
 		b.degrade(p.failed)
 	}
+	b.loadOversize(p.over)
 	if len(p.waits) > 0 {
 		b.wait(p.waits)
 	}
@@ -65,6 +66,7 @@ type plan struct {
 	won, refresh, early, failed []int
 	wonF, refreshF              []int64 // the fences of the leases won
 	waits                       []*waiter
+	over                        []overKey // fresh oversize markers without a copy here
 }
 
 // sort files key i under what its read r calls for. own is false when r is
@@ -108,6 +110,8 @@ func (b *batch) sort(i int, r batchRead, own bool, p *plan) {
 		h(key)
 	}
 	switch {
+	case st == oversized:
+		p.over = append(p.over, overKey{i: i, e: e, now: r.rr.now})
 	case r.rr.x > 0 && own:
 		g.leaseHook(key, true)
 		p.won, p.wonF = append(p.won, i), append(p.wonF, r.rr.x)

@@ -14,7 +14,10 @@ type waiter struct {
 	joinable bool          // another batch of this process won the lease: join its load
 	joined   bool          // a load of the key in this process is joined
 	done     bool
-	unwatch  func()
+	// woke: the key's wait woke at least once; notified: its last wake-up
+	// was a fill notification (reported once, when its wait ends).
+	woke, notified bool
+	unwatch        func()
 }
 
 // joinedLoad is a load of this process that a waiter joined, once over.
@@ -61,10 +64,12 @@ func (b *batch) wait(ws []*waiter) {
 	resolve := func(w *waiter) {
 		w.done, left = true, left-1
 		w.unwatch()
+		g.wokenHook(b.keys[w.i], w.woke, w.notified, start)
 	}
 	takeJoined := func(j joinedLoad) {
 		joins--
 		if !j.w.done {
+			j.w.notified = false // a load of this process ended the wait
 			if h := g.opts.Hooks.Coalesced; h != nil {
 				h(b.keys[j.w.i])
 			}
@@ -123,8 +128,8 @@ func (b *batch) wait(ws []*waiter) {
 				continue
 			}
 			again = append(again, w)
-			if h := g.opts.Hooks.Woken; h != nil && !forced {
-				h(b.keys[w.i], notified, time.Since(start))
+			if !forced {
+				w.woke, w.notified = true, notified
 			}
 		}
 		b.reread(again, resolve, notified)
@@ -170,6 +175,7 @@ func (b *batch) reread(ws []*waiter, resolve func(*waiter), filled bool) {
 	defer sr.abandon(g)
 	var won, failed []int
 	var fences []int64
+	var over []overKey
 	settle := func(w *waiter, r batchRead, own bool) {
 		key := b.keys[w.i]
 		if r.err != nil {
@@ -190,6 +196,9 @@ func (b *batch) reread(ws []*waiter, resolve func(*waiter), filled bool) {
 			resolve(w)
 		case st == stale:
 			b.serve(w.i, e, r.rr.now, Stale)
+			resolve(w)
+		case st == oversized:
+			over = append(over, overKey{i: w.i, e: e, now: r.rr.now})
 			resolve(w)
 		case r.rr.x > 0 && own:
 			g.leaseHook(key, true)
@@ -219,4 +228,5 @@ func (b *batch) reread(ws []*waiter, resolve func(*waiter), filled bool) {
 	if len(failed) > 0 {
 		b.degrade(failed)
 	}
+	b.loadOversize(over)
 }

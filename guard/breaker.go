@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"time"
 
@@ -82,7 +83,7 @@ func (b *breaker) success() {
 }
 
 // failure records that Redis did not answer (or answered an error that
-// says it is unwell).
+// says it is unwell: see unwell).
 func (b *breaker) failure() {
 	b.mu.Lock()
 	b.fails++
@@ -108,15 +109,46 @@ func (b *breaker) record(err, callerErr error) {
 		b.success()
 	case callerErr != nil || errors.Is(err, context.Canceled):
 		// The caller left: no verdict.
-	case redis.HasErrorPrefix(err, "WRONGTYPE"):
-		// Redis answered: one key holds data of another type (written by
-		// something else under the namespace). That is the key's problem,
-		// not Redis's health; counting it would let one poisoned key open
-		// the breaker for every key of the Group.
+	case !unwell(err):
+		// Redis answered, with an error about the call (one key's data:
+		// WRONGTYPE, a value INCR cannot count...). That is the key's
+		// problem, not Redis's health; counting it would let one poisoned
+		// key open the breaker for every key of the Group.
 		b.success()
 	default:
 		b.failure()
 	}
+}
+
+// unwellReplies are the prefixes of the error replies that say the server
+// cannot serve anyone right now (loading, busy with a script, a replica
+// cut off from its master, a cluster that is down or resharding, out of
+// memory, refused writes or connections, an ACL that refuses the guard's
+// commands or keys), rather than something about one key's data.
+var unwellReplies = [...]string{
+	"LOADING", "BUSY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY",
+	"NOREPLICAS", "MISCONF", "OOM", "NOAUTH", "WRONGPASS", "NOPERM", "MOVED", "ASK",
+	"ERR max number of clients",
+	"ERR The user executing the script can't run", // an ACL refusal inside a script
+}
+
+// unwell reports whether err says Redis is unwell: no reply at all (a
+// timeout, a refused or broken connection, a closed client) or an error
+// reply of unwellReplies. Any other error reply is about the call itself
+// (one key's data, a script's argument) and says Redis is answering.
+func unwell(err error) bool {
+	var reply redis.Error
+	if !errors.As(err, &reply) {
+		return true
+	}
+	msg := reply.Error()
+	bare := strings.TrimPrefix(msg, "ERR ") // some servers (KVRocks) prefix every reply
+	for _, p := range unwellReplies {
+		if strings.HasPrefix(msg, p) || strings.HasPrefix(bare, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // open reports whether the breaker is open or half-open.

@@ -20,10 +20,15 @@ type commitQueue[R any] struct {
 	// the next batch takes the queue (see drain).
 	yield bool
 
-	mu      sync.Mutex
-	busy    bool // a call or a batch is in flight
-	q       []R  // waiting for the next batch
-	flushes sync.WaitGroup
+	mu   sync.Mutex
+	busy bool // a call or a batch is in flight
+	q    []R  // waiting for the next batch
+	// flushing counts the flusher goroutines running; drained, made by a
+	// waiter, is closed when it drops to 0. Not a sync.WaitGroup: a call
+	// still in flight when the Group closes may start a flusher while
+	// Close waits, and a WaitGroup's Add must not race with its Wait.
+	flushing int
+	drained  chan struct{}
 
 	testQueued func(n int) // tests: called under mu with len(q) after a call queued
 }
@@ -46,13 +51,13 @@ func (c *commitQueue[R]) loneDone() {
 		c.busy = false
 		return
 	}
-	c.flushes.Add(1)
+	c.flushing++
 	go c.drain()
 }
 
 // drain flushes the queue until it is empty.
 func (c *commitQueue[R]) drain() {
-	defer c.flushes.Done()
+	defer c.drainDone()
 	var batch []R
 	for {
 		c.mu.Lock()
@@ -94,5 +99,28 @@ func (c *commitQueue[R]) queued() int {
 	return len(c.q)
 }
 
-// wait waits for the flushes running.
-func (c *commitQueue[R]) wait() { c.flushes.Wait() }
+// drainDone settles a flusher, however it ends.
+func (c *commitQueue[R]) drainDone() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.flushing--; c.flushing == 0 && c.drained != nil {
+		close(c.drained)
+		c.drained = nil
+	}
+}
+
+// wait waits for the flushes running, and for those they hand over to (a
+// late call may start one meanwhile: it is waited for too).
+func (c *commitQueue[R]) wait() {
+	c.mu.Lock()
+	if c.flushing == 0 {
+		c.mu.Unlock()
+		return
+	}
+	if c.drained == nil {
+		c.drained = make(chan struct{})
+	}
+	ch := c.drained
+	c.mu.Unlock()
+	<-ch
+}

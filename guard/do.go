@@ -99,6 +99,9 @@ func (g *Group) readPathOnce(ctx context.Context, c *call) (Result, error) {
 	case passing:
 		g.hintPass(c.key, c.nm.entry, lk.e)
 		return g.passLoad(ctx, c, lk.e)
+	case oversized:
+		g.missHook(c.key)
+		return g.loadOversize(ctx, c.key, c.load, lk.e, lk.now)
 	case loaded:
 		if !lk.missSeen {
 			g.missHook(c.key)
@@ -147,7 +150,7 @@ func (g *Group) served(key string, e entry, now int64, st Status) (Result, error
 	case e.negative:
 		return Result{Status: st, Age: age}, ErrNotFound
 	case e.errMark:
-		return Result{Status: st, Age: age}, ErrBackoff
+		return Result{Status: st, Age: age}, &BackoffError{Key: key, Cause: string(e.value)}
 	}
 	if st == Stale {
 		if h := g.opts.Hooks.Stale; h != nil {
@@ -160,11 +163,11 @@ func (g *Group) served(key string, e entry, now int64, st Status) (Result, error
 		g.keepLocal(key, e, now)
 	}
 	fresh := time.Duration(e.freshUntil-now) * time.Millisecond
-	return Result{Value: e.value, Status: st, Age: age, Fresh: fresh}, nil
+	return Result{Value: e.value, Status: st, Age: age, Fresh: fresh, Oversize: e.oversize}, nil
 }
 
 func (g *Group) keepLocal(key string, e entry, now int64) {
-	if g.loc == nil || e.negative || e.errMark {
+	if g.loc == nil || e.negative || e.errMark || e.oversize {
 		return
 	}
 	left := time.Duration(e.freshUntil-now) * time.Millisecond

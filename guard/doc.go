@@ -32,7 +32,9 @@
 // watchdog.go (lease renewal), breaker.go, redis.go (script I/O), entry.go
 // (the entry format), windows.go (SetWindows, Previous, Revalidated),
 // peek.go, scriptqueue.go (concurrent scripts batched), deadline.go (the
-// hits' shared deadline), typed.go (Fetch, Wrap), group.go (lifecycle).
+// hits' shared deadline), typed.go (Fetch, Wrap), oversize.go (values over
+// MaxValueBytes), abandon.go (loaders past LoadTimeout), group.go
+// (lifecycle).
 //
 // # Serving rules
 //
@@ -51,6 +53,10 @@
 //	            the winner's load sees the kept value (Previous) and may
 //	            answer Revalidated: the value is stored fresh again, and
 //	            only its new head travels to Redis
+//	oversize  → (a marker: the value is over MaxValueBytes) this node's own
+//	            copy, fresh or stale as the marker says; without one, a
+//	            fresh marker is loaded by this node alone, once, and a
+//	            stale one is waited for as missing
 //
 // A refresh (stale or early) also sees the value it replaces through
 // Previous. Peek reads an entry without any of this: no load, no lease, no
@@ -142,7 +148,10 @@
 //     order their loads began in: the stored value never goes back in time.
 //   - Loads run detached from the caller that started them
 //     (context.WithoutCancel), bounded by LoadTimeout: a cancelled caller
-//     never fails the others, and each caller leaves on its own ctx.
+//     never fails the others, and each caller leaves on its own ctx. A
+//     loader that ignores its ctx is abandoned after LoadTimeout and a
+//     grace (see Options.LoadTimeout): its callers get ErrLoadTimeout, its
+//     lease is settled, and nothing, Close included, waits for it.
 //   - Every way a loader can end reaches the callers of its flight: a
 //     value, an error, a panic (*PanicError) or runtime.Goexit (ErrGoexit);
 //     the loader runs on a goroutine of its own, so the process survives,
@@ -156,27 +165,44 @@
 //     per-process load slots, the lease watchdogs and the waiter
 //     registrations. A probe whose caller left before Redis answered gives
 //     no verdict; it is released, and the next call probes. Close waits
-//     for the background refreshes, then stops the watchdogs of loads still
-//     running for callers: a closed Group renews no lease.
+//     for the background refreshes (each bounded by LoadTimeout and its
+//     grace), then stops the watchdogs of loads still running for callers,
+//     single keys and batches alike: a closed Group renews no lease.
 //   - A failing loader is not hammered: a stale value keeps being served and
 //     the lease is held for ErrorBackoff (stale-if-error); a missing key
-//     answers ErrBackoff on every node for ErrorBackoff.
+//     answers ErrBackoff (a *BackoffError naming the key and the error) on
+//     every node for ErrorBackoff.
+//   - A value over MaxValueBytes costs the origin at most one load per key
+//     per refresh per node; its refreshes are coordinated fleet-wide as any
+//     other's (see Options.MaxValueBytes).
 //   - Redis trouble degrades, it does not cascade: every Redis call has its
 //     own RedisTimeout, a breaker stops paying it while Redis is down, and
-//     callers are then served through singleflight alone. Coordination
+//     callers are then served through singleflight alone. The breaker
+//     counts only what says Redis itself is unwell (no answer in time, a
+//     broken connection, replies such as LOADING, BUSY, MASTERDOWN,
+//     CLUSTERDOWN, TRYAGAIN, READONLY or OOM, an ACL refusal), never an
+//     error about one key's data: that answers the key's call alone
+//     (served Degraded) and is reported to Hooks.RedisError. Coordination
 //     resumes by itself; on a *redis.ClusterClient a failed call also
 //     reloads the slot map, so a replica promoted by a failover is used
 //     within about a second.
 //   - At most one load of a key runs in a process at any time, whatever
 //     asked for it (a miss, a background refresh, Redis being
 //     unavailable): callers that only need a value share the running load;
-//     a load to be stored under a lease waits for it and loads anew.
+//     a load to be stored under a lease waits for it and loads anew. A load
+//     abandoned after LoadTimeout no longer counts: the next load of its
+//     key may start while its loader still runs (so a loader that ignores
+//     its ctx can have more than one call of a key running here, one per
+//     LoadTimeout at most), and its result is never stored or served.
 //
 // # Redis layout
 //
 // For Namespace ns and key k, with {k} the escaped hash tag:
 //
 //	ns{k}        the entry: "~1,fresh_until,stale_until,written,load_us,fence,flags\n" payload
+//	             (flags: "" a value, "n" not found, "e" an error marker whose
+//	             payload is the error text, "r" never served stale, "o" an
+//	             oversize marker, no payload)
 //	ns{k}:lease  the refresh lease; value = the holder's fence
 //	ns{k}:fence  fence counter (floored by Redis TIME in µs)
 //	ns{k}:w      set of the fill channels of nodes waiting for a fill
@@ -184,15 +210,34 @@
 //	nsfill:<id>  Pub/Sub channel of one Group
 //
 // Garbage under an entry key is a miss (reported to Hooks.Corrupt) and is
-// overwritten by the next fill. A value of another type under the lease or
-// invalidation name (or a lease with no TTL: every lease the guard takes
-// has one) was not written by the guard: the scripts drop it and report it
-// to Hooks.Corrupt, so such a write cannot keep a key's callers waiting.
+// overwritten by the next fill. Any other value the guard would not have
+// written under a key's names is dropped by the scripts and reported to
+// Hooks.Corrupt, so that no script ever fails on it (a failure would count
+// against Redis's health, and open the breaker for every key) and it can
+// neither keep the key's callers waiting nor fence out its fills:
+//
+//   - a value of another type, under any of the names;
+//   - an entry with no TTL (every entry the guard writes expires);
+//   - a lease with no TTL, that is not a canonical decimal, or that is
+//     above the fence counter (or has none): every lease is minted from it;
+//   - a fence counter that is not a canonical decimal of at most 2^53 (a
+//     negative, non-integer or huge counter; the next fence is then floored
+//     by the Redis clock, as after a lost counter);
+//   - an invalidation marker that is not a canonical decimal, has no TTL or
+//     is above the fence counter.
+//
+// An entry whose fence is above the fence counter cannot have been written
+// under a fence the guard minted: a fill it would reject overwrites it.
+// What cannot be told from the guard's own writes is taken as such: a
+// valid entry with its TTL is a value (served until its stale-until); a
+// lease that is a fence at most the counter, with a TTL, is another
+// node's (waited for, up to WaitTimeout).
 //
 // # Observability
 //
 // Hooks is a struct of optional funcs (hits, stale answers, misses,
 // coalesced callers, loads, leases, wake-ups, refresh errors, rejected
-// fills, Redis errors, breaker changes, corrupt entries): wire it to your
-// metrics; the package itself logs nothing.
+// fills, Redis errors, breaker changes, corrupt entries and foreign data,
+// oversized values): wire it to your metrics; the package itself logs
+// nothing.
 package guard

@@ -27,10 +27,12 @@ import (
 // fresh_until and stale_until it is only kept for the next load to
 // revalidate (Windows.MustRevalidate), "f" for a failing marker (no
 // payload: the key's loads fail for their own callers, who take turns,
-// see Private) or "p" for a pass marker (no payload: until fresh_until
-// each call runs its own load, see Pass). Anything else is corrupt: formats evolve through the version,
-// not through unknown flags. The header, newline included, is at most
-// maxHeaderLen bytes.
+// see Private), "p" for a pass marker (no payload: until fresh_until each
+// call runs its own load, see Pass) or "o" for an oversize marker (a value
+// over Options.MaxValueBytes was loaded: the payload is empty, and each
+// node keeps its own copy; see oversize.go). Anything else is corrupt:
+// formats evolve through the version, not through unknown flags. The
+// header, newline included, is at most maxHeaderLen bytes.
 //
 // The scripts guard_read.lua and guard_fill.lua write and parse this format
 // with the same rules; scriptsdata_test.go holds them to it.
@@ -62,8 +64,11 @@ type entry struct {
 	failing bool
 	// flag 'p': no value; until fresh_until each call runs its own load
 	// (Pass).
-	pass  bool
-	value []byte
+	pass bool
+	// flag 'o': a value over MaxValueBytes, not stored; value is empty
+	// until a node's own copy is put in its place (oversize.go).
+	oversize bool
+	value    []byte
 }
 
 // marker reports an entry that holds no value: failing or pass.
@@ -126,6 +131,11 @@ func decodeEntry(b []byte) (entry, error) {
 			return entry{}, corruptf("%s marker with a %d-byte payload", h, len(e.value))
 		}
 		e.failing, e.pass = string(h) == "f", string(h) == "p"
+	case "o":
+		if len(e.value) != 0 {
+			return entry{}, corruptf("oversize marker with a %d-byte payload", len(e.value))
+		}
+		e.oversize = true
 	default:
 		return entry{}, corruptf("bad flags %q", h)
 	}
@@ -161,9 +171,9 @@ func corruptf(format string, args ...any) error {
 
 // encodeEntry encodes e in format v1. Negative numbers are written as 0 and
 // loadDur is truncated to microseconds (at most maxLoadMicros); the caller
-// keeps staleUntil >= freshUntil, sets at most one of negative, errMark and
-// mustRevalidate,
-// and leaves value empty when negative, or the result does not decode.
+// keeps staleUntil >= freshUntil, sets at most one of negative, errMark,
+// mustRevalidate and oversize, and leaves value empty when negative or
+// oversize, or the result does not decode.
 func encodeEntry(e entry) []byte {
 	b := make([]byte, 0, len(entryMagic)+5*20+2+len(e.value))
 	b = append(b, entryMagic...)
@@ -186,6 +196,10 @@ func encodeEntry(e entry) []byte {
 	}
 	if e.pass {
 		b = append(b, 'p')
+
+	}
+	if e.oversize {
+		b = append(b, 'o')
 	}
 	b = append(b, '\n')
 	return append(b, e.value...)

@@ -54,6 +54,8 @@ var corruptEntries = []struct {
 	{"extra field", "~1," + farFresh + "," + farFresh + ",0,0,1,2,\nv", "bad flags"},
 	{"carriage return", "~1," + farFresh + "," + farFresh + ",0,0,1,\r\nv", "bad flags"},
 	{"negative with payload", "~1," + farFresh + "," + farFresh + ",0,0,1,n\nx", "negative entry with a 1-byte payload"},
+	{"oversize marker with payload", "~1," + farFresh + "," + farFresh + ",0,0,1,o\nx", "oversize marker with a 1-byte payload"},
+	{"oversize and negative", "~1," + farFresh + "," + farFresh + ",0,0,1,no\n", "bad flags"},
 	{"long header", "~1," + strings.Repeat("1", 200) + "," + farFresh + ",0,0,1,\n", "header longer than 128"},
 	{"long header no newline", "~1," + farFresh + "," + farFresh + ",0,0,1," + strings.Repeat("x", 200), "header longer than 128"},
 }
@@ -89,6 +91,7 @@ func TestDecodeEntry(t *testing.T) {
 		{"~1,5,5,5,0,1,n\n", entry{freshUntil: 5, staleUntil: 5, written: 5, fence: 1, negative: true, value: []byte{}}},
 		{"~1,5,9,5,1,2,e\nboom", entry{freshUntil: 5, staleUntil: 9, written: 5, loadDur: time.Microsecond, fence: 2, errMark: true, value: []byte("boom")}},
 		{"~1,5,9,5,1,2,r\nkept", entry{freshUntil: 5, staleUntil: 9, written: 5, loadDur: time.Microsecond, fence: 2, mustRevalidate: true, value: []byte("kept")}},
+		{"~1,5,9,5,1,2,o\n", entry{freshUntil: 5, staleUntil: 9, written: 5, loadDur: time.Microsecond, fence: 2, oversize: true, value: []byte{}}},
 		{ // the payload may hold anything, even a header
 			"~1,1,2,3,4,5,\n~1,6,7,8,9,10,\n\x00\xff",
 			entry{freshUntil: 1, staleUntil: 2, written: 3, loadDur: 4 * time.Microsecond, fence: 5, value: []byte("~1,6,7,8,9,10,\n\x00\xff")},
@@ -228,6 +231,7 @@ func FuzzDecodeEntry(f *testing.F) {
 		"~1,0,0,0,0,0,\n",
 		"~1,5,5,5,0,1,n\n",
 		"~1,5,9,5,1,2,e\nboom",
+		"~1,5,9,5,1,2,o\n",
 		"~1,1700000000000,1700000060000,1699999990000,2500,1700000000000123,\nvalue",
 		"~1,9223372036854775807,9223372036854775807,9223372036854775807,9223372036854775,9223372036854775807,\n",
 		"~1,1,2,3,4,5,\n~1,6,7,8,9,10,\n\x00\xff",
@@ -245,7 +249,7 @@ func FuzzDecodeEntry(f *testing.F) {
 		if len(e.value) > 0 && &e.value[0] != &b[len(b)-len(e.value)] {
 			t.Fatalf("decodeEntry(%q): value does not alias the input's tail", b)
 		}
-		if e.staleUntil < e.freshUntil || e.negative && (e.errMark || len(e.value) > 0) {
+		if e.staleUntil < e.freshUntil || e.negative && (e.errMark || len(e.value) > 0) || e.oversize && len(e.value) > 0 {
 			t.Fatalf("decodeEntry(%q) = %+v breaks an invariant", b, e)
 		}
 		enc := encodeEntry(e)
@@ -266,5 +270,5 @@ func FuzzDecodeEntry(f *testing.F) {
 func entriesEqual(a, b entry) bool {
 	return a.freshUntil == b.freshUntil && a.staleUntil == b.staleUntil && a.written == b.written &&
 		a.loadDur == b.loadDur && a.fence == b.fence && a.negative == b.negative && a.errMark == b.errMark &&
-		a.mustRevalidate == b.mustRevalidate && bytes.Equal(a.value, b.value)
+		a.mustRevalidate == b.mustRevalidate && a.oversize == b.oversize && bytes.Equal(a.value, b.value)
 }

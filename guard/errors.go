@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"context"
 	"errors"
 	"fmt"
 )
@@ -19,7 +20,9 @@ var (
 
 	// ErrBackoff is returned while a cold key is backing off after its load
 	// failed on some node: the failing loader is not called again by every
-	// node at once. The back-off lasts Options.ErrorBackoff.
+	// node at once. The back-off lasts Options.ErrorBackoff. The error
+	// returned is a *BackoffError, which names the key and the error of
+	// the load that failed; errors.Is(err, ErrBackoff) reports it.
 	ErrBackoff = errors.New("guard: load failed recently; backing off")
 
 	// ErrClosed is returned by calls on a closed Group.
@@ -30,6 +33,12 @@ var (
 	// returning. Like a panic, it is treated as a failed load: the lease is
 	// released and the key backs off.
 	ErrGoexit = errors.New("guard: loader called runtime.Goexit")
+
+	// ErrLoadTimeout is the error the callers of a flight get when its
+	// loader did not return within Options.LoadTimeout and its grace (see
+	// there): the load is abandoned, and treated as a failed load. It wraps
+	// context.DeadlineExceeded.
+	ErrLoadTimeout = fmt.Errorf("guard: loader abandoned after LoadTimeout: %w", context.DeadlineExceeded)
 
 	// ErrNoPrevious is wrapped by the error of a load that answered
 	// Revalidated with no previous value to revalidate (see Previous), or
@@ -43,6 +52,39 @@ var (
 // errLoadAbandoned is the outcome a load slot holds until its load ends; a
 // joiner sees it only if the goroutine running the load left without one.
 var errLoadAbandoned = errors.New("guard: load ended without an outcome")
+
+// BackoffError is the error returned for a key backing off after a load of
+// it failed, on this node or another (see ErrBackoff, which it wraps).
+type BackoffError struct {
+	Key string // the key asked for
+	// Cause is the text of the error the failed load returned, as the
+	// node whose load failed stored it (at most maxCauseBytes bytes).
+	Cause string
+}
+
+func (e *BackoffError) Error() string {
+	key := e.Key
+	if len(key) > 200 {
+		key = key[:200] + "..."
+	}
+	return fmt.Sprintf("guard: load of key %q failed recently (%s); backing off", key, e.Cause)
+}
+
+// Unwrap returns ErrBackoff.
+func (e *BackoffError) Unwrap() error { return ErrBackoff }
+
+// maxCauseBytes bounds the error text an error marker carries.
+const maxCauseBytes = 512
+
+// causeText is the payload of the error marker of a load that failed
+// with err: its text, cut to maxCauseBytes.
+func causeText(err error) []byte {
+	s := err.Error()
+	if len(s) > maxCauseBytes {
+		s = s[:maxCauseBytes]
+	}
+	return []byte(s)
+}
 
 // PanicError is the error every caller of a flight gets when its loader
 // panicked. The process survives; the refresh lease is released.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -494,5 +495,81 @@ func TestNoGoroutineLeak(t *testing.T) {
 	}
 	if err := g.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCloseStopsBatchWatchdogs: Close stops the lease renewals of a
+// GetMany load still running, as it does a single key's: a closed Group
+// renews no lease. Before the fix the batch's renewer went on.
+func TestCloseStopsBatchWatchdogs(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	const lockTTL = 2 * time.Second
+	g, err := New(rdb, Options{LockTTL: lockTTL, RedisTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := redistest.Key(t)
+	lease := g.names(key).keys[1]
+	release := make(chan struct{})
+	got := make(chan error, 1)
+	go func() {
+		_, err := g.GetMany(context.Background(), []string{key}, func(_ context.Context, keys []string) (map[string][]byte, error) {
+			<-release
+			return map[string][]byte{keys[0]: []byte("v")}, nil
+		})
+		got <- err
+	}()
+	redistest.Eventually(t, 5*time.Second, "the watchdog to extend the lease", func() bool {
+		d, err := rdb.PTTL(context.Background(), lease).Result()
+		return err == nil && d > 1200*time.Millisecond
+	})
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, lockTTL+2*time.Second, "the lease to lapse after Close", func() bool {
+		n, err := rdb.Exists(context.Background(), lease).Result()
+		return err == nil && n == 0
+	})
+	close(release)
+	if err := <-got; err != nil {
+		t.Fatalf("the caller of the load: %v; want its value", err)
+	}
+}
+
+// TestCloseWhileScriptsQueue: calls still in flight when the Group is
+// closed may start a batch of queued scripts (their fills must still go
+// out) while Close waits for the batches running. Close must wait for
+// those too, without racing with them; before the fix Close's wait and a
+// late call's start of a batch raced on the queue's WaitGroup (found by
+// TestModelHistories under -race).
+func TestCloseWhileScriptsQueue(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	for round := range 20 {
+		g, err := New(rdb, Options{RedisTimeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		started := make(chan struct{}, 16)
+		for c := range 16 {
+			wg.Go(func() {
+				started <- struct{}{}
+				for i := 0; ; i++ {
+					key := redistest.Key(t, strconv.Itoa(round), strconv.Itoa(c), strconv.Itoa(i))
+					_, err := g.Do(context.Background(), key, func(context.Context) ([]byte, error) { return []byte("v"), nil })
+					rdb.Del(context.Background(), g.names(key).keys...)
+					if errors.Is(err, ErrClosed) {
+						return
+					}
+				}
+			})
+		}
+		for range 16 {
+			<-started
+		}
+		if err := g.Close(); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
 	}
 }

@@ -94,6 +94,11 @@ func (g *Group) fastHit(ctx context.Context, key string) (e entry, now int64, ok
 		return entry{}, 0, false, nil
 	case err != nil && ctx.Err() != nil:
 		return entry{}, 0, false, ctx.Err()
+	case err != nil && !unwell(err):
+		// A reply about this key's data (another type under its name): the
+		// read script drops it, reports it and loads.
+		g.hints.c.Remove(key)
+		return entry{}, 0, false, nil
 	case err != nil:
 		g.redisFailed("get", err)
 		return entry{}, 0, false, err
@@ -101,9 +106,10 @@ func (g *Group) fastHit(ctx context.Context, key string) (e entry, now int64, ok
 	g.br.success()
 	e, derr := decodeEntry(unsafe.Slice(unsafe.StringData(s), len(s)))
 	now, _ = g.clk.now()
-	if derr != nil || e.marker() || e.freshUntil-now <= fastMargin.Milliseconds() {
-		// Undecodable, or no longer clearly fresh: let the script judge
-		// (and report a corrupt entry).
+	if derr != nil || e.marker() || e.freshUntil-now <= fastMargin.Milliseconds() || (e.oversize && !g.overValue(key, &e, now)) {
+		// Undecodable, a failing or pass marker, no longer clearly fresh,
+		// or an oversize marker this node has no copy for: let the script
+		// judge (and report a corrupt entry).
 		g.hints.c.Remove(key)
 		return entry{}, 0, false, nil
 	}

@@ -29,8 +29,9 @@ const (
 	missing state = iota
 	fresh
 	stale
-	loaded  // by the read's own flight, which won the lease
-	passing // a pass marker (Pass): each caller runs its own load
+	loaded    // by the read's own flight, which won the lease
+	passing   // a pass marker (Pass): each caller runs its own load
+	oversized // a fresh oversize marker this node holds no copy of (oversize.go)
 )
 
 // flight is what the waiting callers of one read flight share besides its
@@ -148,6 +149,14 @@ func (g *Group) classify(key string, rr readReply) (entry, state) {
 	if err != nil {
 		if h := g.opts.Hooks.Corrupt; h != nil {
 			h(key, err)
+		}
+		return entry{}, missing
+	}
+	if e.oversize && !g.overValue(key, &e, rr.now) {
+		// No copy of the value behind the marker: a fresh one is loaded
+		// by this node alone; a stale one waits for its refresh.
+		if rr.now < e.freshUntil {
+			return e, oversized
 		}
 		return entry{}, missing
 	}

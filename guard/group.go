@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +27,7 @@ type Group struct {
 	sf   singleflight.Group
 	br   breaker
 	loc  *expirable.LRU[string, localEntry] // nil when the local tier is off
+	over overStore                          // this node's copies of values over MaxValueBytes (oversize.go)
 
 	firstLease  time.Duration  // lease taken by a read, before the watchdog extends it
 	clk         redisClock     // estimate of the Redis clock, for the fast hit path
@@ -75,12 +77,13 @@ type localEntry struct {
 
 // New returns a Group that keeps its entries in rdb (a *redis.Client, a
 // *redis.ClusterClient or any UniversalClient). It returns an error for a nil
-// client, invalid options, or a *redis.Client or *redis.ClusterClient made
+// client (a nil interface, or a nil pointer behind it), invalid options, or
+// a *redis.Client or *redis.ClusterClient made
 // without ContextTimeoutEnabled: go-redis then ignores context deadlines on
 // the socket, so RedisTimeout could not bound a call to a stalled Redis (it
 // would wait out ReadTimeout, 3s by default, on every retry).
 func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
-	if rdb == nil {
+	if isNil(rdb) {
 		return nil, errors.New("guard: nil Redis client")
 	}
 	if !contextTimeouts(rdb) {
@@ -97,6 +100,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 		flights: map[string]*flight{},
 		closing: make(chan struct{}),
 		hints:   newHints(),
+		over:    newOverStore(),
 		br:      breaker{threshold: o.BreakerFailures, cooldown: o.BreakerCooldown, hook: o.Hooks.Breaker},
 	}
 	g.hq = newHitQueue(rdb, o)
@@ -135,6 +139,17 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 	return g, nil
 }
 
+// isNil reports whether rdb is nil or a nil pointer (a typed nil, such as
+// a (*redis.Client)(nil), is not nil as an interface, and panics when
+// used).
+func isNil(rdb redis.UniversalClient) bool {
+	if rdb == nil {
+		return true
+	}
+	v := reflect.ValueOf(rdb)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
 // contextTimeouts reports whether rdb applies context deadlines to socket
 // I/O, for the client types that say.
 func contextTimeouts(rdb redis.UniversalClient) bool {
@@ -158,7 +173,7 @@ var leaseGrace = time.Second // a var for tests
 const fenceRetention = 24 * time.Hour
 
 // Close stops the Group: it waits for background refreshes (each bounded by
-// LoadTimeout), closes the fill subscription and stops renewing the leases
+// LoadTimeout and its grace; an abandoned loader is not waited for), closes the fill subscription and stops renewing the leases
 // of loads still running for callers (their fills are still stored while
 // their fences hold). Calls after Close return ErrClosed. It does not close
 // the Redis client.

@@ -24,6 +24,7 @@ func MergeHooks(hs ...Hooks) Hooks {
 		m.RedisError = chain2(m.RedisError, h.RedisError)
 		m.Breaker = chain1(m.Breaker, h.Breaker)
 		m.Corrupt = chain2(m.Corrupt, h.Corrupt)
+		m.Oversize = chain2(m.Oversize, h.Oversize)
 		m.Batch = chain1(m.Batch, h.Batch)
 		m.BatchLoad = chain1(m.BatchLoad, h.BatchLoad)
 		m.Unready = chain1(m.Unready, h.Unready)
@@ -63,7 +64,8 @@ func chain3[A, B, C any](f, g func(A, B, C)) func(A, B, C) {
 
 // LogHooks returns Hooks that log the few events worth a line to l: a
 // failed background refresh and a failed load (warn), the breaker opening
-// (error) and closing (info), a corrupt entry (warn) and a failed Redis
+// (error) and closing (info), a corrupt entry or foreign data (warn), a
+// value too large to store (warn) and a failed Redis
 // call (warn; while Redis is down the breaker keeps these few). Keys are
 // not logged,
 // only their length: they may carry user data. Combine with metrics hooks
@@ -92,6 +94,10 @@ func LogHooks(l *slog.Logger) Hooks {
 			l.LogAttrs(ctx, slog.LevelWarn, "stampede: corrupt cache entry treated as a miss",
 				slog.Int("key_len", len(key)), slog.Any("err", err))
 		},
+		Oversize: func(key string, size int) {
+			l.LogAttrs(ctx, slog.LevelWarn, "stampede: value over MaxValueBytes not stored; each node keeps its own copy",
+				slog.Int("key_len", len(key)), slog.Int("size", size))
+		},
 		RedisError: func(op string, err error) {
 			l.LogAttrs(ctx, slog.LevelWarn, "stampede: Redis call failed", slog.String("op", op), slog.Any("err", err))
 		},
@@ -114,5 +120,14 @@ func (g *Group) leaseHook(key string, won bool) {
 func (g *Group) missHook(key string) {
 	if h := g.opts.Hooks.Miss; h != nil {
 		h(key)
+	}
+}
+
+// wokenHook reports to Hooks.Woken how a wait for another node's fill that
+// began at start ended, once per wait and only if it woke at all: notified
+// says whether its last wake-up was the fill's notification.
+func (g *Group) wokenHook(key string, woke, notified bool, start time.Time) {
+	if h := g.opts.Hooks.Woken; h != nil && woke {
+		h(key, notified, time.Since(start))
 	}
 }

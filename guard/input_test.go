@@ -430,3 +430,34 @@ func TestOddByteKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestNewTypedNilClient: New given a typed nil client (a nil pointer behind
+// the interface) returns an error saying so instead of panicking.
+func TestNewTypedNilClient(t *testing.T) {
+	type wrapped struct{ redis.UniversalClient }
+	for _, c := range []struct {
+		name string
+		rdb  redis.UniversalClient
+	}{
+		{"*redis.Client", (*redis.Client)(nil)},
+		{"*redis.ClusterClient", (*redis.ClusterClient)(nil)},
+		{"*redis.Ring", (*redis.Ring)(nil)},
+		{"a nil pointer of the caller's type", (*wrapped)(nil)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var g *Group
+			var err error
+			func() {
+				defer func() {
+					if p := recover(); p != nil {
+						err = fmt.Errorf("panicked: %v", p)
+					}
+				}()
+				g, err = New(c.rdb, Options{})
+			}()
+			if g != nil || err == nil || !strings.Contains(err.Error(), "nil Redis client") {
+				t.Fatalf("New = %v, %v; want an error naming the nil Redis client", g, err)
+			}
+		})
+	}
+}

@@ -24,6 +24,7 @@ func (g *Group) Invalidate(ctx context.Context, key string) error {
 		g.loc.Remove(key)
 	}
 	g.hints.c.Remove(key)
+	g.over.c.Remove(key)
 	nm := g.names(key)
 	return g.invalidate(ctx, nm)
 }
@@ -31,11 +32,15 @@ func (g *Group) Invalidate(ctx context.Context, key string) error {
 func (g *Group) invalidate(ctx context.Context, nm names) error {
 	rctx, cancel := context.WithTimeout(ctx, g.opts.RedisTimeout)
 	defer cancel()
-	if err := scripts.GuardInvalidate().Run(rctx, g.rdb, nm.keys[:5], g.keepArg, nm.entry).Err(); err != nil {
+	v, err := scripts.GuardInvalidate().Run(rctx, g.rdb, nm.keys[:5], g.keepArg, nm.entry).Slice()
+	if err != nil {
 		g.redisFailed("invalidate", err)
 		return fmt.Errorf("guard: invalidate: %w", err)
 	}
 	g.br.success()
+	if len(v) == 2 {
+		g.foreign(nm, v[1])
+	}
 	return nil
 }
 
@@ -78,13 +83,16 @@ func (g *Group) InvalidateTag(ctx context.Context, tag string) error {
 		for _, e := range entries {
 			keys = append(keys, e, e+":lease", e+":fence", e+":w", e+":inv")
 		}
-		n, err := scripts.GuardInvalidateTag().Run(rctx, g.rdb, keys, g.keepArg).Int64Slice()
+		v, err := scripts.GuardInvalidateTag().Run(rctx, g.rdb, keys, g.keepArg).Slice()
 		if err != nil {
 			g.redisFailed("invalidate", err)
 			return fmt.Errorf("guard: invalidate tag: %w", err)
 		}
 		g.br.success()
-		if len(n) == 1 && n[0] >= 0 {
+		if len(v) == 2 {
+			g.foreign(names{user: "{" + tag + "}"}, v[1])
+		}
+		if n, _ := v[0].(int64); len(v) == 2 && n >= 0 {
 			return nil
 		}
 	}

@@ -32,7 +32,7 @@ func (g *Group) loadAndFill(ctx context.Context, c *call, fence int64, refresh b
 	if err != nil {
 		return Result{Status: Miss}, err
 	}
-	return Result{Value: v, Status: Miss, Fresh: f.freshWindow()}, nil
+	return Result{Value: v, Status: Miss, Fresh: f.freshWindow(), Oversize: len(v) > g.opts.MaxValueBytes}, nil
 }
 
 // fillFor decides what a load's outcome stores.
@@ -40,8 +40,6 @@ func (g *Group) fillFor(co callOptions, fence int64, o outcome, refresh bool) fi
 	v, err := o.v, o.err
 	f := fillSpec{fence: fence, loadDur: o.d, mode: "w"}
 	switch {
-	case err == nil && len(v) > g.opts.MaxValueBytes:
-		f.mode = "-" // served, not stored
 	case err == nil && o.win != nil:
 		// The loader said how long this value lives: exactly that long.
 		f.value, f.fresh, f.stale = v, o.win.Fresh, o.win.Stale
@@ -83,9 +81,12 @@ func (g *Group) fillFor(co callOptions, fence int64, o outcome, refresh bool) fi
 	default:
 		// A cold key: an error marker (never over a value) makes every node
 		// back off instead of calling the failing loader again.
-		f.mode, f.fresh, f.flags = "m", g.opts.ErrorBackoff, "e"
+		f.mode, f.fresh, f.flags, f.value = "m", g.opts.ErrorBackoff, "e", causeText(err)
 	}
-	if o.reval != nil && f.mode == "w" {
+	if err == nil && len(v) > g.opts.MaxValueBytes && f.mode == "w" {
+		f.overMarker(v)
+	}
+	if o.reval != nil && f.mode == "w" && f.flags != "o" {
 		// Only the new head travels; the script keeps the stored tail.
 		f.mode, f.value, f.trim, f.expect = "k", o.reval.head, o.reval.trim, o.reval.expect
 	}
@@ -207,32 +208,38 @@ func (g *Group) runLoader(ctx context.Context, key string, load LoadFunc, prev *
 	defer cancel()
 	slot := &windowsSlot{prev: prev}
 	ctx = context.WithValue(ctx, windowsKey{}, slot)
-	var (
+	type result struct {
 		v   []byte
 		err error
-	)
+	}
 	start := time.Now()
-	done := make(chan struct{})
+	done := make(chan result, 1) // an abandoned loader still leaves its result
 	go func() {
+		var r result
 		normal := false
 		defer func() {
 			if !normal {
 				if p := recover(); p != nil {
-					v, err = nil, &PanicError{Value: p, Stack: debug.Stack()}
+					r = result{err: &PanicError{Value: p, Stack: debug.Stack()}}
 				} else {
-					v, err = nil, ErrGoexit
+					r = result{err: ErrGoexit}
 				}
 			}
-			close(done)
+			done <- r
 		}()
-		v, err = load(ctx)
+		r.v, r.err = load(ctx)
 		normal = true
 	}()
-	<-done
+	r, ok := awaitLoader(g, done)
+	if !ok {
+		r.err = ErrLoadTimeout
+	}
+	v, err := r.v, r.err
 	d := time.Since(start)
 	if h := g.opts.Hooks.Load; h != nil {
 		h(key, d, err)
 	}
+	g.oversizeHook(key, v, err)
 	o := outcome{v: v, err: err, d: d, win: slot.take()}
 	var rv *revalidatedError
 	if errors.As(err, &rv) {

@@ -51,6 +51,9 @@ type waitState struct {
 	// WaitTimeout no load outside the lease, whatever the policy.
 	failing bool
 	marker  *entry // where a pass marker found is handed to the callers
+	// woke: the wait woke at least once; notified: its last wake-up was
+	// the fill's notification (reported once, when the wait ends).
+	woke, notified bool
 }
 
 // resolveMiss is the body of a miss flight: wait for another node's fill
@@ -66,6 +69,7 @@ func (g *Group) resolveMiss(ctx context.Context, c *call, x int64, marker *entry
 	// once, trying the lease.
 	w := waitState{start: time.Now(), poll: 50 * time.Millisecond,
 		holder: time.Duration(-x) * time.Millisecond, force: x == 0, marker: marker}
+	defer func() { g.wokenHook(c.key, w.woke, w.notified, w.start) }()
 	deadline := w.start.Add(g.opts.WaitTimeout)
 	for remaining := time.Until(deadline); remaining > 0; remaining = time.Until(deadline) {
 		if !w.force {
@@ -107,9 +111,7 @@ func (g *Group) awaitFill(ctx context.Context, key string, w *waitState, wake <-
 		notified = true
 	case <-t.C:
 	}
-	if h := g.opts.Hooks.Woken; h != nil {
-		h(key, notified, time.Since(w.start))
-	}
+	w.woke, w.notified = true, notified
 	w.poll = min(w.poll*2, g.opts.LockTTL)
 }
 
@@ -127,6 +129,9 @@ func (g *Group) afterWait(ctx context.Context, c *call, rr readReply, w *waitSta
 		return res, err, true
 	case st == stale:
 		res, err = g.served(c.key, e, rr.now, Stale)
+		return res, err, true
+	case st == oversized:
+		res, err = g.loadOversize(ctx, c.key, c.load, e, rr.now)
 		return res, err, true
 	case rr.x > 0:
 		g.leaseHook(c.key, true)

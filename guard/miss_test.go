@@ -19,8 +19,13 @@ func TestWaitTimeoutPolicy(t *testing.T) {
 		for _, policy := range []WaitTimeoutPolicy{LoadLocally, ReturnError} {
 			g := newGroup(t, rdb, Options{WaitTimeout: 200 * time.Millisecond, WaitTimeoutPolicy: policy})
 			key := redistest.Key(t, strconv.Itoa(int(policy)))
-			// A holder that never fills: a lease taken directly.
-			if err := rdb.Set(ctxT(t), g.names(key).keys[1], "1", time.Minute).Err(); err != nil {
+			// A holder that never fills: a lease taken directly, its fence
+			// minted from the counter as the read script mints it.
+			nm := g.names(key)
+			if err := rdb.Set(ctxT(t), nm.keys[2], "1", time.Hour).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := rdb.Set(ctxT(t), nm.keys[1], "1", time.Minute).Err(); err != nil {
 				t.Fatal(err)
 			}
 			r, err := g.Do(ctxT(t), key, func(context.Context) ([]byte, error) { return []byte("local"), nil })

@@ -42,8 +42,14 @@ type Options struct {
 	// Default: LoadLocally.
 	WaitTimeoutPolicy WaitTimeoutPolicy
 	// LoadTimeout bounds a shared load. The load runs detached from the
-	// caller that started it, so a cancelled caller never fails the others.
-	// Default: 30s.
+	// caller that started it, so a cancelled caller never fails the others;
+	// its ctx ends after LoadTimeout. A loader that has not returned by
+	// then plus a grace (a tenth of LoadTimeout, between 1ms and 1s) is
+	// abandoned: the callers of its flight get ErrLoadTimeout (which wraps
+	// context.DeadlineExceeded), its lease stops being renewed and is
+	// settled as for any failed load (stale-if-error, back-off), and
+	// neither later loads of the key nor Close wait for it. Its goroutine
+	// is left to finish; what it returns is dropped. Default: 30s.
 	LoadTimeout time.Duration
 
 	// EarlyRefreshBeta turns on probabilistic early refresh (XFetch, Vattani
@@ -86,8 +92,19 @@ type Options struct {
 	// trip of its own.
 	MaxHitBatch int
 
-	// MaxValueBytes is the largest value stored in Redis. Larger values are
-	// returned to the callers but not stored. Default: 8 MiB.
+	// MaxValueBytes is the largest value stored in Redis. A larger value is
+	// returned to the callers of its load and reported (Hooks.Oversize,
+	// Result.Oversize), but not stored: the loading node stores a marker
+	// in its place (the value's windows, no payload) and keeps the value in
+	// process until the marker's stale-until; another node that reads the
+	// marker and holds no copy loads the value once, through its own
+	// singleflight, and keeps it the same way. So an oversized value costs
+	// the origin at most one load per key per refresh per node, while the
+	// refreshes themselves are still coordinated fleet-wide (one node at a
+	// time, under the lease). A copy is served only while Redis holds its
+	// marker, so a refresh or an Invalidate retires every node's copy. Each
+	// Group keeps at most 16 such values (least recently used first out):
+	// beyond that a node loads again. Default: 8 MiB.
 	MaxValueBytes int
 
 	// LocalEntries turns on the in-process tier: up to this many fresh
@@ -276,8 +293,12 @@ type Hooks struct {
 	Load func(key string, d time.Duration, err error)
 	// Lease: this node won (true) or found busy (false) a key's refresh lease.
 	Lease func(key string, won bool)
-	// Woken: a waiter for another node's fill woke: by the fill's
-	// notification (notified true) or by its fallback timer.
+	// Woken: a wait for another node's fill ended, after waited: once per
+	// wait (per key of a batch), whatever fallback polls came before.
+	// notified is true when the fill's notification ended the wait, false
+	// when a fallback poll found the outcome, WaitTimeout passed, or a load
+	// of this process the waiter joined ended it. A wait whose first read
+	// already found the value does not wake, and is not reported.
 	Woken func(key string, notified bool, waited time.Duration)
 	// RefreshError: a background refresh failed; stale is being served.
 	RefreshError func(key string, err error)
@@ -288,9 +309,13 @@ type Hooks struct {
 	RedisError func(op string, err error)
 	// Breaker: the Redis breaker opened (true) or closed (false).
 	Breaker func(open bool)
-	// Corrupt: an entry in Redis could not be decoded; it is treated as a
-	// miss and overwritten by the next fill.
+	// Corrupt: an entry in Redis could not be decoded, or a value the
+	// guard did not write was found (and dropped) under one of the key's
+	// names; it is treated as a miss and overwritten by the next fill.
 	Corrupt func(key string, err error)
+	// Oversize: a load returned a value of size bytes, over MaxValueBytes:
+	// it is not stored in Redis (see MaxValueBytes).
+	Oversize func(key string, size int)
 
 	// Batch: a GetMany or FetchMany call finished its work (after its
 	// caller left, if it left early), with what became of its keys. The

@@ -36,7 +36,7 @@ func (g *Group) Peek(ctx context.Context, key string) (Result, error) {
 	}
 	e, st := g.classify(key, rr)
 	switch {
-	case st == missing || st == passing || e.errMark:
+	case st == missing || st == passing || st == oversized || e.errMark:
 		return Result{}, ErrNotCached
 	case st == fresh:
 		return g.served(key, e, rr.now, Hit)

@@ -94,6 +94,21 @@ type fillSpec struct {
 	keepLease    time.Duration
 	trim         int    // mode "k": stored payload bytes value replaces
 	expect       string // mode "k": "fence,written" of the entry revalidated
+	keep         []byte // flags "o": the value kept in process once the marker is stored
+}
+
+// overMarker turns the fill of value v, too large for Redis, into an
+// oversize marker with v's windows (oversize.go). A value never served
+// stale (flags "r") gets a marker without a stale window: a marker cannot
+// be revalidated.
+func (f *fillSpec) overMarker(v []byte) {
+	if f.flags == "r" {
+		f.stale = 0
+	}
+	f.flags, f.value, f.keep = "o", nil, v
+	if f.fresh+f.stale <= 0 {
+		f.mode = "-" // neither fresh nor stale: nothing to mark
+	}
 }
 
 // freshWindow is how long a stored value is fresh, for Result.Fresh.
@@ -140,6 +155,9 @@ func (g *Group) filled(key string, nm names, f fillSpec, reply []any, sent int64
 		if h := g.opts.Hooks.FillRejected; h != nil {
 			h(key)
 		}
+	case written == 1 && f.flags == "o":
+		g.keepOversize(key, f.keep, now, now+ms(f.fresh)+ms(f.stale))
+		g.hint(key, nm.entry, now+ms(f.fresh))
 	case written == 1 && (f.flags == "" || f.flags == "r"):
 		g.hint(key, nm.entry, now+ms(f.fresh))
 	}
@@ -162,7 +180,7 @@ func (g *Group) redisFailed(op string, err error) {
 	if h := g.opts.Hooks.RedisError; h != nil {
 		h(op, err)
 	}
-	if cc, ok := g.rdb.(*redis.ClusterClient); ok && !errors.Is(err, context.Canceled) {
+	if cc, ok := g.rdb.(*redis.ClusterClient); ok && !errors.Is(err, context.Canceled) && unwell(err) {
 		// A dead master sends no MOVED, and go-redis otherwise reloads the
 		// slot map only every ClusterStateReloadInterval (60s by default):
 		// after a failover the promoted replica would go unused that long.

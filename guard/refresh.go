@@ -29,7 +29,7 @@ func (g *Group) refreshEarly(ctx context.Context, c *call) {
 		}
 		g.leaseHook(c.key, true)
 		var prev *entry
-		if e, err := decodeEntry(rr.raw); rr.present && err == nil && !e.negative && !e.errMark {
+		if e, err := decodeEntry(rr.raw); rr.present && err == nil && !e.negative && !e.errMark && !e.oversize {
 			prev = &e
 		}
 		_, _ = g.loadAndFill(detached, c, rr.x, true, prev)

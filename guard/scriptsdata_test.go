@@ -115,6 +115,14 @@ func TestFilledEntryDecodes(t *testing.T) {
 		if got := storedEntry(t, rdb, n); !entriesEqual(got, want) {
 			t.Errorf("must revalidate: decoded %+v, want %+v", got, want)
 		}
+
+		n = newScriptNames(t)
+		_, now = scriptFill(t, rdb, n, f, nil, 1000, 3000, 0, "o", "w")
+		want = entry{freshUntil: now + 1000, staleUntil: now + 4000, written: now,
+			fence: f, oversize: true, value: []byte{}}
+		if got := storedEntry(t, rdb, n); !entriesEqual(got, want) {
+			t.Errorf("oversize marker: decoded %+v, want %+v", got, want)
+		}
 	})
 }
 
@@ -153,6 +161,7 @@ func TestScriptsAcceptValid(t *testing.T) {
 			{freshUntil: far, staleUntil: far, fence: 1<<62 + 7, negative: true},
 			{freshUntil: far, staleUntil: math.MaxInt64, fence: 1<<53 + 1, errMark: true, value: []byte("boom")},
 			{freshUntil: far, staleUntil: far + 5, fence: 3, mustRevalidate: true, value: []byte("kept")},
+			{freshUntil: far, staleUntil: far + 5, fence: 4, oversize: true, value: []byte{}},
 			{freshUntil: far, staleUntil: far, fence: math.MaxInt64, value: bytes.Repeat([]byte("~1,\n"), 100)},
 			{freshUntil: math.MaxInt64, staleUntil: math.MaxInt64, written: math.MaxInt64,
 				loadDur: time.Duration(maxLoadMicros) * time.Microsecond, fence: 9},

@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,7 +9,9 @@ import (
 )
 
 // Fetch is Do for values of any type: load's result is stored as JSON
-// ([]byte and string are stored as they are). A nil g or load is an error,
+// ([]byte and string are stored as they are). The value returned is the
+// caller's own: a []byte is a copy (unlike Do's Result.Value, which is
+// shared), and other types are decoded afresh for each call. A nil g or load is an error,
 // as for Do. A value JSON cannot encode is returned as an error to the
 // callers of the flight and stores nothing (see NoStore): it is a bug of
 // the caller, not an origin failure to back off from.
@@ -37,7 +40,8 @@ func Fetch[T any](ctx context.Context, g *Group, key string, load func(context.C
 }
 
 // Wrap returns load guarded by g: calls with arguments that map to the same
-// key share one load across the fleet. It panics if g, key or load is nil:
+// key share one load across the fleet. Each call's value is its own, as
+// Fetch's. It panics if g, key or load is nil:
 // those are programming errors, caught where the func is built rather than
 // on every call.
 func Wrap[A, T any](g *Group, key func(A) string, load func(context.Context, A) (T, error), opts ...CallOption) func(context.Context, A) (T, error) {
@@ -72,7 +76,9 @@ func unmarshal[T any](raw []byte) (T, error) {
 	var v T
 	switch p := any(&v).(type) {
 	case *[]byte:
-		*p = raw
+		// The caller owns what it gets: raw is shared with the other
+		// callers of the flight and the in-process tier (see Result.Value).
+		*p = bytes.Clone(raw)
 		return v, nil
 	case *string:
 		*p = string(raw)

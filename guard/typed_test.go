@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -100,5 +101,74 @@ func TestFetchUnencodableStoresNothing(t *testing.T) {
 	v, err := Fetch(ctxT(t), other, "k", func(context.Context) (string, error) { return "fine", nil })
 	if err != nil || v != "fine" {
 		t.Fatalf("another node after the failed Fetch: %q, %v; want it to load (no back-off)", v, err)
+	}
+}
+
+// TestTypedBytesOwned: Fetch[[]byte] and Wrap hand each caller a slice of
+// its own: an edit by one caller is never served to the next, whether the
+// value comes from a flight, from Redis or from the in-process tier.
+func TestTypedBytesOwned(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	g := newGroup(t, rdb, Options{LocalEntries: 16})
+	key := redistest.Key(t)
+	loaded := []byte("original")
+	load := func(context.Context) ([]byte, error) { return loaded, nil }
+	for i := range 4 { // a miss, a Redis hit, local hits
+		b, err := Fetch(ctxT(t), g, key, load)
+		if err != nil || string(b) != "original" {
+			t.Fatalf("Fetch %d = %q, %v; want original (an earlier caller's edit leaked)", i, b, err)
+		}
+		b[0] = 'X'
+	}
+	if string(loaded) != "original" {
+		t.Fatalf("a caller's edit reached the loader's own slice: %q", loaded)
+	}
+	f := Wrap(g, func(k string) string { return k }, func(context.Context, string) ([]byte, error) { return []byte("wrapped"), nil })
+	wkey := redistest.Key(t, "wrap")
+	for i := range 4 {
+		b, err := f(ctxT(t), wkey)
+		if err != nil || string(b) != "wrapped" {
+			t.Fatalf("Wrap call %d = %q, %v; want wrapped", i, b, err)
+		}
+		b[0] = 'X'
+	}
+	// FetchMany: ids that share a key get slices of their own.
+	mkey := redistest.Key(t, "many")
+	for range 2 { // a miss, then a hit
+		got, err := FetchMany(ctxT(t), g, []int{1, 2}, func(int) string { return mkey }, func(_ context.Context, ids []int) (map[int][]byte, error) {
+			return map[int][]byte{ids[0]: []byte("many")}, nil
+		})
+		if err != nil || string(got[1]) != "many" || string(got[2]) != "many" || &got[1][0] == &got[2][0] {
+			t.Fatalf("FetchMany = %q %q, %v; want two copies of many", got[1], got[2], err)
+		}
+		got[1][0] = 'X'
+	}
+	// Callers of one flight get slices of their own too.
+	fkey := redistest.Key(t, "flight")
+	gate := make(chan struct{})
+	var wg sync.WaitGroup
+	res := make([][]byte, 8)
+	for i := range res {
+		wg.Go(func() {
+			res[i], _ = Fetch(ctxT(t), g, fkey, func(context.Context) ([]byte, error) {
+				<-gate
+				return []byte("shared"), nil
+			})
+		})
+	}
+	redistest.Eventually(t, 10*time.Second, "the callers in one flight", func() bool {
+		g.fmu.Lock()
+		defer g.fmu.Unlock()
+		f := g.flights[fkey]
+		return f != nil && f.callers == len(res)
+	})
+	close(gate)
+	wg.Wait()
+	for i := range res {
+		for j := range i {
+			if len(res[i]) > 0 && len(res[j]) > 0 && &res[i][0] == &res[j][0] {
+				t.Fatalf("callers %d and %d of one flight share a slice", i, j)
+			}
+		}
 	}
 }

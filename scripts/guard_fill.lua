@@ -17,8 +17,9 @@
 -- ARGV[5] duration of the load in microseconds (decimal, 0 to 9223372036854775)
 -- ARGV[6] flags: "" value, "n" negative (payload must be empty), "e" error
 --         marker, "r" value never served stale (kept past fresh to
---         revalidate), "f" failing marker, "p" pass marker (both with an
---         empty payload)
+--         revalidate), "f" failing marker, "p" pass marker, "o" oversize
+--         marker (the three with an empty payload; "o": the value is too
+--         large to store, and each node keeps its own copy)
 -- ARGV[7] write mode: "w" write, "m" write only when no value is stored (no
 --         entry, or a failing or pass marker: never overwrite a value with a
 --         marker), "k" write ARGV[2] followed by the stored payload less its
@@ -60,30 +61,30 @@
 -- for fence 0, at all within the fence retention; a written entry joins
 -- the tag's member set, which lives as long as its longest-lived member.
 --
--- A value of another type under the invalidation or lease name was not
--- written by the guard (every guard write there is a string, every lease has
--- a TTL): it is dropped, like a corrupt entry, and reported, so one foreign
--- write cannot leave the key's lease unreleased and its callers waiting. A
--- dropped invalidation marker rejects this fill if it has fence 0 (it
--- might have fenced it out); a fenced fill is judged by the fence counter,
--- which every invalidation mints into.
+-- Foreign data (values the guard did not write) never fails the script and
+-- never fences a fill out: each is dropped, like a corrupt entry, and
+-- reported, so one foreign write can neither leave the key's lease
+-- unreleased and its callers waiting, nor reject the key's fills for good.
+-- Foreign means: another type under any name; an invalidation marker that
+-- is not a canonical decimal, has no TTL or is above the fence counter it
+-- was minted from; a fence counter that is not a canonical decimal of at
+-- most 2^53; an entry whose fence would reject the fill but which has no
+-- TTL, or a fence above the counter (every fence is minted from it). A dropped invalidation
+-- marker rejects this fill if it has fence 0 (it might have fenced it out);
+-- a fenced fill is judged by the fence counter, which every invalidation
+-- mints into.
 --
 -- Returns {written, now_ms, notified, foreign}: written is 1 when the entry
 -- was stored and 0 otherwise, now_ms the Redis clock in milliseconds (the
 -- entry's written time), notified the number of waiter channels published
--- to, foreign the names ("inv", "lease", joined by ",") whose foreign values
--- were dropped, or "".
+-- to, foreign the names ("entry", "lease", "fence", "w", "inv", joined by
+-- ",") whose foreign values were dropped, or "".
 local entry, lease, fence, waiters, inv = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local tkeys, tinv = KEYS[6], KEYS[7]
 local mine, payload = ARGV[1], ARGV[2]
 local fresh, stale, loadus = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local flags, mode, hold, msg = ARGV[6], ARGV[7], tonumber(ARGV[8]), ARGV[9]
 local keep = tonumber(ARGV[10])
-
--- less compares two canonical decimal strings exactly (no float rounding).
-local function less(a, b)
-  return #a < #b or (#a == #b and a < b)
-end
 
 local function natural(x)
   return x and x >= 0 and x % 1 == 0
@@ -106,7 +107,7 @@ if mode ~= '-' then
     return redis.error_reply('ERR guard_fill: bad load duration ' .. loadus)
   end
   if not (flags == '' or flags == 'e' or flags == 'r'
-      or ((flags == 'n' or flags == 'f' or flags == 'p') and payload == '')) then
+      or ((flags == 'n' or flags == 'f' or flags == 'p' or flags == 'o') and payload == '')) then
     return redis.error_reply('ERR guard_fill: bad flags ' .. flags)
   end
   if mode == 'k' and not (natural(tonumber(ARGV[11])) and string.match(ARGV[12] or '', '^%d+,%d+$')
@@ -129,17 +130,28 @@ if mode == 'c' then
   -- invalidated since (an invalidation deletes the entry, and a marker's
   -- fence and written time are its own). The fence counter and the
   -- invalidation marker need no check.
-  local _, f, fl, w = parse(redis.call('GETRANGE', entry, 0, 127), redis.call('STRLEN', entry))
+  local head = redis.pcall('GETRANGE', entry, 0, 127)
+  if type(head) == 'table' and head.err then
+    redis.call('DEL', entry)
+    table.insert(foreign, 'entry')
+    head = nil
+  end
+  local _, f, fl, w = parse(head, head and redis.call('STRLEN', entry) or 0)
   if f and (fl == 'p' or fl == 'f') and f .. ',' .. w == ARGV[12] then
     local header = string.format('~1,%d,%d,%d,%s,%d,%s\n',
-      now + fresh, now + fresh + stale, now, loadus, mint(fence, keep), flags)
+      now + fresh, now + fresh + stale, now, loadus, guardmint(fence, keep, foreign), flags)
     redis.call('SET', entry, header .. payload, 'PX', string.format('%d', fresh + stale))
     written = 1
   end
 elseif mode ~= '-' then
   local ok = true
+  local cur = counter(fence, foreign)
   local gen = redis.pcall('GET', inv)
-  if type(gen) == 'table' and gen.err then
+  local badinv = type(gen) == 'table' and gen.err ~= nil
+  if gen and not badinv then
+    badinv = not canon(gen, fencemax) or redis.call('PTTL', inv) == -1 or (cur and less(cur, gen))
+  end
+  if badinv then
     redis.call('DEL', inv)
     table.insert(foreign, 'inv')
     gen = false
@@ -149,45 +161,63 @@ elseif mode ~= '-' then
     ok = false
   end
   if ok and tinv then
-    local t = redis.pcall('GET', tinv)
-    if type(t) == 'string' and (mine == '0' or less(mine, t)) then
+    local t = getstr(tinv, 'tinv', foreign)
+    if t and not canon(t, fencemax) then
+      redis.call('DEL', tinv)
+      table.insert(foreign, 'tinv')
+      t = false
+    end
+    if t and (mine == '0' or less(mine, t)) then
       ok = false
     end
   end
-  if ok and mine ~= '0' then
-    local cur = redis.call('GET', fence)
-    if cur and less(mine, cur) then
-      ok = false
-    end
+  if ok and mine ~= '0' and cur and less(mine, cur) then
+    ok = false
   end
   local tail = nil
   if ok then
     if mode == 'm' then
-      local _, _, fl = parse(redis.call('GETRANGE', entry, 0, 127), redis.call('STRLEN', entry))
+      local head = redis.pcall('GETRANGE', entry, 0, 127)
+      if type(head) == 'table' and head.err then
+        redis.call('DEL', entry)
+        table.insert(foreign, 'entry')
+        head = nil
+      end
+      local _, _, fl = parse(head, head and redis.call('STRLEN', entry) or 0)
       ok = redis.call('EXISTS', entry) == 0 or fl == 'f' or fl == 'p'
     elseif mode == 'k' then
       -- The entry must still be the one revalidated: same writer fence and
       -- written time. Its tail is copied inside Redis, never sent.
-      local cur = redis.call('GET', entry)
-      local _, f, fl, w, hl = parse(cur, cur and #cur or 0)
+      local old = getstr(entry, 'entry', foreign)
+      local _, f, fl, w, hl = parse(old, old and #old or 0)
       local trim = tonumber(ARGV[11])
-      if not f or fl == 'n' or fl == 'e' or f .. ',' .. w ~= ARGV[12] or hl + trim > #cur then
+      if not f or fl == 'n' or fl == 'e' or fl == 'o' or f .. ',' .. w ~= ARGV[12] or hl + trim > #old then
         ok = false
       else
-        tail = string.sub(cur, hl + trim + 1)
+        tail = string.sub(old, hl + trim + 1)
       end
     else
       -- Only the header is needed: do not copy a large payload into Lua.
-      local _, f = parse(redis.call('GETRANGE', entry, 0, 127), redis.call('STRLEN', entry))
-      if f and less(mine, f) then
-        ok = false
+      local head = redis.pcall('GETRANGE', entry, 0, 127)
+      if type(head) == 'table' and head.err then
+        redis.call('DEL', entry)
+        table.insert(foreign, 'entry')
+      else
+        local _, f = parse(head, redis.call('STRLEN', entry))
+        if f and less(mine, f) then
+          if redis.call('PTTL', entry) == -1 or (cur and less(cur, f)) then
+            table.insert(foreign, 'entry') -- overwritten below
+          else
+            ok = false
+          end
+        end
       end
     end
   end
   if ok then
     local f = mine
     if mine == '0' then
-      f = string.format('%d', mint(fence, keep))
+      f = string.format('%d', guardmint(fence, keep, foreign))
     end
     local header = string.format('~1,%d,%d,%d,%s,%s,%s\n',
       now + fresh, now + fresh + stale, now, loadus, f, flags)
@@ -218,4 +248,4 @@ elseif held == mine then
   end
 end
 
-return {written, now, notify(waiters, msg), table.concat(foreign, ',')}
+return {written, now, notify(waiters, msg, foreign), table.concat(foreign, ',')}

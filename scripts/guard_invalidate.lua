@@ -13,7 +13,9 @@
 -- refresh in flight is rejected by guard_fill.lua, as its fence is below the
 -- one minted here.
 --
--- Returns the fence minted by this invalidation.
+-- Returns {fence, foreign}: the fence minted by this invalidation, and the
+-- names ("fence", "w", joined by ",") whose foreign values (see
+-- guard_read.lua) were dropped, or "".
 local entry, lease, fence, waiters, inv = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local keep, msg = ARGV[1], ARGV[2]
 
@@ -21,8 +23,9 @@ if not tonumber(keep) or tonumber(keep) <= 0 then
   return redis.error_reply('ERR guard_invalidate: bad fence retention ' .. tostring(keep))
 end
 
-local f = mint(fence, keep)
+local foreign = {}
+local f = guardmint(fence, keep, foreign)
 redis.call('SET', inv, string.format('%d', f), 'PX', keep)
 redis.call('DEL', entry, lease)
-notify(waiters, msg)
-return f
+notify(waiters, msg, foreign)
+return {f, table.concat(foreign, ',')}

@@ -12,13 +12,17 @@
 --
 -- The caller read the member set first (SMEMBERS) to name every key here;
 -- if a member was added since, nothing is changed and {-1} is returned:
--- the caller reads the set again and retries. Otherwise every member is
+-- the caller reads the set again and retries.
+-- A value of another type under the member set, or foreign data under a
+-- member's names, is dropped and reported, as guard_invalidate.lua does. Otherwise every member is
 -- invalidated as guard_invalidate.lua does (a fence minted, the
 -- invalidation key set, entry and lease deleted, waiters woken with the
 -- entry's name), the tag's invalidation key is set to the Redis time in
 -- microseconds (guard_fill.lua rejects a fill of any key of the tag whose
 -- lease was minted before: fences are floored by the same clock), and the
--- member set is deleted. Returns {n}, n the members invalidated.
+-- member set is deleted. Returns {n, foreign}: n the members invalidated
+-- (-1 for a retry), foreign the names ("tkeys", "fence"...) whose foreign
+-- values were dropped, or "".
 local tkeys, tinv, keep = KEYS[1], KEYS[2], ARGV[1]
 if not tonumber(keep) or tonumber(keep) <= 0 then
   return redis.error_reply('ERR guard_invalidate_tag: bad fence retention ' .. tostring(keep))
@@ -27,16 +31,20 @@ if (#KEYS - 2) % 5 ~= 0 then
   return redis.error_reply('ERR guard_invalidate_tag: keys come in fives after the first two')
 end
 
+local foreign = {}
 local declared = {}
 for i = 3, #KEYS, 5 do
   declared[KEYS[i]] = true
 end
-if redis.call('TYPE', tkeys).ok == 'set' then
+local kind = redis.call('TYPE', tkeys).ok
+if kind == 'set' then
   for _, m in ipairs(redis.call('SMEMBERS', tkeys)) do
     if not declared[m] then
-      return {-1}
+      return {-1, ''}
     end
   end
+elseif kind ~= 'none' then
+  table.insert(foreign, 'tkeys')
 end
 
 local t = redis.call('TIME')
@@ -44,11 +52,11 @@ redis.call('SET', tinv, string.format('%d', tonumber(t[1]) * 1000000 + tonumber(
 local n = 0
 for i = 3, #KEYS, 5 do
   local entry, lease, fence, waiters, inv = KEYS[i], KEYS[i + 1], KEYS[i + 2], KEYS[i + 3], KEYS[i + 4]
-  local f = mint(fence, keep)
+  local f = guardmint(fence, keep, foreign)
   redis.call('SET', inv, string.format('%d', f), 'PX', keep)
   redis.call('DEL', entry, lease)
-  notify(waiters, entry)
+  notify(waiters, entry, foreign)
   n = n + 1
 end
 redis.call('DEL', tkeys)
-return {n}
+return {n, table.concat(foreign, ',')}

@@ -12,7 +12,10 @@ local lease, mine, ms = KEYS[1], ARGV[1], tonumber(ARGV[2])
 if not ms or ms < 0 or ms % 1 ~= 0 then
   return redis.error_reply('ERR guard_lease: bad milliseconds ' .. tostring(ARGV[2]))
 end
-if redis.call('GET', lease) ~= mine then
+-- A value of another type is not a lease of the caller's: 0, and the next
+-- read drops it.
+local held = redis.pcall('GET', lease)
+if type(held) == 'table' or held ~= mine then
   return 0
 end
 if ms > 0 then

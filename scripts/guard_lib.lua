@@ -14,10 +14,64 @@ local function int(s, max)
   return #s <= #max and (#s == 1 or s:byte(1) ~= 48) and (#s < #max or s <= max)
 end
 
+-- fencemax is the largest fence the guard accepts (2^53): Lua numbers are
+-- doubles, and above it mint could hand out one fence twice. The Redis
+-- clock in microseconds, which floors every fence, stays below it until the
+-- year 2255.
+local fencemax = '9007199254740992'
+
+-- canon reports whether s is a string holding a canonical decimal (digits,
+-- no leading zero) of at most max.
+local function canon(s, max)
+  return type(s) == 'string' and string.match(s, '^%d+$') ~= nil and int(s, max)
+end
+
+-- less compares two canonical decimal strings exactly (no float rounding).
+local function less(a, b)
+  return #a < #b or (#a == #b and a < b)
+end
+
+-- getstr returns the string under name, or false when there is none. A
+-- value of another type was not written by the guard: it is deleted and
+-- name is added to the list foreign.
+local function getstr(name, what, foreign)
+  local v = redis.pcall('GET', name)
+  if type(v) == 'table' and v.err then
+    redis.call('DEL', name)
+    table.insert(foreign, what)
+    return false
+  end
+  return v
+end
+
+-- counter returns the fence counter under name (a decimal string), or
+-- false when there is none. A counter the guard did not write (another
+-- type, not a canonical decimal, above fencemax: INCR would fail on it, or
+-- its fences would not count exactly) is deleted and reported in foreign:
+-- the next fence is then floored by the Redis clock, as after a lost
+-- counter.
+local function counter(name, foreign)
+  local v = getstr(name, 'fence', foreign)
+  if v and not canon(v, fencemax) then
+    redis.call('DEL', name)
+    table.insert(foreign, 'fence')
+    return false
+  end
+  return v
+end
+
+-- guardmint is mint (fence_lib.lua) on a counter checked first: foreign
+-- data under the counter's name never fails the script.
+local function guardmint(name, keep, foreign)
+  counter(name, foreign)
+  return mint(name, keep)
+end
+
 -- parse applies the rules of decodeEntry (guard/entry.go) to an entry whose
 -- first bytes (at least 128, or all) are v and whose length is n; it returns
 -- the fresh_until, fence and flags fields (strings) of a valid v1 entry,
--- then its written field and the length of its header, or nil.
+-- then its written field, the length of its header and its stale_until
+-- field, or nil.
 local function parse(v, n)
   if not v then
     return nil
@@ -36,17 +90,24 @@ local function parse(v, n)
     return nil
   end
   if not (fl == '' or fl == 'e' or fl == 'r'
-      or ((fl == 'n' or fl == 'f' or fl == 'p') and n == #h)) then
+      or ((fl == 'n' or fl == 'f' or fl == 'p' or fl == 'o') and n == #h)) then
     return nil
   end
-  return fu, f, fl, w, #h
+  return fu, f, fl, w, #h, su
 end
 
 -- notify publishes msg to every channel in the set waiters, then deletes
--- the set; it returns how many channels it published to.
-local function notify(waiters, msg)
+-- the set; it returns how many channels it published to. A value of
+-- another type under waiters is deleted and reported in foreign.
+local function notify(waiters, msg, foreign)
   local n = 0
-  for _, ch in ipairs(redis.call('SMEMBERS', waiters)) do
+  local chans = redis.pcall('SMEMBERS', waiters)
+  if chans.err then -- SMEMBERS answers a table: an error, or the members
+    redis.call('DEL', waiters)
+    table.insert(foreign, 'w')
+    return 0
+  end
+  for _, ch in ipairs(chans) do
     redis.call('PUBLISH', ch, msg)
     n = n + 1
   end

@@ -19,11 +19,17 @@
 --   > 0      when this caller won the lease: x is its fence, the lease holds it;
 --   < 0      when another caller holds the lease: -x (>= 1) is its remaining
 --            lease in milliseconds.
--- A fourth element, "lease", is returned when a value the guard did not
--- write (another type, or a string with no TTL: every lease has one) sat
--- under the lease name: it was dropped, as a corrupt entry is, and the lease
--- tried, so a foreign write cannot keep every caller waiting for a holder
--- that does not exist.
+-- A fourth element, a comma list of names ("entry", "lease", "fence", "w"),
+-- is returned when a value the guard did not write sat under those names of
+-- the key: it was dropped, as a corrupt entry is, and the read went on, so
+-- foreign data under one key's names never fails the script (which would
+-- count against Redis's health) and never keeps the key's callers waiting
+-- for a holder that does not exist. Foreign means: another type under any
+-- name; an entry of format v1 with no TTL;
+-- a lease with no TTL, that is not a canonical decimal, or with no fence
+-- counter or one below it (a lease is minted from the counter, which
+-- outlives it); a fence counter that is not a canonical
+-- decimal of at most 2^53.
 -- Fresh negative ('n') and error-marker ('e') entries count as fresh. A value
 -- that is not a valid v1 entry counts as missing (the lease is tried, waiters
 -- are registered) but is still returned so the caller can report it. Only a
@@ -32,7 +38,10 @@
 -- kept only for the next load to revalidate), which counts as missing, as
 -- does a failing marker ('f': no value; the key's loads fail for their own
 -- callers, who take turns under the lease). A fresh pass marker ('p') is
--- returned like any fresh entry: each caller then runs its own load.
+-- returned like any fresh entry: each caller then runs its own load. A
+-- stale oversize marker ('o': the value is kept by each node, not here)
+-- registers too: a node without its own copy waits for the refresh.
+-- Fresh oversize markers count as fresh.
 local entry, lease, fence, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local leasems, channel = tonumber(ARGV[1]), ARGV[2]
 local wait, keep = tonumber(ARGV[3]), ARGV[4]
@@ -47,41 +56,67 @@ if channel ~= '' and (not wait or wait <= 0 or wait % 1 ~= 0) then
   return redis.error_reply('ERR guard_read: bad wait ' .. tostring(ARGV[3]))
 end
 
+local foreign = {}
+local function reply(v, now, x)
+  if #foreign > 0 then
+    return {v, now, x, table.concat(foreign, ',')}
+  end
+  return {v, now, x}
+end
+
 local now = nowms()
-local v = redis.call('GET', entry)
-local fu, _, fl = nil, nil, nil
+local v = getstr(entry, 'entry', foreign)
+local fu, fl = nil, nil
 if v then
+  local _
   fu, _, fl = parse(v, #v)
+  if fu then
+    -- Every entry the guard writes expires (at its stale_until).
+    if redis.call('PTTL', entry) == -1 then
+      redis.call('DEL', entry)
+      table.insert(foreign, 'entry')
+      v, fu, fl = false, nil, nil
+    end
+  end
 end
 if fu and tonumber(fu) > now and ARGV[5] ~= '1' then
-  return {v, now, 0}
+  return reply(v, now, 0)
 end
 if leasems == 0 then
-  return {v, now, 0}
+  return reply(v, now, 0)
 end
 
 local pttl = redis.call('PTTL', lease)
-local foreign = pttl == -1 or (pttl >= 0 and redis.call('TYPE', lease).ok ~= 'string')
-if foreign then
-  redis.call('DEL', lease)
-  pttl = -2
+if pttl ~= -2 then
+  local held = getstr(lease, 'lease', foreign)
+  local cur = counter(fence, foreign)
+  if held and (pttl == -1 or not canon(held, fencemax) or not cur or less(cur, held)) then
+    redis.call('DEL', lease)
+    table.insert(foreign, 'lease')
+    held = false
+  end
+  if not held then
+    pttl = -2
+  end
 end
 if pttl == -2 then
-  local f = mint(fence, keep)
+  local f = guardmint(fence, keep, foreign)
   redis.call('SET', lease, string.format('%d', f), 'PX', leasems)
-  if foreign then
-    return {v, now, f, 'lease'}
-  end
-  return {v, now, f}
+  return reply(v, now, f)
 end
 
 if pttl < 1 then
   pttl = 1
 end
-if (not fu or fl == 'r' or fl == 'f') and channel ~= '' then
-  redis.call('SADD', waiters, channel)
+if (not fu or fl == 'r' or fl == 'f' or fl == 'o') and channel ~= '' then
+  local added = redis.pcall('SADD', waiters, channel)
+  if type(added) == 'table' and added.err then
+    redis.call('DEL', waiters)
+    table.insert(foreign, 'w')
+    redis.call('SADD', waiters, channel)
+  end
   if redis.call('PTTL', waiters) < wait then
     redis.call('PEXPIRE', waiters, wait)
   end
 end
-return {v, now, -pttl}
+return reply(v, now, -pttl)

@@ -116,11 +116,14 @@ func guardLease(t *testing.T, rdb redis.UniversalClient, k guardKeys, fence int6
 
 func guardInvalidate(t *testing.T, rdb redis.UniversalClient, k guardKeys, msg string) int64 {
 	t.Helper()
-	f, err := GuardInvalidate().Run(context.Background(), rdb, k.five(), retention, msg).Int64()
+	res, err := GuardInvalidate().Run(context.Background(), rdb, k.five(), retention, msg).Slice()
 	if err != nil {
 		t.Fatalf("guard_invalidate: %v", err)
 	}
-	return f
+	if len(res) != 2 || res[1] != "" {
+		t.Fatalf("guard_invalidate returned %#v, want the fence and no foreign value dropped", res)
+	}
+	return res[0].(int64)
 }
 
 // header is a parsed entry header, decoded here with plain string handling
@@ -499,9 +502,13 @@ func TestGuardRejectedFillSettles(t *testing.T) {
 		ch := redistest.Key(t, "waiter")
 		ps := subscribe(t, rdb, ch)
 		guardRead(t, rdb, k, leaseMs, ch, 10000)
-		// A newer fill lands without the lease (its holder's lease was lost).
+		// A newer fill lands without the lease (its holder's lease was lost):
+		// its fence was minted from the counter.
 		newer := fmt.Sprintf("~1,%d,%d,%d,0,%d,\nnewer", r.now+60000, r.now+120000, r.now, fa+1)
-		if err := rdb.Set(ctx, k.entry, newer, time.Minute).Err(); err != nil {
+		if err := rdb.Incr(ctx, k.fence).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := rdb.Set(ctx, k.entry, newer, 2*time.Minute).Err(); err != nil {
 			t.Fatal(err)
 		}
 
@@ -973,6 +980,112 @@ func TestGuardForeignValues(t *testing.T) {
 					t.Fatal("the foreign marker or the lease is still there")
 				}
 			})
+		}
+	})
+}
+
+// TestGuardForeignData: for every name of a key, values the guard never
+// writes there (another type; strings the guard would not write: not a
+// canonical decimal, too large, no TTL) never fail a script. Each script
+// drops the value, names it in its foreign element, and goes on: the read
+// takes the lease, the fill writes, the invalidation mints.
+func TestGuardForeignData(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		type plant func(k guardKeys) error
+		str := func(name func(guardKeys) string, v string, ttl time.Duration) plant {
+			return func(k guardKeys) error { return rdb.Set(ctx, name(k), v, ttl).Err() }
+		}
+		hash := func(name func(guardKeys) string) plant {
+			return func(k guardKeys) error {
+				rdb.Del(ctx, name(k))
+				return rdb.HSet(ctx, name(k), "f", "v").Err()
+			}
+		}
+		entry := func(k guardKeys) string { return k.entry }
+		lease := func(k guardKeys) string { return k.lease }
+		fence := func(k guardKeys) string { return k.fence }
+		waiters := func(k guardKeys) string { return k.waiters }
+		inv := func(k guardKeys) string { return k.inv }
+		far := time.Now().Add(time.Hour).UnixMilli()
+		valid := fmt.Sprintf("~1,%d,%d,0,0,1,\nv", far, far)
+		for _, c := range []struct {
+			name  string
+			plant plant
+			want  string // the name reported
+		}{
+			{"entry/hash", hash(entry), "entry"},
+			{"entry/valid without TTL", str(entry, fmt.Sprintf("~1,1,%d,0,0,1,\nv", far), 0), "entry"},
+			{"lease/garbage", str(lease, "zz", time.Hour), "lease"},
+			{"lease/negative", str(lease, "-3", time.Hour), "lease"},
+			{"lease/leading zero", str(lease, "012", time.Hour), "lease"},
+			{"lease/above the counter", str(lease, "8000000000000000", time.Hour), "lease"},
+			{"fence/garbage", str(fence, "garbage", 0), "fence"},
+			{"fence/empty", str(fence, "", 0), "fence"},
+			{"fence/negative", str(fence, "-5", 0), "fence"},
+			{"fence/max int64", str(fence, "9223372036854775807", 0), "fence"},
+			{"fence/above 2^53", str(fence, "9007199254740993", 0), "fence"},
+			{"fence/hash", hash(fence), "fence"},
+			{"waiters/string", str(waiters, "ch", 0), "w"},
+			{"inv/hash", hash(inv), "inv"},
+			{"inv/garbage", str(inv, "zzzzzzzzzzzzzzzzzzzzzzzzz", time.Hour), "inv"},
+			{"inv/no TTL", str(inv, "1", 0), "inv"},
+			{"inv/above the counter", str(inv, "8000000000000000", time.Hour), "inv"},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				k := newGuardKeys(t)
+				if err := c.plant(k); err != nil {
+					t.Fatal(err)
+				}
+				var reported []string
+				read, err := GuardRead().Run(ctx, rdb, k.four(), leaseMs, "chan", 10000, retention).Slice()
+				if err != nil {
+					t.Fatalf("guard_read failed on foreign data: %v", err)
+				}
+				if len(read) == 4 {
+					reported = append(reported, read[3].(string))
+				}
+				f, _ := read[2].(int64)
+				if f <= 0 {
+					t.Fatalf("guard_read = %#v; want the lease taken", read)
+				}
+				if err := c.plant(k); err != nil { // again, for the fill to meet
+					t.Fatal(err)
+				}
+				fill, err := runFill(rdb, k, fillArgs{fence: f, payload: "good", fresh: 60000, stale: 1000})
+				if err != nil {
+					t.Fatalf("guard_fill failed on foreign data: %v", err)
+				}
+				reported = append(reported, fill[3].(string))
+				if fill[0] != int64(1) {
+					t.Fatalf("guard_fill = %#v; want the fill written over foreign data", fill)
+				}
+				if got := getEntry(t, rdb, k); got.payload != "good" {
+					t.Fatalf("entry %+v after the fill; want the good value", got)
+				}
+				if err := c.plant(k); err != nil {
+					t.Fatal(err)
+				}
+				inv, err := GuardInvalidate().Run(ctx, rdb, k.five(), retention, "").Slice()
+				if err != nil {
+					t.Fatalf("guard_invalidate failed on foreign data: %v", err)
+				}
+				reported = append(reported, inv[1].(string))
+				if !slices.ContainsFunc(reported, func(s string) bool { return slices.Contains(strings.Split(s, ","), c.want) }) {
+					t.Fatalf("foreign %s never reported (reported %q)", c.want, reported)
+				}
+				if exists(t, rdb, k.entry) {
+					t.Fatal("the invalidation left the entry")
+				}
+			})
+		}
+		// A valid entry with its TTL is the guard's: never reported.
+		k := newGuardKeys(t)
+		if err := rdb.Set(ctx, k.entry, valid, time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if r := guardRead(t, rdb, k, leaseMs, "", 0); !r.found || r.x != 0 {
+			t.Fatalf("read of a valid entry = %+v", r)
 		}
 	})
 }
