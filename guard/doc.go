@@ -172,6 +172,11 @@
 //     the lease is held for ErrorBackoff (stale-if-error); a missing key
 //     answers ErrBackoff (a *BackoffError naming the key and the error) on
 //     every node for ErrorBackoff.
+//   - A load's answer that is its caller's own never reaches another
+//     caller: with Private, the other callers take turns, one load at a
+//     time across the fleet, until one value is stored and shared; with
+//     Pass, the key is marked pass and calls run their own loads until one
+//     stores a value (see Private and Pass).
 //   - A value over MaxValueBytes costs the origin at most one load per key
 //     per refresh per node; its refreshes are coordinated fleet-wide as any
 //     other's (see Options.MaxValueBytes).
@@ -201,12 +206,15 @@
 //
 //	ns{k}        the entry: "~1,fresh_until,stale_until,written,load_us,fence,flags\n" payload
 //	             (flags: "" a value, "n" not found, "e" an error marker whose
-//	             payload is the error text, "r" never served stale, "o" an
-//	             oversize marker, no payload)
+//	             payload is the error text, "r" never served stale; markers
+//	             with no payload: "o" oversize, "f" failing, "p" pass)
 //	ns{k}:lease  the refresh lease; value = the holder's fence
 //	ns{k}:fence  fence counter (floored by Redis TIME in µs)
 //	ns{k}:w      set of the fill channels of nodes waiting for a fill
 //	ns{k}:inv    fence of the last Invalidate
+//	ns{T}:tkeys  for a key holding hash tag T: the set of the entries of
+//	             T's keys filled since T's last InvalidateTag
+//	ns{T}:tinv   Redis time (µs) of T's last InvalidateTag
 //	nsfill:<id>  Pub/Sub channel of one Group
 //
 // Garbage under an entry key is a miss (reported to Hooks.Corrupt) and is
