@@ -66,45 +66,19 @@ type Config struct {
 	// the application reads none of them. Default: false.
 	UnkeyedForwarding bool
 
-	// PassFor is how long a URL whose response could not be shared is
-	// marked pass, fleet-wide: its requests run the handler at once, each
-	// for itself, until one response can be shared again. A negative value
-	// marks nothing: the requests waiting take turns instead. Default: 5s.
-	PassFor time.Duration
-
-	// NotStored, if set, is called with the request and why when a
-	// complete response that is not a failure is not stored (a cookie,
-	// private, too large, a header field the store could not read back
-	// exactly...). It must be quick and must not block. Default: none.
-	NotStored func(r *http.Request, why string)
-
-	// TargetedCacheControl lists the targeted cache-control fields (RFC
-	// 9213) that rule this cache, over Cache-Control and Expires: the
-	// first one present with a valid value decides, and none of them is
-	// forwarded to clients. Default: CDN-Cache-Control with
-	// UpstreamWindows, none without. An empty, non-nil list turns them off.
+	// PassFor, NotStored, TargetedCacheControl, HeuristicFreshness,
+	// StoreSetCookie and KeyHost work as guardhttp.Config's fields of the
+	// same names (package github.com/stampede-go/stampede/middleware/nethttp):
+	// the hit-for-pass window (default 5s), a hook for responses not
+	// stored, the targeted cache-control fields that rule this cache, RFC
+	// 9111 heuristic freshness, sharing responses with Set-Cookie (off),
+	// and a fixed host to key instead of each request's.
+	PassFor              time.Duration
+	NotStored            func(r *http.Request, why string)
 	TargetedCacheControl []string
-
-	// HeuristicFreshness lets UpstreamWindows store a response that states
-	// no freshness but has a Last-Modified, for a tenth of the time since
-	// then, at most a day (RFC 9111 §4.2.2), if its status is
-	// heuristically cacheable. Never with RequireFreshness. Default: false.
-	HeuristicFreshness bool
-
-	// StoreSetCookie stores and shares responses that carry Set-Cookie,
-	// the cookie with them: every client then gets the cookie first set
-	// for another. RFC 9111 allows it; turn it on only for cookies that
-	// are the same for everyone (a consent banner's, say). Default: false
-	// (such a response is never shared).
-	StoreSetCookie bool
-
-	// KeyHost, when set, is keyed instead of each request's Host. The key
-	// holds the Host as sent, so a load balancer that rewrites Host to each
-	// backend's address, or local processes on different ports, split one
-	// URL into one entry (and one origin call) per backend: set KeyHost to
-	// the site's name there. Set it only when every request through this
-	// middleware is for one site. Default: the Host as sent.
-	KeyHost string
+	HeuristicFreshness   bool
+	StoreSetCookie       bool
+	KeyHost              string
 }
 
 // ForwardingHeaders returns the request headers keyed by default, unless
