@@ -28,6 +28,8 @@
 //	stampede.refresh.errors       counter
 //	stampede.fill.rejections      counter
 //	stampede.corrupt.entries      counter
+//	stampede.oversize.values      counter, values over MaxValueBytes (not stored)
+//	stampede.unready              counter, Groups whose start-up subscription failed
 //	stampede.redis.errors         counter, stampede.redis.op: get, read, fill, renew, release, invalidate
 //	stampede.breaker.open         up-down counter: open Redis breakers
 //	stampede.breaker.transitions  counter, stampede.breaker.state: open, closed

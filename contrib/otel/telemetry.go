@@ -46,6 +46,7 @@ type Telemetry struct {
 
 	requests, coalesced, loads, leases, wakeups  metric.Int64Counter
 	refreshErrs, fillRejected, corrupt           metric.Int64Counter
+	oversize, unready                            metric.Int64Counter
 	redisErrs, breakerTrans                      metric.Int64Counter
 	breakerOpen                                  metric.Int64UpDownCounter
 	loadDur, waitDur                             metric.Float64Histogram
@@ -137,6 +138,10 @@ func New(opts Options) (*Telemetry, error) {
 		"Fills refused because a newer value or an Invalidate came after this node's lease was granted.")
 	t.corrupt = counter("stampede.corrupt.entries", "{entry}",
 		"Entries in Redis that could not be decoded and were treated as misses.")
+	t.oversize = counter("stampede.oversize.values", "{value}",
+		"Loaded values over the Group's MaxValueBytes: served to their callers, not stored in Redis.")
+	t.unready = counter("stampede.unready", "{group}",
+		"Groups whose fill subscription failed at start-up (Redis unreachable or refusing it); they serve degraded until Ready.")
 	t.redisErrs = counter("stampede.redis.errors", "{error}", "Failed Redis calls of the guard, by stampede.redis.op.")
 	var err error
 	t.breakerOpen, err = mt.Int64UpDownCounter("stampede.breaker.open", metric.WithUnit("{breaker}"),
@@ -209,7 +214,7 @@ func (t *Telemetry) bindGuard(label string) *guardSeries {
 	zero(t.loads, s.loadOK, s.loadNotFound, s.loadErr)
 	zero(t.leases, s.leaseWon, s.leaseBusy)
 	zero(t.wakeups, s.wokenNotified, s.wokenTimer)
-	for _, c := range []metric.Int64Counter{t.coalesced, t.refreshErrs, t.fillRejected, t.corrupt} {
+	for _, c := range []metric.Int64Counter{t.coalesced, t.refreshErrs, t.fillRejected, t.corrupt, t.oversize} {
 		zero(c, s.base)
 	}
 	return s
@@ -259,6 +264,7 @@ func (t *Telemetry) initGuard() {
 		t.breakerTo = [2][]metric.AddOption{with(g, StateKey.String("closed")), with(g, StateKey.String("open"))}
 		zero(t.breakerTrans, t.breakerTo[:]...)
 		t.breakerOpen.Add(context.Background(), 0, t.plain...)
+		zero(t.unready, t.plain)
 	})
 }
 
@@ -311,6 +317,8 @@ func (t *Telemetry) GuardHooks() guard.Hooks {
 		RefreshError: func(key string, _ error) { t.refreshErrs.Add(bg, 1, t.guardSeries(key).base...) },
 		FillRejected: func(key string) { t.fillRejected.Add(bg, 1, t.guardSeries(key).base...) },
 		Corrupt:      func(key string, _ error) { t.corrupt.Add(bg, 1, t.guardSeries(key).base...) },
+		Oversize:     func(key string, _ int) { t.oversize.Add(bg, 1, t.guardSeries(key).base...) },
+		Unready:      func(error) { t.unready.Add(bg, 1, t.plain...) },
 		RedisError: func(op string, _ error) {
 			o, ok := t.redisOps[op]
 			if !ok {

@@ -26,6 +26,8 @@
 //	stampede_refresh_errors_total            failed background refreshes
 //	stampede_fill_rejections_total           fills refused as outdated
 //	stampede_corrupt_entries_total           undecodable entries
+//	stampede_oversize_values_total           values over MaxValueBytes, not stored
+//	stampede_unready_total                   Groups whose start-up subscription failed
 //	stampede_redis_errors_total{op}          get, read, fill, renew, release, invalidate
 //	stampede_breaker_open                    gauge: open Redis breakers
 //	stampede_breaker_transitions_total{state} open, closed

@@ -29,6 +29,8 @@ type Metrics struct {
 	refreshErrs  *prometheus.CounterVec   // [key]
 	fillRejected *prometheus.CounterVec   // [key]
 	corrupt      *prometheus.CounterVec   // [key]
+	oversize     *prometheus.CounterVec   // [key]
+	unready      *prometheus.CounterVec   // no variable labels
 	redisErrs    *prometheus.CounterVec   // op
 	breakerVec   *prometheus.GaugeVec     // no variable labels; bound by GuardHooks
 	breakerTrans *prometheus.CounterVec   // state
@@ -49,6 +51,7 @@ type Metrics struct {
 	redisOps  map[string]prometheus.Counter
 	breakerTo [2]prometheus.Counter // closed, open
 	breaker   prometheus.Gauge
+	unreadyC  prometheus.Counter
 
 	lockOnce sync.Once
 	lockKeys labels.Set[lockSeries]
@@ -65,6 +68,7 @@ type guardSeries struct {
 	wokenNotified, wokenTimer             prometheus.Counter
 	waitDur                               prometheus.Observer
 	refreshErr, fillRejected, corrupt     prometheus.Counter
+	oversize                              prometheus.Counter
 }
 
 type lockSeries struct {
@@ -127,6 +131,10 @@ func New(opts Options) *Metrics {
 		"Fills refused because a newer value or an Invalidate came after this node's lease was granted.", keyed)
 	m.corrupt = counter("", "corrupt_entries_total",
 		"Entries in Redis that could not be decoded and were treated as misses.", keyed)
+	m.oversize = counter("", "oversize_values_total",
+		"Loaded values over the Group's MaxValueBytes: served to their callers, not stored in Redis.", keyed)
+	m.unready = counter("", "unready_total",
+		"Groups whose fill subscription failed at start-up (Redis unreachable or refusing it); they serve degraded until Ready.", nil)
 	m.redisErrs = counter("", "redis_errors_total", "Failed Redis calls of the guard, by op.", []string{"op"})
 	m.breakerVec = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: o.Namespace, Name: "breaker_open", ConstLabels: cl,
@@ -193,6 +201,7 @@ func (m *Metrics) bindGuard(label string) *guardSeries {
 		refreshErr:    m.refreshErrs.WithLabelValues(k...),
 		fillRejected:  m.fillRejected.WithLabelValues(k...),
 		corrupt:       m.corrupt.WithLabelValues(k...),
+		oversize:      m.oversize.WithLabelValues(k...),
 	}
 }
 
@@ -241,6 +250,7 @@ func (m *Metrics) GuardHooks() guard.Hooks {
 			m.breakerTrans.WithLabelValues("open"),
 		}
 		m.breaker = m.breakerVec.WithLabelValues()
+		m.unreadyC = m.unready.WithLabelValues()
 	})
 	return guard.Hooks{
 		Hit: func(key string, _ time.Duration, local bool) {
@@ -284,6 +294,8 @@ func (m *Metrics) GuardHooks() guard.Hooks {
 		RefreshError: func(key string, _ error) { m.guardSeries(key).refreshErr.Inc() },
 		FillRejected: func(key string) { m.guardSeries(key).fillRejected.Inc() },
 		Corrupt:      func(key string, _ error) { m.guardSeries(key).corrupt.Inc() },
+		Oversize:     func(key string, _ int) { m.guardSeries(key).oversize.Inc() },
+		Unready:      func(error) { m.unreadyC.Inc() },
 		RedisError: func(op string, _ error) {
 			if c, ok := m.redisOps[op]; ok {
 				c.Inc()

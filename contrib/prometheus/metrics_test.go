@@ -149,6 +149,10 @@ func TestGuardHooks(t *testing.T) {
 			map[string]float64{`stampede_fill_rejections_total{` + g + `}`: 1}},
 		{"corrupt", func(h guard.Hooks) { h.Corrupt("k", boom) },
 			map[string]float64{`stampede_corrupt_entries_total{` + g + `}`: 1}},
+		{"oversize", func(h guard.Hooks) { h.Oversize("k", 1<<30) },
+			map[string]float64{`stampede_oversize_values_total{` + g + `}`: 1}},
+		{"unready", func(h guard.Hooks) { h.Unready(boom) },
+			map[string]float64{`stampede_unready_total{` + g + `}`: 1}},
 		{"redis error", func(h guard.Hooks) { h.RedisError("read", boom); h.RedisError("fill", boom) },
 			map[string]float64{
 				`stampede_redis_errors_total{` + g + `,op="read"}`: 1,
