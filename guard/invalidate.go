@@ -70,6 +70,7 @@ func (g *Group) InvalidateTag(ctx context.Context, tag string) error {
 	}
 	g.dropLocalTag(tag)
 	members, inv := g.tagNames(tag)
+	own := strings.TrimSuffix(members, ":tkeys") + "/"
 	rctx, cancel := context.WithTimeout(ctx, g.opts.RedisTimeout)
 	defer cancel()
 	for range 8 {
@@ -81,7 +82,12 @@ func (g *Group) InvalidateTag(ctx context.Context, tag string) error {
 		keys := make([]string, 0, 2+5*len(entries))
 		keys = append(keys, members, inv)
 		for _, e := range entries {
-			keys = append(keys, e, e+":lease", e+":fence", e+":w", e+":inv")
+			// Only the entry names of the tag's keys: a member another
+			// writer added may name any key, the user's or another slot's
+			// (the script reports it as foreign).
+			if strings.HasPrefix(e, own) {
+				keys = append(keys, e, e+":lease", e+":fence", e+":w", e+":inv")
+			}
 		}
 		v, err := scripts.GuardInvalidateTag().Run(rctx, g.rdb, keys, g.keepArg).Slice()
 		if err != nil {

@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -74,6 +75,87 @@ func TestInvalidateTagFencesLoadsInFlight(t *testing.T) {
 		}
 		if n, err := rdb.Exists(ctxT(t), g.names(key).entry).Result(); err != nil || n != 0 {
 			t.Errorf("stored after the invalidation (exists %d, %v)", n, err)
+		}
+	})
+}
+
+// TestInvalidateTagForeignState: whatever another writer left under a tag's
+// own names (a value of another type, garbage, members of the member set
+// that are not entries of the tag's keys) is dropped and reported, and the
+// tag still works: a fill is stored, InvalidateTag drops it. A member that
+// names a key outside the Group's names for the tag (a user's key, a key of
+// another slot) is never touched, whatever the set says.
+func TestInvalidateTagForeignState(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
+		tag := strings.ReplaceAll(redistest.Key(t), "{", "(")
+		var corrupt atomic.Int64
+		g := newGroup(t, rdb, Options{Hooks: Hooks{Corrupt: func(string, error) { corrupt.Add(1) }}})
+		members, inv := g.tagNames(tag)
+		victim, elsewhere := "{"+tag+"}victim", "elsewhere:"+tag
+		ctx := ctxT(t)
+		for i, c := range []struct {
+			name   string
+			poison func() error
+		}{
+			{"members: a hash", func() error { return rdb.HSet(ctx, members, "f", "v").Err() }},
+			{"members: a string", func() error { return rdb.Set(ctx, members, "x", 0).Err() }},
+			{"members: a user's key", func() error { return rdb.SAdd(ctx, members, victim).Err() }},
+			{"members: a key of another slot", func() error { return rdb.SAdd(ctx, members, elsewhere).Err() }},
+			{"members: garbage", func() error { return rdb.SAdd(ctx, members, "", "\x00\xff", members).Err() }},
+			{"invalidation: garbage", func() error { return rdb.Set(ctx, inv, "not a time", 0).Err() }},
+			{"invalidation: in the future", func() error { return rdb.Set(ctx, inv, "99999999999999999", 0).Err() }},
+			{"invalidation: a list", func() error { return rdb.RPush(ctx, inv, "x").Err() }},
+		} {
+			key := "{" + tag + "}:k" + strconv.Itoa(i)
+			t.Run(c.name, func(t *testing.T) {
+				for _, k := range []string{victim, elsewhere} {
+					if err := rdb.Set(ctx, k, "user data", 0).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := rdb.Del(ctx, members, inv).Err(); err != nil {
+					t.Fatal(err)
+				}
+				if err := c.poison(); err != nil {
+					t.Fatal(err)
+				}
+				before := corrupt.Load()
+				for round := range 2 {
+					v := []byte(c.name + strconv.Itoa(round))
+					if _, err := g.Do(ctx, key, func(context.Context) ([]byte, error) { return v, nil }); err != nil {
+						t.Fatalf("round %d: fill: %v", round, err)
+					}
+					if res, err := g.Do(ctx, key, nil2Loader(t)); err != nil || res.Status != Hit || string(res.Value) != string(v) {
+						t.Fatalf("round %d: after the fill: %v %q %v, want a hit", round, res.Status, res.Value, err)
+					}
+					if round == 0 && c.name != "members: a string" {
+						// Poison the set again between the fill and the
+						// invalidation (the fill dropped a value of the
+						// wrong type); a string in its place would be the
+						// set's loss, TestInvalidateTagMembersLost's case.
+						if err := c.poison(); err != nil && !redis.HasErrorPrefix(err, "WRONGTYPE") {
+							t.Fatal(err)
+						}
+					}
+					if err := g.InvalidateTag(ctx, tag); err != nil {
+						t.Fatalf("round %d: InvalidateTag: %v", round, err)
+					}
+					if res, err := g.Do(ctx, key, func(context.Context) ([]byte, error) { return []byte("again"), nil }); err != nil || res.Status != Miss {
+						t.Fatalf("round %d: after InvalidateTag: %v %v, want a miss", round, res.Status, err)
+					}
+					if err := g.Invalidate(ctx, key); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for _, k := range []string{victim, elsewhere} {
+					if s, err := rdb.Get(ctx, k).Result(); err != nil || s != "user data" {
+						t.Errorf("%s, named by a foreign member, is now %q (%v)", k, s, err)
+					}
+				}
+				if corrupt.Load() == before && !strings.HasPrefix(c.name, "invalidation: in the future") {
+					t.Error("the foreign state was not reported")
+				}
+			})
 		}
 	})
 }

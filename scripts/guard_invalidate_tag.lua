@@ -10,9 +10,10 @@
 -- ARGV[1] fence retention in milliseconds (TTL of the fence, invalidation
 --         and tag invalidation keys)
 --
--- The caller read the member set first (SMEMBERS) to name every key here;
--- if a member was added since, nothing is changed and {-1} is returned:
--- the caller reads the set again and retries.
+-- The caller read the member set first (SMEMBERS) to name every key here
+-- (the members that are entry names of the tag's keys: see below); if such
+-- a member was added since, nothing is changed and {-1} is returned: the
+-- caller reads the set again and retries.
 -- A value of another type under the member set, or foreign data under a
 -- member's names, is dropped and reported, as guard_invalidate.lua does. Otherwise every member is
 -- invalidated as guard_invalidate.lua does (a fence minted, the
@@ -36,12 +37,22 @@ local declared = {}
 for i = 3, #KEYS, 5 do
   declared[KEYS[i]] = true
 end
+-- The entry names of the tag's keys begin with the tag's base name and a
+-- "/"; a member that does not is foreign (it may name a key of the user's,
+-- or of another slot) and is never touched.
+local own = string.sub(tkeys, 1, #tkeys - #':tkeys') .. '/'
 local kind = redis.call('TYPE', tkeys).ok
 if kind == 'set' then
+  local stranger = false
   for _, m in ipairs(redis.call('SMEMBERS', tkeys)) do
-    if not declared[m] then
+    if string.sub(m, 1, #own) ~= own then
+      stranger = true
+    elseif not declared[m] then
       return {-1, ''}
     end
+  end
+  if stranger then
+    table.insert(foreign, 'tkeys')
   end
 elseif kind ~= 'none' then
   table.insert(foreign, 'tkeys')
