@@ -262,6 +262,7 @@ func frozenHits(t *testing.T, rdb redis.UniversalClient, srv *redistest.Server, 
 	var opened atomic.Int64
 	g, err := New(rdb, Options{
 		RedisTimeout: timeout, BreakerCooldown: 200 * time.Millisecond,
+		LocalEntries: Disabled, // hits must reach the frozen server
 		Hooks: Hooks{Breaker: func(open bool) {
 			if open {
 				opened.Add(1)
