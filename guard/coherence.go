@@ -57,9 +57,9 @@ const maxTrackBackoff = 2 * time.Second
 
 // coherence keeps one report connection per master for a tier.
 type coherence struct {
-	tier *localTier
+	tier   *localTier
 	ns     string
-	prefix string // ns + "{": how every entry name starts
+	prefix string                     // ns + "{": how every entry name starts
 	hook   func(op string, err error) // Hooks.RedisError
 
 	single *redis.Options       // a *redis.Client's options (standalone, Sentinel)

@@ -198,6 +198,12 @@ func (g *Group) keepLocal(key string, e entry, now int64, age time.Duration, k k
 	if g.loc == nil || k.name == "" || e.negative || e.errMark || e.oversize || e.marker() {
 		return
 	}
+	// now is when Redis read its clock, before its reply travelled: the
+	// estimate, which never runs behind Redis's clock, may be later, and
+	// a copy must not outlive its fresh-until.
+	if est, known := g.clk.now(); known {
+		now = max(now, est)
+	}
 	left := time.Duration(e.freshUntil-now) * time.Millisecond
 	if left <= 0 {
 		return

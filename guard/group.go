@@ -25,9 +25,9 @@ type Group struct {
 	hub  *notify.Hub
 	sf   singleflight.Group
 	br   breaker
-	loc  *localTier  // the in-process tier (local.go); nil when off
-	coh  *coherence  // keeps loc told of changes (coherence.go)
-	over overStore   // this node's copies of values over MaxValueBytes (oversize.go)
+	loc  *localTier // the in-process tier (local.go); nil when off
+	coh  *coherence // keeps loc told of changes (coherence.go)
+	over overStore  // this node's copies of values over MaxValueBytes (oversize.go)
 
 	firstLease  time.Duration  // lease taken by a read, before the watchdog extends it
 	clk         redisClock     // estimate of the Redis clock, for the fast hit path

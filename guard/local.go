@@ -140,7 +140,6 @@ func (t *localTier) get(key string) (*localItem, bool) {
 	return it, true
 }
 
-
 // newer reports whether a is a later entry than b: a higher fence, or the
 // same fence written later (a refill under the same lease).
 func newer(a, b *entry) bool {
