@@ -2,7 +2,6 @@ package guard
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strconv"
 	"sync"
@@ -264,4 +263,26 @@ func otherClient(t *testing.T, rdb redis.UniversalClient) redis.UniversalClient 
 	return c
 }
 
-var _ = fmt.Sprint
+// FuzzEntryName: the reports of Redis name keys; isEntryName tells a key's
+// entry from its other names (lease, fence, waiters, invalidation) and
+// from a tag's, whatever bytes the key holds.
+func FuzzEntryName(f *testing.F) {
+	for _, k := range []string{"k", "", "{", "}", "{}", "{t}x", "a{t}b:lease", "x}/3:abc", "%7D", "{t}/1:x", "{ab}/5:ab:lease"} {
+		f.Add(k)
+	}
+	g := &Group{opts: Options{Namespace: "ns:"}}
+	f.Fuzz(func(t *testing.T, key string) {
+		nm := g.names(key)
+		if !isEntryName("ns:{", nm.entry) {
+			t.Fatalf("key %q: entry %q not recognized", key, nm.entry)
+		}
+		for _, other := range nm.keys[1:] {
+			if isEntryName("ns:{", other) {
+				t.Fatalf("key %q: %q taken for an entry", key, other)
+			}
+		}
+		if isEntryName("other:{", nm.entry) {
+			t.Fatalf("key %q: entry %q of another namespace taken", key, nm.entry)
+		}
+	})
+}
