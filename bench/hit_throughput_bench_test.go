@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,18 +23,22 @@ import (
 //	go-redis-GET           a plain GET on a *redis.Client
 //	go-redis-AutoPipeline  a GET through go-redis's blocking AutoPipeline()
 //	                       (v9.23, experimental; default options)
-//	guard                  Group.Do, default Options (FreshFor 1h): concurrent
-//	                       hits share pipelined round trips (MaxHitBatch)
+//	guard                  Group.Do, the in-process tier off (LocalEntries:
+//	                       guard.Disabled; FreshFor 1h): every hit reads
+//	                       Redis, concurrent hits share round trips
+//	                       (MaxHitBatch: one MGET per batch)
 //	guard-unbatched        the same with MaxHitBatch: guard.Disabled (one GET
 //	                       per hit, the guard before batching)
-//	guard-csc              Group.Do on a RESP3 client with go-redis
-//	                       client-side caching (ClientSideCacheConfig):
-//	                       coherent, zero round trips while cached
-//	guard-local            Group.Do with LocalEntries 1024, LocalTTL 1s:
-//	                       zero round trips, bounded by time, not coherent
+//	guard-csc              Group.Do, tier off, on a RESP3 client with
+//	                       go-redis client-side caching
+//	                       (ClientSideCacheConfig): coherent, zero round
+//	                       trips while cached
+//	guard-local            Group.Do with the default Options: the coherent
+//	                       in-process tier, zero round trips
 //
 // Reported: hits/s (the figure to compare), ns/op (wall time per hit over
-// all goroutines), allocs/op and B/op per hit (runtime.MemStats), cmds/op
+// all goroutines), cpu-ns/op (the process's CPU time, user and system,
+// per hit: what a hit costs the client), allocs/op and B/op per hit (runtime.MemStats), cmds/op
 // (commands the client issued per hit, counted by a go-redis hook, which
 // sees a GET the client-side cache answers too), srv-cmds/op (commands the
 // server processed per hit: a cached GET costs none) and srv-reads/op
@@ -76,13 +81,13 @@ var hitStrategies = []hitStrategy{
 		}
 		return rawHit(tb, rdb, ap)
 	}},
-	{"guard", guardHit(guard.Options{}, nil)},
-	{"guard-unbatched", guardHit(guard.Options{MaxHitBatch: guard.Disabled}, nil)},
-	{"guard-csc", guardHit(guard.Options{}, func(o *redis.Options) {
+	{"guard", guardHit(guard.Options{LocalEntries: guard.Disabled}, nil)},
+	{"guard-unbatched", guardHit(guard.Options{LocalEntries: guard.Disabled, MaxHitBatch: guard.Disabled}, nil)},
+	{"guard-csc", guardHit(guard.Options{LocalEntries: guard.Disabled}, func(o *redis.Options) {
 		o.Protocol = 3
 		o.ClientSideCacheConfig = &redis.ClientSideCacheConfig{MaxEntries: 1024}
 	})},
-	{"guard-local", guardHit(guard.Options{LocalEntries: 1024}, nil)},
+	{"guard-local", guardHit(guard.Options{}, nil)},
 }
 
 func hitClient(tb testing.TB, addr string, cmds *atomic.Int64, opt func(*redis.Options)) *redis.Client {
@@ -179,20 +184,32 @@ func hitThroughput(b *testing.B, s hitStrategy, goroutines int) {
 	before := mustStats(b, ctx, obs)
 	n := b.N * hitOpsPerIter
 	b.ResetTimer()
+	cpu0 := processCPU(b)
 	start := time.Now()
 	if err := run(n); err != nil {
 		b.Fatal(err)
 	}
 	elapsed := time.Since(start)
+	cpu := processCPU(b) - cpu0
 	b.StopTimer()
 	runtime.ReadMemStats(&m1)
 	after := mustStats(b, ctx, obs)
 	done := float64(n / goroutines * goroutines)
 	b.ReportMetric(done/elapsed.Seconds(), "hits/s")
 	b.ReportMetric(float64(elapsed.Nanoseconds())/done, "ns/op")
+	b.ReportMetric(float64(cpu.Nanoseconds())/done, "cpu-ns/op")
 	b.ReportMetric(float64(m1.Mallocs-m0.Mallocs)/done, "allocs/op")
 	b.ReportMetric(float64(m1.TotalAlloc-m0.TotalAlloc)/done, "B/op")
 	b.ReportMetric(float64(cmds.Load()-c0)/done, "cmds/op")
 	b.ReportMetric(float64(after.minus(before).minus(infoCost).cmds)/done, "srv-cmds/op")
 	b.ReportMetric(float64(after.minus(before).minus(infoCost).reads)/done, "srv-reads/op")
+}
+
+// processCPU returns the CPU time (user and system) this process has used.
+func processCPU(tb testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -213,16 +213,10 @@ func (g *Group) getMany(ctx context.Context, keys []string, load batchLoader, op
 		nms: make([]names, len(keys)), res: make([]keyResult, len(keys)), start: time.Now()}
 	rest := make([]int, 0, len(keys))
 	for i, k := range keys {
-		if g.loc != nil {
-			if le, ok := g.loc.Get(k); ok && time.Now().Before(le.freshUntil) {
-				age := time.Since(le.written)
-				if h := g.opts.Hooks.Hit; h != nil {
-					h(k, age, true)
-				}
-				b.res[i] = keyResult{v: le.value, st: Hit}
-				b.hits.Add(1)
-				continue
-			}
+		if r, ok := g.localHit(k); ok {
+			b.res[i] = keyResult{v: r.Value, st: Hit}
+			b.hits.Add(1)
+			continue
 		}
 		b.nms[i] = g.names(k)
 		rest = append(rest, i)
@@ -338,10 +332,14 @@ func (b *batch) set(i int, r keyResult) {
 	}
 }
 
-// serve answers key i from a decoded entry (see served).
-func (b *batch) serve(i int, e entry, now int64, st Status) {
-	r, err := b.g.served(b.keys[i], e, now, st)
-	b.set(i, keyResult{v: r.Value, st: st, err: err})
+// serve answers key i from a decoded entry read as r (see served).
+func (b *batch) serve(i int, e entry, r batchRead, st Status) {
+	k := r.k
+	if st == Stale {
+		k = keep{}
+	}
+	res, err := b.g.served(b.keys[i], e, r.rr.now, st, k)
+	b.set(i, keyResult{v: res.Value, st: st, err: err})
 }
 
 func pickAt[T any](s []T, idx []int) []T {

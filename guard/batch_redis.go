@@ -23,6 +23,7 @@ type batchRead struct {
 	hit bool  // the fast path's GET found e clearly fresh (rr is unset)
 	e   entry // when hit
 	err error
+	k   keep // where a fresh value may go in the in-process tier
 }
 
 // scriptCall is one script call of a pipeline.
@@ -112,6 +113,10 @@ func (g *Group) readMany(ctx context.Context, keys []string, nms []names, force 
 		}
 		callIdx = append(callIdx, i)
 	}
+	keeps := make([]keep, len(keys))
+	for i := range keys {
+		keeps[i] = g.keepOf(nms[i].entry)
+	}
 	var failed error
 	calls := make([]scriptCall, len(callIdx))
 	for j, i := range callIdx {
@@ -166,6 +171,9 @@ func (g *Group) readMany(ctx context.Context, keys []string, nms []names, force 
 		}
 	}
 	g.settle("read", failed)
+	for i := range out {
+		out[i].k = keeps[i]
+	}
 	return out
 }
 
@@ -232,6 +240,11 @@ func (g *Group) storeMany(ctx context.Context, items []fillItem) {
 	defer cancel()
 	sent := g.clk.local()
 	_, cmds := g.pipeline(rctx, nil, scripts.GuardFill(), calls)
+	for _, it := range items {
+		if it.f.mode != "-" {
+			g.loc.changed(it.nm.entry) // as store does
+		}
+	}
 	var failed error
 	for i, c := range cmds {
 		v, err := c.Slice()

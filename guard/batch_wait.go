@@ -185,17 +185,17 @@ func (b *batch) reread(ws []*waiter, resolve func(*waiter), filled bool) {
 			return
 		}
 		if r.hit {
-			b.serve(w.i, r.e, r.rr.now, Shared)
+			b.serve(w.i, r.e, r, Shared)
 			resolve(w)
 			return
 		}
 		e, st := g.classify(key, r.rr)
 		switch {
 		case st == fresh:
-			b.serve(w.i, e, r.rr.now, Shared)
+			b.serve(w.i, e, r, Shared)
 			resolve(w)
 		case st == stale:
-			b.serve(w.i, e, r.rr.now, Stale)
+			b.serve(w.i, e, r, Stale)
 			resolve(w)
 		case st == oversized:
 			over = append(over, overKey{i: w.i, e: e, now: r.rr.now})

@@ -20,9 +20,14 @@ type commitQueue[R any] struct {
 	// the next batch takes the queue (see drain).
 	yield bool
 
-	mu   sync.Mutex
-	busy bool // a call or a batch is in flight
-	q    []R  // waiting for the next batch
+	// window is how many round trips may be in flight at once (at least
+	// 1): while one is out, the next may be sent.
+	window int
+
+	mu       sync.Mutex
+	busy     bool // a call or a batch is in flight
+	inflight int  // round trips in flight: lone calls and flushers
+	q        []R  // waiting for the next batch
 	// flushing counts the flusher goroutines running; drained, made by a
 	// waiter, is closed when it drops to 0. Not a sync.WaitGroup: a call
 	// still in flight when the Group closes may start a flusher while
@@ -39,6 +44,31 @@ func (c *commitQueue[R]) queue(r R) {
 	if c.testQueued != nil {
 		c.testQueued(len(c.q))
 	}
+	c.kick()
+}
+
+// alone reports, with mu held, whether a call may go out at once, on its
+// own: a round trip is free and nobody is queued. If so it takes the
+// round trip, which its caller gives back with loneDone.
+func (c *commitQueue[R]) alone() bool {
+	if c.inflight >= max(c.window, 1) || len(c.q) > 0 {
+		return false
+	}
+	c.inflight++
+	c.busy = true
+	return true
+}
+
+// kick starts a flusher, with mu held, when calls are queued and a round
+// trip is free.
+func (c *commitQueue[R]) kick() {
+	if len(c.q) == 0 || c.inflight >= max(c.window, 1) {
+		return
+	}
+	c.inflight++
+	c.busy = true
+	c.flushing++
+	go c.drain()
 }
 
 // loneDone is called when a lone call is back: the calls that queued
@@ -47,12 +77,9 @@ func (c *commitQueue[R]) queue(r R) {
 func (c *commitQueue[R]) loneDone() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.q) == 0 {
-		c.busy = false
-		return
-	}
-	c.flushing++
-	go c.drain()
+	c.inflight--
+	c.busy = c.inflight > 0
+	c.kick()
 }
 
 // drain flushes the queue until it is empty.
@@ -63,7 +90,8 @@ func (c *commitQueue[R]) drain() {
 		c.mu.Lock()
 		n := min(len(c.q), c.max)
 		if n == 0 {
-			c.busy = false
+			c.inflight--
+			c.busy = c.inflight > 0
 			c.mu.Unlock()
 			return
 		}

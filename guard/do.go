@@ -31,8 +31,13 @@ func (g *Group) Do(ctx context.Context, key string, load LoadFunc, opts ...CallO
 	if co.err != nil {
 		return Result{}, co.err
 	}
-	if r, ok := g.localHit(key); ok {
-		return r, nil
+	if it, ok := g.loc.get(key); ok {
+		if g.opts.EarlyRefreshBeta > 0 {
+			if now, known := g.clk.now(); known && g.earlyRefreshDue(it.e, now) {
+				g.refreshEarly(ctx, g.newCall(key, load, co))
+			}
+		}
+		return g.localResult(key, it), nil
 	}
 	probe, ok := g.br.allow()
 	if !ok {
@@ -45,7 +50,7 @@ func (g *Group) Do(ctx context.Context, key string, load LoadFunc, opts ...CallO
 	if e, ok := g.passHint(key); ok {
 		return g.passLoad(ctx, g.newCall(key, load, co), e)
 	}
-	e, now, hit, err := g.fastHit(ctx, key)
+	e, now, k, hit, err := g.fastHit(ctx, key)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return Result{}, ctx.Err()
@@ -55,7 +60,7 @@ func (g *Group) Do(ctx context.Context, key string, load LoadFunc, opts ...CallO
 		if g.earlyRefreshDue(e, now) {
 			g.refreshEarly(ctx, g.newCall(key, load, co))
 		}
-		return g.served(key, e, now, Hit)
+		return g.served(key, e, now, Hit, k)
 	}
 	return g.readPath(ctx, g.newCall(key, load, co))
 }
@@ -93,9 +98,9 @@ func (g *Group) readPathOnce(ctx context.Context, c *call) (Result, error) {
 	}
 	switch lk.st {
 	case fresh:
-		return g.served(c.key, lk.e, lk.now, Hit)
+		return g.served(c.key, lk.e, lk.now, Hit, lk.k)
 	case stale:
-		return g.served(c.key, lk.e, lk.now, Stale)
+		return g.served(c.key, lk.e, lk.now, Stale, keep{})
 	case passing:
 		g.hintPass(c.key, c.nm.entry, lk.e)
 		return g.passLoad(ctx, c, lk.e)
@@ -127,24 +132,45 @@ func (g *Group) claim(key string, res Result, claimed *atomic.Bool) Result {
 	return res
 }
 
-// localHit serves key from the in-process tier when it holds a fresh copy.
+// localHit serves key from the in-process tier when it holds a copy
+// (local.go): a fresh value whose entry has not changed in Redis since.
 func (g *Group) localHit(key string) (Result, bool) {
-	if g.loc == nil {
+	it, ok := g.loc.get(key)
+	if !ok {
 		return Result{}, false
 	}
-	le, ok := g.loc.Get(key)
-	if !ok || !time.Now().Before(le.freshUntil) {
-		return Result{}, false
-	}
-	age := time.Since(le.written)
+	return g.localResult(key, it), true
+}
+
+func (g *Group) localResult(key string, it *localItem) Result {
+	age := time.Since(it.base)
 	if h := g.opts.Hooks.Hit; h != nil {
 		h(key, age, true)
 	}
-	return Result{Value: le.value, Status: Hit, Age: age}, true
+	var fresh time.Duration
+	if now, known := g.clk.now(); known {
+		fresh = time.Duration(it.e.freshUntil-now) * time.Millisecond
+	}
+	return Result{Value: it.e.value, Status: Hit, Age: age, Fresh: fresh}
 }
 
-// served turns a decoded entry into the caller's answer.
-func (g *Group) served(key string, e entry, now int64, st Status) (Result, error) {
+// keep says where a read's value may go in the in-process tier: the name
+// of the key's entry and the ticket the read took before it was sent (see
+// local.go). The zero keep keeps nothing.
+type keep struct {
+	name string
+	tk   ticket
+}
+
+// keepOf returns the keep of a read of the entry named name about to be
+// sent.
+func (g *Group) keepOf(name string) keep {
+	return keep{name: name, tk: g.loc.ticket(name)}
+}
+
+// served turns a decoded entry into the caller's answer; a fresh value is
+// offered to the in-process tier as k says.
+func (g *Group) served(key string, e entry, now int64, st Status, k keep) (Result, error) {
 	age := time.Duration(max(now-e.written, 0)) * time.Millisecond
 	switch {
 	case e.negative:
@@ -160,20 +186,27 @@ func (g *Group) served(key string, e entry, now int64, st Status) (Result, error
 		if h := g.opts.Hooks.Hit; h != nil {
 			h(key, age, false)
 		}
-		g.keepLocal(key, e, now)
+		g.keepLocal(key, e, now, age, k)
 	}
 	fresh := time.Duration(e.freshUntil-now) * time.Millisecond
 	return Result{Value: e.value, Status: st, Age: age, Fresh: fresh, Oversize: e.oversize}, nil
 }
 
-func (g *Group) keepLocal(key string, e entry, now int64) {
-	if g.loc == nil || e.negative || e.errMark || e.oversize {
+// keepLocal offers the fresh entry e of key, read at now (Redis ms), to
+// the in-process tier.
+func (g *Group) keepLocal(key string, e entry, now int64, age time.Duration, k keep) {
+	if g.loc == nil || k.name == "" || e.negative || e.errMark || e.oversize || e.marker() {
 		return
+	}
+	// now is when Redis read its clock, before its reply travelled: the
+	// estimate, which never runs behind Redis's clock, may be later, and
+	// a copy must not outlive its fresh-until.
+	if est, known := g.clk.now(); known {
+		now = max(now, est)
 	}
 	left := time.Duration(e.freshUntil-now) * time.Millisecond
 	if left <= 0 {
 		return
 	}
-	written := time.Now().Add(-time.Duration(max(now-e.written, 0)) * time.Millisecond)
-	g.loc.Add(key, localEntry{value: e.value, freshUntil: time.Now().Add(min(left, g.opts.LocalTTL)), written: written})
+	g.loc.keep(key, k.name, k.tk, &e, left, age)
 }

@@ -77,31 +77,32 @@ func newHints() hints {
 // concurrent callers (hitqueue.go), so it allocates little; a failure
 // caused by ctx itself is returned without counting against Redis's
 // health.
-func (g *Group) fastHit(ctx context.Context, key string) (e entry, now int64, ok bool, err error) {
+func (g *Group) fastHit(ctx context.Context, key string) (e entry, now int64, k keep, ok bool, err error) {
 	h, hinted := g.hints.c.Peek(key)
 	if !hinted || h.pass {
-		return entry{}, 0, false, nil
+		return entry{}, 0, k, false, nil
 	}
 	now, known := g.clk.now()
 	if !known || h.freshUntil-now <= fastMargin.Milliseconds() {
-		return entry{}, 0, false, nil
+		return entry{}, 0, k, false, nil
 	}
 	g.step(ctx, "hit")
+	k = g.keepOf(h.entry)
 	s, err := g.hq.get(ctx, g.rdb, h.entry, g.opts.RedisTimeout, &g.hitDeadline)
 	switch {
 	case errors.Is(err, redis.Nil):
 		g.hints.c.Remove(key)
-		return entry{}, 0, false, nil
+		return entry{}, 0, k, false, nil
 	case err != nil && ctx.Err() != nil:
-		return entry{}, 0, false, ctx.Err()
+		return entry{}, 0, k, false, ctx.Err()
 	case err != nil && !unwell(err):
 		// A reply about this key's data (another type under its name): the
 		// read script drops it, reports it and loads.
 		g.hints.c.Remove(key)
-		return entry{}, 0, false, nil
+		return entry{}, 0, k, false, nil
 	case err != nil:
 		g.redisFailed("get", err)
-		return entry{}, 0, false, err
+		return entry{}, 0, k, false, err
 	}
 	g.br.success()
 	e, derr := decodeEntry(unsafe.Slice(unsafe.StringData(s), len(s)))
@@ -111,9 +112,9 @@ func (g *Group) fastHit(ctx context.Context, key string) (e entry, now int64, ok
 		// or an oversize marker this node has no copy for: let the script
 		// judge (and report a corrupt entry).
 		g.hints.c.Remove(key)
-		return entry{}, 0, false, nil
+		return entry{}, 0, k, false, nil
 	}
-	return e, now, true, nil
+	return e, now, k, true, nil
 }
 
 // hint records that key, whose entry is named entry, is fresh until fu

@@ -13,6 +13,7 @@ type lookup struct {
 	st  state
 	now int64 // Redis clock, ms
 	x   int64 // the read's lease outcome (see readReply)
+	k   keep  // where a fresh value may go in the in-process tier
 
 	// st == loaded: the read won the lease of a missing key and loaded it.
 	res     Result
@@ -111,6 +112,7 @@ func (g *Group) lookup(ctx context.Context, c *call) (lookup, error) {
 // fast hit path already), then what its lease outcome calls for.
 func (g *Group) readOnce(ctx context.Context, c *call, fl *flight) (lookup, error) {
 	g.step(ctx, "read")
+	k := g.keepOf(c.nm.entry)
 	rr, err := g.read(ctx, c.nm, false)
 	if err != nil {
 		return lookup{}, err
@@ -136,7 +138,7 @@ func (g *Group) readOnce(ctx context.Context, c *call, fl *flight) (lookup, erro
 	case rr.x < 0:
 		g.leaseHook(c.key, false)
 	}
-	return lookup{e: e, st: st, now: rr.now, x: rr.x}, nil
+	return lookup{e: e, st: st, now: rr.now, x: rr.x, k: k}, nil
 }
 
 // classify decodes a read. A corrupt entry is reported and treated as

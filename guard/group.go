@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/golang-lru/v2/expirable"
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/singleflight"
 
@@ -26,8 +25,9 @@ type Group struct {
 	hub  *notify.Hub
 	sf   singleflight.Group
 	br   breaker
-	loc  *expirable.LRU[string, localEntry] // nil when the local tier is off
-	over overStore                          // this node's copies of values over MaxValueBytes (oversize.go)
+	loc  *localTier // the in-process tier (local.go); nil when off
+	coh  *coherence // keeps loc told of changes (coherence.go)
+	over overStore  // this node's copies of values over MaxValueBytes (oversize.go)
 
 	firstLease  time.Duration  // lease taken by a read, before the watchdog extends it
 	clk         redisClock     // estimate of the Redis clock, for the fast hit path
@@ -67,12 +67,6 @@ type Group struct {
 	closing      chan struct{}  // closed by Close to stop the watchdogs left
 	closed       atomic.Bool
 	closeOnce    sync.Once
-}
-
-type localEntry struct {
-	value      []byte
-	freshUntil time.Time
-	written    time.Time
 }
 
 // New returns a Group that keeps its entries in rdb (a *redis.Client, a
@@ -119,7 +113,10 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 	g.waitArg = ms(wait)
 	g.keepArg = ms(fenceRetention)
 	if o.LocalEntries > 0 {
-		g.loc = expirable.NewLRU[string, localEntry](o.LocalEntries, nil, o.LocalTTL)
+		g.loc = newLocalTier(o)
+		if g.coh = newCoherence(rdb, g.loc, o); g.coh == nil {
+			g.loc = nil // a client whose changes cannot be followed
+		}
 	}
 	// Subscribe the fill channel now, so the first waiter finds it ready.
 	// A failure here (Redis down) is retried by the hub's dispatcher.
@@ -173,7 +170,9 @@ var leaseGrace = time.Second // a var for tests
 const fenceRetention = 24 * time.Hour
 
 // Close stops the Group: it waits for background refreshes (each bounded by
-// LoadTimeout and its grace; an abandoned loader is not waited for), closes the fill subscription and stops renewing the leases
+// LoadTimeout and its grace; an abandoned loader is not waited for), closes
+// the fill subscription and the in-process tier's report connections, and
+// stops renewing the leases
 // of loads still running for callers (their fills are still stored while
 // their fences hold). Calls after Close return ErrClosed. It does not close
 // the Redis client.
@@ -184,6 +183,7 @@ func (g *Group) Close() error {
 		g.closed.Store(true)
 		g.mu.Unlock()
 		err = g.hub.Close()
+		g.coh.close()
 		g.bg.Wait()
 		g.mu.Lock()
 		g.watchdogsOff = true

@@ -29,6 +29,13 @@ func newGroup(t *testing.T, rdb redis.UniversalClient, o Options) *Group {
 		// answer into a degraded one. Tests of timeouts set their own.
 		o.RedisTimeout = 5 * time.Second
 	}
+	if o.LocalEntries == 0 {
+		// These tests count, hold and fail the Group's Redis calls: with
+		// the in-process tier on (the default) a hit would make none. The
+		// tier has tests of its own (local_test.go, coherence_test.go),
+		// and the Groups made by New directly here keep it on.
+		o.LocalEntries = Disabled
+	}
 	g, err := New(rdb, o)
 	if err != nil {
 		t.Fatal(err)

@@ -2,11 +2,14 @@ package guard
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/stampede-go/stampede/internal/hashtag"
 )
 
 // The fast path's GETs, batched when callers overlap. A GET costs Redis
@@ -30,6 +33,9 @@ import (
 // client-side caching every hit is a plain GET, which that cache can serve
 // without a round trip (see the package doc).
 
+// hitWindow is how many batches of hits may be in flight at once.
+var hitWindow = 2
+
 // defaultHitBatch is the default of Options.MaxHitBatch.
 const defaultHitBatch = 256
 
@@ -37,8 +43,9 @@ const defaultHitBatch = 256
 // GET on its own.
 type hitQueue struct {
 	commitQueue[*getReq]
-	rdb redis.UniversalClient
-	rt  time.Duration // RedisTimeout
+	rdb  redis.UniversalClient
+	rt   time.Duration // RedisTimeout
+	mode int           // how a batch is sent: getPipeline, mgetOne, mgetSlots
 }
 
 // getReq is one queued GET. Its owner is the caller until it is queued,
@@ -74,7 +81,13 @@ func newHitQueue(rdb redis.UniversalClient, o Options) *hitQueue {
 		return nil
 	}
 	q := &hitQueue{rdb: rdb, rt: o.RedisTimeout}
-	q.max, q.flush, q.yield = o.MaxHitBatch, q.flushGets, true
+	switch rdb.(type) {
+	case *redis.Client:
+		q.mode = mgetOne
+	case *redis.ClusterClient:
+		q.mode = mgetSlots
+	}
+	q.max, q.flush, q.yield, q.window = o.MaxHitBatch, q.flushGets, true, hitWindow
 	return q
 }
 
@@ -101,14 +114,13 @@ func clientSideCaching(rdb redis.UniversalClient) bool {
 func (q *hitQueue) get(ctx context.Context, rdb redis.UniversalClient, name string, timeout time.Duration, sd *sharedDeadline) (string, error) {
 	if q != nil {
 		q.mu.Lock()
-		if q.busy {
+		if !q.alone() {
 			r := reqPool.Get().(*getReq)
 			r.name, r.enq = name, time.Now()
 			q.queue(r)
 			q.mu.Unlock()
 			return r.wait(ctx)
 		}
-		q.busy = true
 		q.mu.Unlock()
 		// Deferred: the queue must move on however this GET ends (a hook
 		// that panics, runtime.Goexit).
@@ -135,19 +147,91 @@ func (r *getReq) wait(ctx context.Context) (string, error) {
 	return s, err
 }
 
-// flushGets sends batch as one pipeline (or one GET) and answers its
-// callers.
+// flushGets sends batch as one round trip and answers its callers: one
+// MGET of its distinct names on a *redis.Client, one MGET per hash slot
+// (pipelined, so one round trip per node) on a *redis.ClusterClient, a
+// pipeline of GETs on any other client; a lone GET for a batch of one.
+// An MGET costs the client one command to encode and one reply to parse
+// instead of one per hit, and Redis one command to dispatch.
 func (q *hitQueue) flushGets(batch []*getReq) {
 	// batch[0] queued first: this bound is within RedisTimeout of when
 	// each of the batch's callers queued.
 	ctx, cancel := context.WithDeadline(context.Background(), batch[0].enq.Add(q.rt))
 	defer cancel()
-	if len(batch) == 1 {
+	switch {
+	case len(batch) == 1:
 		r := batch[0]
 		r.val, r.err = q.rdb.Get(ctx, r.name).Result()
-		answer(r)
-		return
+	case q.mode == mgetOne:
+		q.mget(ctx, batch)
+	case q.mode == mgetSlots:
+		q.mgetSlots(ctx, batch)
+	default:
+		q.pipeGets(ctx, batch)
 	}
+	for _, r := range batch {
+		answer(r)
+	}
+}
+
+// How a batch of hits is sent.
+const (
+	getPipeline = iota // a pipeline of GETs
+	mgetOne            // one MGET (a *redis.Client)
+	mgetSlots          // one MGET per slot, pipelined (a *redis.ClusterClient)
+)
+
+// mget reads the names of batch with one MGET.
+func (q *hitQueue) mget(ctx context.Context, batch []*getReq) {
+	names, idx := distinctNames(batch)
+	vals, err := q.rdb.MGet(ctx, names...).Result()
+	for i, r := range batch {
+		r.val, r.err = mgetValue(vals, idx[i], err)
+	}
+}
+
+// mgetSlots reads the names of batch with one MGET per slot, in one
+// pipeline. A slot's MGET that Redis refuses (TRYAGAIN while the slot
+// migrates and its keys are split between two nodes, or any reply about
+// the command rather than Redis's health) is read again as GETs, which
+// follow ASK redirections one key at a time.
+func (q *hitQueue) mgetSlots(ctx context.Context, batch []*getReq) {
+	bySlot := map[int][]*getReq{}
+	var slots []int
+	for _, r := range batch {
+		sl := hashtag.Slot(r.name)
+		if bySlot[sl] == nil {
+			slots = append(slots, sl)
+		}
+		bySlot[sl] = append(bySlot[sl], r)
+	}
+	pipe := q.rdb.Pipeline()
+	cmds := make([]*redis.SliceCmd, len(slots))
+	idxs := make([][]int, len(slots))
+	for j, sl := range slots {
+		var names []string
+		names, idxs[j] = distinctNames(bySlot[sl])
+		cmds[j] = pipe.MGet(ctx, names...)
+	}
+	_, _ = pipe.Exec(ctx) // each command carries its own error
+	var again []*getReq
+	for j, sl := range slots {
+		vals, err := cmds[j].Result()
+		if err != nil && (!unwell(err) || redis.HasErrorPrefix(err, "TRYAGAIN")) {
+			again = append(again, bySlot[sl]...)
+			continue
+		}
+		for i, r := range bySlot[sl] {
+			r.val, r.err = mgetValue(vals, idxs[j][i], err)
+		}
+	}
+	if len(again) > 0 {
+		q.pipeGets(ctx, again)
+	}
+}
+
+// pipeGets reads the names of batch with a pipeline of GETs.
+func (q *hitQueue) pipeGets(ctx context.Context, batch []*getReq) {
 	pipe := q.rdb.Pipeline()
 	cmds := make([]*redis.StringCmd, len(batch))
 	for i, r := range batch {
@@ -156,8 +240,42 @@ func (q *hitQueue) flushGets(batch []*getReq) {
 	_, _ = pipe.Exec(ctx) // each command carries its own error
 	for i, r := range batch {
 		r.val, r.err = cmds[i].Result()
-		answer(r)
 	}
+}
+
+// distinctNames returns the distinct names of batch, and the index in them of
+// each request's name: concurrent hits of one hot key cost one name.
+func distinctNames(batch []*getReq) (names []string, idx []int) {
+	names, idx = make([]string, 0, len(batch)), make([]int, len(batch))
+	at := make(map[string]int, len(batch))
+	for i, r := range batch {
+		j, ok := at[r.name]
+		if !ok {
+			j = len(names)
+			at[r.name] = j
+			names = append(names, r.name)
+		}
+		idx[i] = j
+	}
+	return names, idx
+}
+
+// mgetValue is what GET would have answered for the i-th name of an MGET
+// that answered vals, err: a missing key (or one holding another type,
+// which MGET answers as missing too: the read script then drops and
+// reports it) is redis.Nil.
+func mgetValue(vals []any, i int, err error) (string, error) {
+	if err != nil {
+		return "", err
+	}
+	if i >= len(vals) {
+		return "", errors.New("guard: short MGET reply")
+	}
+	s, ok := vals[i].(string)
+	if !ok {
+		return "", redis.Nil
+	}
+	return s, nil
 }
 
 // answer hands r back to its caller, or to the pool if the caller left.

@@ -14,28 +14,35 @@ import (
 	"github.com/stampede-go/stampede/internal/redistest"
 )
 
-// gateHook holds the plain GET of one Redis name until gate is closed, and
-// counts the pipelines the client sends.
+// gateHook holds the plain GETs of some Redis names until gate is closed,
+// and counts the batches of hits the client sends.
 type gateHook struct {
-	name    string
-	entered chan struct{} // closed when the held GET reaches the hook
+	names   map[string]bool
+	entered chan struct{} // closed when every held GET reached the hook
+	held    atomic.Int64
 	gate    chan struct{}
-	once    sync.Once
-	panics  bool         // the held GET panics when let go
-	pipes   atomic.Int64 // pipelines sent
-	piped   atomic.Int64 // GETs in them
+	panics  bool         // a held GET panics when let go
+	pipes   atomic.Int64 // batches sent: pipelines, and MGETs sent alone
+	piped   atomic.Int64 // the hits in them (GETs, and the names of MGETs)
 }
 
-func newGateHook(name string) *gateHook {
-	return &gateHook{name: name, entered: make(chan struct{}), gate: make(chan struct{})}
+func newGateHook(names ...string) *gateHook {
+	h := &gateHook{names: map[string]bool{}, entered: make(chan struct{}), gate: make(chan struct{})}
+	for _, n := range names {
+		h.names[n] = true
+	}
+	return h
 }
 
 func (h *gateHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h *gateHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if args := cmd.Args(); cmd.Name() == "get" && len(args) == 2 && args[1] == h.name {
-			h.once.Do(func() { close(h.entered) })
+		args := cmd.Args()
+		if name, _ := args[len(args)-1].(string); cmd.Name() == "get" && len(args) == 2 && h.names[name] {
+			if h.held.Add(1) == int64(len(h.names)) {
+				close(h.entered)
+			}
 			select {
 			case <-h.gate:
 			case <-ctx.Done():
@@ -45,6 +52,10 @@ func (h *gateHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 				panic("hook panics")
 			}
 		}
+		if cmd.Name() == "mget" {
+			h.pipes.Add(1)
+			h.piped.Add(int64(len(args) - 1))
+		}
 		return next(ctx, cmd)
 	}
 }
@@ -53,12 +64,24 @@ func (h *gateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		h.pipes.Add(1)
 		for _, c := range cmds {
-			if c.Name() == "get" {
+			switch c.Name() {
+			case "get":
 				h.piped.Add(1)
+			case "mget":
+				h.piped.Add(int64(len(c.Args()) - 1))
 			}
 		}
 		return next(ctx, cmds)
 	}
+}
+
+// oneRoundTrip makes the hits of the Groups a test creates go out one
+// round trip at a time (hitWindow 1), as the tests that hold one GET and
+// count the callers queued behind it need.
+func oneRoundTrip(t *testing.T) {
+	old := hitWindow
+	hitWindow = 1
+	t.Cleanup(func() { hitWindow = old })
 }
 
 // hotKeys fills n keys through g, each with the value "v:"+key, and hits
@@ -93,10 +116,11 @@ func queued(t *testing.T, g *Group, n int) {
 }
 
 // TestHitBatching: the hits that arrive while a GET is in flight go out
-// together, as one pipeline, when it is back, and every caller gets its own
-// key's value; on a cluster the pipeline is split by node. Then many
+// together when it is back (one MGET; on a cluster one MGET per slot, in a
+// pipeline split by node), and every caller gets its own key's value. Then many
 // callers hitting many keys at once each get their own values.
 func TestHitBatching(t *testing.T) {
+	oneRoundTrip(t)
 	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
 		// Correctness is the claim here, not latency: a RedisTimeout that
 		// a loaded machine running -race cannot miss.
@@ -125,8 +149,8 @@ func TestHitBatching(t *testing.T) {
 				t.Errorf("caller %d: %v %q %v, want a hit of v:%s", i, r.Status, r.Value, errs[i], keys[i])
 			}
 		}
-		if got := h.piped.Load(); got != n-1 {
-			t.Errorf("%d GETs pipelined in %d pipelines, want the %d queued", got, h.pipes.Load(), n-1)
+		if got, batches := h.piped.Load(), h.pipes.Load(); got != n-1 || batches != 1 {
+			t.Errorf("%d hits batched in %d batches, want the %d queued in one", got, batches, n-1)
 		}
 
 		t.Run("herd", func(t *testing.T) {
@@ -154,6 +178,7 @@ func TestHitBatching(t *testing.T) {
 // while the GET ahead of them is still held, without a breaker verdict;
 // the callers that stayed are answered, and the Group serves hits after.
 func TestHitBatchCallersLeave(t *testing.T) {
+	oneRoundTrip(t)
 	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
 		var redisErrs atomic.Int64
 		g := newGroup(t, rdb, Options{Hooks: Hooks{RedisError: func(string, error) { redisErrs.Add(1) }}})
@@ -208,6 +233,7 @@ func TestHitBatchCallersLeave(t *testing.T) {
 // TestHitBatchLonePanics: a lone caller's GET that panics (a hook) still
 // hands the callers queued behind it to a flusher.
 func TestHitBatchLonePanics(t *testing.T) {
+	oneRoundTrip(t)
 	rdb := redistest.Shared(t).Client(t)
 	g := newGroup(t, rdb, Options{})
 	const n = 5
@@ -262,6 +288,7 @@ func frozenHits(t *testing.T, rdb redis.UniversalClient, srv *redistest.Server, 
 	var opened atomic.Int64
 	g, err := New(rdb, Options{
 		RedisTimeout: timeout, BreakerCooldown: 200 * time.Millisecond,
+		LocalEntries: Disabled, // hits must reach the frozen server
 		Hooks: Hooks{Breaker: func(open bool) {
 			if open {
 				opened.Add(1)
@@ -340,5 +367,125 @@ func TestHitBatchOff(t *testing.T) {
 	}
 	if _, err := New(rdb, Options{MaxHitBatch: -2}); err == nil {
 		t.Error("MaxHitBatch -2 accepted")
+	}
+}
+
+// TestHitBatchWindow: two round trips of hits may be in flight at once
+// (hitWindow): with two GETs held, the callers that come next queue, and
+// go out together once one is back.
+func TestHitBatchWindow(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
+		g := newGroup(t, rdb, Options{RedisTimeout: 10 * time.Second})
+		const n = 12
+		keys := hotKeys(t, g, n)
+		h := newGateHook(g.names(keys[0]).entry, g.names(keys[1]).entry)
+		rdb.AddHook(h)
+		var wg sync.WaitGroup
+		do := func(i int) {
+			wg.Go(func() {
+				if r, err := g.Do(ctxT(t), keys[i], nil2); err != nil || r.Status != Hit || string(r.Value) != "v:"+keys[i] {
+					t.Errorf("caller %d: %v %q %v", i, r.Status, r.Value, err)
+				}
+			})
+		}
+		do(0)
+		do(1)
+		<-h.entered // two lone GETs in flight
+		for i := 2; i < n; i++ {
+			do(i)
+		}
+		queued(t, g, n-2)
+		close(h.gate)
+		wg.Wait()
+		if got := h.piped.Load(); got != n-2 {
+			t.Errorf("%d hits batched, want the %d queued", got, n-2)
+		}
+	})
+}
+
+// TestHitBatchOneKey: concurrent hits of one key share its name in the
+// batch's MGET, and each caller gets the value.
+func TestHitBatchOneKey(t *testing.T) {
+	oneRoundTrip(t)
+	rdb := redistest.Shared(t).Client(t)
+	g := newGroup(t, rdb, Options{RedisTimeout: 10 * time.Second})
+	keys := hotKeys(t, g, 2)
+	h := newGateHook(g.names(keys[0]).entry)
+	rdb.AddHook(h)
+	var wg sync.WaitGroup
+	do := func(key string) {
+		wg.Go(func() {
+			if r, err := g.Do(ctxT(t), key, nil2); err != nil || r.Status != Hit || string(r.Value) != "v:"+key {
+				t.Errorf("%v %q %v", r.Status, r.Value, err)
+			}
+		})
+	}
+	do(keys[0])
+	<-h.entered
+	for range 8 {
+		do(keys[1])
+	}
+	queued(t, g, 8)
+	close(h.gate)
+	wg.Wait()
+	if got := h.piped.Load(); got != 1 {
+		t.Errorf("the batch of 8 hits of one key read %d names, want 1", got)
+	}
+}
+
+// tryAgainHook answers every MGET of a pipeline with TRYAGAIN, as a node
+// does while the slot's keys are split by a migration.
+type tryAgainHook struct{ n atomic.Int64 }
+
+type tryAgainErr struct{}
+
+func (tryAgainErr) Error() string { return "TRYAGAIN Multiple keys request during rehashing of slot" }
+func (tryAgainErr) RedisError()   {}
+
+func (h *tryAgainHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *tryAgainHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *tryAgainHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, c := range cmds {
+			if c.Name() == "mget" {
+				h.n.Add(1)
+				c.SetErr(tryAgainErr{})
+			}
+		}
+		return err
+	}
+}
+
+// TestHitBatchTryAgain: on a cluster, a slot's MGET refused with TRYAGAIN
+// (a migration splits its keys) is read again as GETs: its callers get
+// their values, and the breaker hears nothing.
+func TestHitBatchTryAgain(t *testing.T) {
+	oneRoundTrip(t)
+	rdb := redistest.SharedCluster(t).Client(t)
+	var redisErrs atomic.Int64
+	g := newGroup(t, rdb, Options{RedisTimeout: 10 * time.Second, Hooks: Hooks{RedisError: func(string, error) { redisErrs.Add(1) }}})
+	const n = 6
+	keys := hotKeys(t, g, n)
+	gate := newGateHook(g.names(keys[0]).entry)
+	rdb.AddHook(gate)
+	ta := &tryAgainHook{}
+	rdb.AddHook(ta)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			if r, err := g.Do(ctxT(t), keys[i], nil2); err != nil || r.Status != Hit || string(r.Value) != "v:"+keys[i] {
+				t.Errorf("caller %d: %v %q %v", i, r.Status, r.Value, err)
+			}
+		})
+		if i == 0 {
+			<-gate.entered
+		}
+	}
+	queued(t, g, n-1)
+	close(gate.gate)
+	wg.Wait()
+	if ta.n.Load() == 0 || redisErrs.Load() != 0 || g.br.open() {
+		t.Errorf("%d MGETs refused, %d Redis errors, breaker open %v; want refusals, no errors", ta.n.Load(), redisErrs.Load(), g.br.open())
 	}
 }

@@ -20,9 +20,7 @@ func (g *Group) Invalidate(ctx context.Context, key string) error {
 	if err := g.check(ctx, key, func(context.Context) ([]byte, error) { return nil, nil }); err != nil {
 		return err
 	}
-	if g.loc != nil {
-		g.loc.Remove(key)
-	}
+	g.loc.remove(key)
 	g.hints.c.Remove(key)
 	g.over.c.Remove(key)
 	nm := g.names(key)
@@ -32,6 +30,9 @@ func (g *Group) Invalidate(ctx context.Context, key string) error {
 func (g *Group) invalidate(ctx context.Context, nm names) error {
 	rctx, cancel := context.WithTimeout(ctx, g.opts.RedisTimeout)
 	defer cancel()
+	// Whatever the outcome (a timeout may have run the script), a GET sent
+	// before it returns may carry the value it dropped: none is kept.
+	defer g.loc.changed(nm.entry)
 	v, err := scripts.GuardInvalidate().Run(rctx, g.rdb, nm.keys[:5], g.keepArg, nm.entry).Slice()
 	if err != nil {
 		g.redisFailed("invalidate", err)
@@ -69,6 +70,9 @@ func (g *Group) InvalidateTag(ctx context.Context, tag string) error {
 		return err
 	}
 	g.dropLocalTag(tag)
+	// Again once the script ran (or may have): a read sent before may
+	// carry a value it dropped.
+	defer g.dropLocalTag(tag)
 	members, inv := g.tagNames(tag)
 	own := strings.TrimSuffix(members, ":tkeys") + "/"
 	rctx, cancel := context.WithTimeout(ctx, g.opts.RedisTimeout)
@@ -114,11 +118,5 @@ func (g *Group) dropLocalTag(tag string) {
 			g.hints.c.Remove(k)
 		}
 	}
-	if g.loc != nil {
-		for _, k := range g.loc.Keys() {
-			if of(k) {
-				g.loc.Remove(k)
-			}
-		}
-	}
+	g.loc.removeIf(of)
 }

@@ -54,6 +54,7 @@ type waitState struct {
 	// woke: the wait woke at least once; notified: its last wake-up was
 	// the fill's notification (reported once, when the wait ends).
 	woke, notified bool
+	k              keep // of the last read, for the in-process tier
 }
 
 // resolveMiss is the body of a miss flight: wait for another node's fill
@@ -75,6 +76,7 @@ func (g *Group) resolveMiss(ctx context.Context, c *call, x int64, marker *entry
 		if !w.force {
 			g.awaitFill(ctx, c.key, &w, wake, remaining)
 		}
+		w.k = g.keepOf(c.nm.entry)
 		rr, err := g.read(ctx, c.nm, w.force)
 		w.force = false
 		if err != nil {
@@ -125,10 +127,10 @@ func (g *Group) afterWait(ctx context.Context, c *call, rr readReply, w *waitSta
 		*w.marker = e
 		return Result{}, errPassing, true
 	case st == fresh:
-		res, err = g.served(c.key, e, rr.now, Shared)
+		res, err = g.served(c.key, e, rr.now, Shared, w.k)
 		return res, err, true
 	case st == stale:
-		res, err = g.served(c.key, e, rr.now, Stale)
+		res, err = g.served(c.key, e, rr.now, Stale, keep{})
 		return res, err, true
 	case st == oversized:
 		res, err = g.loadOversize(ctx, c.key, c.load, e, rr.now)

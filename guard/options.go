@@ -10,8 +10,8 @@ import (
 
 // Options configures a Group. The zero value is ready to use, and a zero
 // field always means its documented default. The fields that can be turned
-// off (StaleFor, Jitter, NegativeFor, MaxHitBatch) take Disabled for that; New rejects
-// every other negative value with an error.
+// off (StaleFor, Jitter, NegativeFor, MaxHitBatch, LocalEntries) take
+// Disabled for that; New rejects every other negative value with an error.
 type Options struct {
 	// Namespace is prepended to every Redis key and channel of the Group. It
 	// must not contain '{' or '}'. Default: "stampede:".
@@ -107,13 +107,27 @@ type Options struct {
 	// beyond that a node loads again. Default: 8 MiB.
 	MaxValueBytes int
 
-	// LocalEntries turns on the in-process tier: up to this many fresh
-	// values are kept in memory for LocalTTL, so a hot key's hit costs no
-	// round trip. Invalidate drops the local copy of the calling node only.
-	// Default: 0 (off).
+	// LocalEntries bounds the in-process tier: fresh values kept in
+	// memory, so that a hot key's hit costs no round trip. The tier is
+	// coherent: another node's fill, refresh or Invalidate of a key drops
+	// its copy here within milliseconds (Redis reports each change to a
+	// connection the Group keeps on every master: see the package doc,
+	// "The in-process tier"), a copy is served up to its value's
+	// fresh-until and never after, and no caller gets a value older than
+	// one a call that ended before it began already returned. On a client
+	// the guard cannot follow changes on (a *redis.Ring or another
+	// UniversalClient that is neither a *redis.Client nor a
+	// *redis.ClusterClient), or while Redis refuses the report connection
+	// (a server before 6.0, an ACL without CLIENT TRACKING), the tier
+	// stays off. Default: 10000. Disabled: off.
 	LocalEntries int
-	// LocalTTL bounds how long a local copy is served (never past the value's
-	// fresh-until). Default: 1s.
+	// LocalBytes bounds the memory of the tier's copies: each costs its
+	// value's length plus 256 bytes and its key and name, and a value
+	// costing more than LocalBytes/8 is not kept. Default: 64 MiB.
+	LocalBytes int
+	// LocalTTL is a backstop on how long a copy is served, should a
+	// change ever go unreported: a copy lives until its value's
+	// fresh-until or for LocalTTL, whichever ends first. Default: 1m.
 	LocalTTL time.Duration
 
 	// MaxBatch is the most keys one call of a batch loader is given (see
@@ -138,9 +152,15 @@ const (
 )
 
 // Disabled turns off an Options field or call option that can be off
-// (StaleFor, Jitter, NegativeFor, MaxHitBatch, WithStaleFor): zero means
-// the default.
+// (StaleFor, Jitter, NegativeFor, MaxHitBatch, LocalEntries, WithStaleFor):
+// zero means the default.
 const Disabled = -1
+
+// The defaults of Options.LocalEntries and Options.LocalBytes.
+const (
+	defaultLocalEntries = 10000
+	defaultLocalBytes   = 64 << 20
+)
 
 // MaxKeyBytes is the longest key accepted.
 const MaxKeyBytes = 64 << 10
@@ -182,7 +202,7 @@ func (o Options) withDefaults() (Options, error) {
 		def(&o.ErrorBackoff, time.Second, "ErrorBackoff"),
 		def(&o.RedisTimeout, 250*time.Millisecond, "RedisTimeout"),
 		def(&o.BreakerCooldown, time.Second, "BreakerCooldown"),
-		def(&o.LocalTTL, time.Second, "LocalTTL"),
+		def(&o.LocalTTL, time.Minute, "LocalTTL"),
 	}
 	if err := errors.Join(errs...); err != nil {
 		return o, err
@@ -209,8 +229,19 @@ func (o Options) withDefaults() (Options, error) {
 	case o.MaxHitBatch == 0:
 		o.MaxHitBatch = defaultHitBatch
 	}
-	if o.BreakerFailures < 0 || o.MaxValueBytes < 0 || o.LocalEntries < 0 || o.MaxBatch < 0 {
-		return o, errors.New("guard: negative BreakerFailures, MaxValueBytes, LocalEntries or MaxBatch")
+	switch {
+	case o.LocalEntries == Disabled:
+		o.LocalEntries = 0
+	case o.LocalEntries < 0:
+		return o, fmt.Errorf("guard: negative LocalEntries %d (Disabled turns the tier off)", o.LocalEntries)
+	case o.LocalEntries == 0:
+		o.LocalEntries = defaultLocalEntries
+	}
+	if o.BreakerFailures < 0 || o.MaxValueBytes < 0 || o.LocalBytes < 0 || o.MaxBatch < 0 {
+		return o, errors.New("guard: negative BreakerFailures, MaxValueBytes, LocalBytes or MaxBatch")
+	}
+	if o.LocalBytes == 0 {
+		o.LocalBytes = defaultLocalBytes
 	}
 	if o.MaxBatch == 0 {
 		o.MaxBatch = 100

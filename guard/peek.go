@@ -30,6 +30,7 @@ func (g *Group) Peek(ctx context.Context, key string) (Result, error) {
 	}
 	defer g.br.release(probe)
 	nm := g.names(key)
+	k := g.keepOf(nm.entry)
 	rr, err := g.peekRead(ctx, nm)
 	if err != nil {
 		return Result{}, fmt.Errorf("%w: %w", ErrNotCached, err)
@@ -39,9 +40,9 @@ func (g *Group) Peek(ctx context.Context, key string) (Result, error) {
 	case st == missing || st == passing || st == oversized || e.errMark:
 		return Result{}, ErrNotCached
 	case st == fresh:
-		return g.served(key, e, rr.now, Hit)
+		return g.served(key, e, rr.now, Hit, k)
 	}
-	return g.served(key, e, rr.now, Stale)
+	return g.served(key, e, rr.now, Stale, keep{})
 }
 
 // noLoad stands for the loader Peek does not have, for the checks of Do.

@@ -127,6 +127,12 @@ func (g *Group) store(ctx context.Context, key string, nm names, f fillSpec) {
 	if f.mode == "-" {
 		fresh = time.Millisecond // windows are not used, but must be valid
 	}
+	if f.mode != "-" {
+		// Whatever the outcome (a timeout may have run the script): a
+		// read sent before it returns may carry the value it replaced,
+		// which is kept no more in the in-process tier.
+		defer g.loc.changed(nm.entry)
+	}
 	sent := g.clk.local()
 	reply, err := g.callScript(context.WithoutCancel(ctx), g.fillQ, scripts.GuardFill,
 		scriptCall{nm.keys, []any{f.fence, f.value, ms(fresh), ms(f.stale),

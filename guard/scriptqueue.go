@@ -55,13 +55,12 @@ func newScriptQueue(rdb redis.UniversalClient, script func() *redis.Script, o Op
 func (g *Group) callScript(ctx context.Context, q *scriptQueue, script func() *redis.Script, c scriptCall) ([]any, error) {
 	if q != nil {
 		q.mu.Lock()
-		if q.busy {
+		if !q.alone() {
 			r := &scriptReq{call: c, enq: time.Now(), done: make(chan struct{}, 1)}
 			q.queue(r)
 			q.mu.Unlock()
 			return r.wait(ctx)
 		}
-		q.busy = true
 		q.mu.Unlock()
 		// Deferred: the queue must move on however this call ends.
 		defer q.loneDone()

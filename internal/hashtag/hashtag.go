@@ -78,3 +78,24 @@ func KeyBase(prefix, key string) string {
 func ValidPrefix(prefix string) bool {
 	return !strings.ContainsAny(prefix, "{}")
 }
+
+// Slot returns the Redis Cluster hash slot of the key name: CRC16/XMODEM
+// of its hash tag (Tag's rule), or of the whole name when it has none,
+// modulo 16384.
+func Slot(name string) int {
+	if t, ok := Tag(name); ok {
+		name = t
+	}
+	var crc uint16
+	for i := 0; i < len(name); i++ {
+		crc ^= uint16(name[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc % 16384)
+}

@@ -27,6 +27,15 @@ func slot(key string) uint16 {
 	return crc % 16384
 }
 
+// TestSlot: Slot is the specification's slot.
+func TestSlot(t *testing.T) {
+	for _, key := range []string{"123456789", "foo", "{user1000}.following", "foo{}{bar}", "", "{", "}{x}", "ns:{a%7Db}:lease"} {
+		if got, want := Slot(key), int(slot(key)); got != want {
+			t.Errorf("Slot(%q) = %d, want %d", key, got, want)
+		}
+	}
+}
+
 func TestSlotMatchesSpec(t *testing.T) {
 	// Values from the Redis Cluster specification and CLUSTER KEYSLOT.
 	for key, want := range map[string]uint16{"123456789": 12739 % 16384, "foo": 12182, "{user1000}.following": 3443, "foo{}{bar}": 8363} {

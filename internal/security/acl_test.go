@@ -402,8 +402,8 @@ func TestACLMissingPermissions(t *testing.T) {
 // TestACLMissingChannels runs the guard and the locks as a user with no
 // channel access, the default for a new user since Redis 7.0
 // (acl-pubsub-default resetchannels). Each guard node reports the refused
-// subscription through Hooks.RedisError("subscribe"), and the filling node
-// its refused PUBLISH; a waiter is still served, by its fallback polling. A
+// subscription through Hooks.RedisError("subscribe") and its in-process
+// tier's ("track"), and the filling node its refused PUBLISH; a waiter is still served, by its fallback polling. A
 // lock waiter gets the NOPERM error at once instead of waiting out WaitFor
 // for a wake-up that can never come; locks work while nobody waits.
 func TestACLMissingChannels(t *testing.T) {
@@ -436,13 +436,17 @@ func TestACLMissingChannels(t *testing.T) {
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		if errs := byNode["b"]; len(errs) != 1 || !refused(errs[0], "subscribe") {
-			t.Errorf("waiting node: Hooks.RedisError got %q, want its refused SUBSCRIBE only", errs)
+		has := func(errs []string, op string) bool {
+			return slices.ContainsFunc(errs, func(e string) bool { return refused(e, op) })
+		}
+		// Each node's in-process tier reports its refused subscription
+		// (op "track") and stays off.
+		if errs := byNode["b"]; len(errs) != 2 || !has(errs, "subscribe") || !has(errs, "track") {
+			t.Errorf("waiting node: Hooks.RedisError got %q, want its refused SUBSCRIBE and its tier's", errs)
 		}
 		errs := byNode["a"]
-		if len(errs) != 2 || !slices.ContainsFunc(errs, func(e string) bool { return refused(e, "subscribe") }) ||
-			!slices.ContainsFunc(errs, func(e string) bool { return refused(e, "fill") }) {
-			t.Errorf("filling node: Hooks.RedisError got %q, want its refused SUBSCRIBE and the fill's refused PUBLISH", errs)
+		if len(errs) != 3 || !has(errs, "subscribe") || !has(errs, "track") || !has(errs, "fill") {
+			t.Errorf("filling node: Hooks.RedisError got %q, want its refused SUBSCRIBE, its tier's and the fill's refused PUBLISH", errs)
 		}
 	})
 

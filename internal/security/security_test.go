@@ -32,22 +32,27 @@ func TestMain(m *testing.M) { redistest.Main(m) }
 // Commands: EVALSHA, with EVAL when the script is not cached yet (go-redis
 // Script.Run; SCRIPT LOAD is never sent), GET (the guard's fast hit path),
 // SET (a free token lock not waited for),
-// SUBSCRIBE (one connection per Group and per lock Client), and every
-// command the Lua scripts call: Redis checks those against the user too.
+// SUBSCRIBE (one connection per Group and per lock Client, and the
+// in-process tier's report connection of each Group), CLIENT ID and CLIENT
+// TRACKING (that report connection), and every command the Lua scripts
+// call: Redis checks those against the user too. Channels: also
+// __redis__:invalidate, where Redis sends the tier's reports.
 const aclLine = "ACL SETUSER stampede reset on >CHANGE-ME" +
-	" ~stampede:{* ~stampede:lock:{* &stampede:fill:* &stampede:lock:wake:*" +
-	" +evalsha +eval +get +subscribe" +
+	" ~stampede:{* ~stampede:lock:{* &stampede:fill:* &stampede:lock:wake:* &__redis__:invalidate" +
+	" +evalsha +eval +get +subscribe +client|id +client|tracking" +
 	" +time +set +del +exists +pexpire +pttl +incr +getrange +strlen +sadd +smembers +publish" +
 	" +type +hset +hget +hgetall +hdel +zadd +zrem +zpopmin +zremrangebyscore"
 
 // clientCommands are the commands the Go code sends itself (the rest of
 // aclLine's commands are called by the Lua scripts).
 var clientCommands = []string{
-	"evalsha",   // scripts.*.Run (guard, lock)
-	"eval",      // scripts.*.Run when EVALSHA answers NOSCRIPT
-	"get",       // guard/fasthit.go
-	"set",       // lock/obtain.go: a free token lock, not waited for, is a plain SET NX PX
-	"subscribe", // internal/notify: a Group's fill channel, a lock Client's wake channel
+	"evalsha",         // scripts.*.Run (guard, lock)
+	"eval",            // scripts.*.Run when EVALSHA answers NOSCRIPT
+	"get",             // guard/fasthit.go
+	"set",             // lock/obtain.go: a free token lock, not waited for, is a plain SET NX PX
+	"subscribe",       // internal/notify: a Group's fill channel, a lock Client's wake channel; guard/coherence.go: the tier's reports
+	"client|id",       // guard/coherence.go: the report connection redirects to itself
+	"client|tracking", // guard/coherence.go: CLIENT TRACKING ON ... BCAST PREFIX <Namespace>
 }
 
 // aclUser splits aclLine into the user's name and its rules (after "reset
@@ -282,7 +287,13 @@ func guardCycle(t *testing.T, rdbA, rdbB redis.UniversalClient, key string) {
 	if err := a.g.Invalidate(ctx, key); err != nil {
 		t.Fatalf("Invalidate: %v", err)
 	}
-	res, err = b.g.Do(ctx, key, l.of("v3"))
+	// The second node's in-process tier drops its copy when Redis's report
+	// of the Invalidate arrives, within milliseconds; until then it serves
+	// the copy.
+	redistest.Eventually(t, waitLimit, "the Invalidate to reach the second node", func() bool {
+		res, err = b.g.Do(ctx, key, l.of("v3"))
+		return err != nil || res.Status != guard.Hit || string(res.Value) != "v2"
+	})
 	checkResult(t, "after Invalidate", res, err, "v3", guard.Miss)
 	res, err = a.g.Do(ctx, key, never(t))
 	checkResult(t, "after Invalidate, other node", res, err, "v3", guard.Hit)

@@ -1,0 +1,288 @@
+package guard
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stampede-go/stampede/internal/redistest"
+)
+
+// The in-process tier across nodes: two Groups on two clients stand for
+// two nodes of a fleet.
+
+// localProbe is the key waitLocal reads.
+const localProbe = "local-probe"
+
+// localNode is a Group with its in-process tier on, and the hits it
+// served from that tier.
+type localNode struct {
+	*Group
+	local atomic.Int64
+}
+
+func newLocalNode(t *testing.T, rdb redis.UniversalClient, o Options) *localNode {
+	t.Helper()
+	n := &localNode{}
+	o.Hooks.Hit = func(key string, _ time.Duration, local bool) {
+		if local {
+			n.local.Add(1)
+		}
+	}
+	n.Group = newGroup(t, rdb, o)
+	return n
+}
+
+// waitLocal returns once n serves a hit from its tier: the tier is on
+// (its report connections confirmed).
+func waitLocal(t *testing.T, n *localNode) {
+	t.Helper()
+	load := func(context.Context) ([]byte, error) { return []byte("probe"), nil }
+	redistest.Eventually(t, 10*time.Second, "the in-process tier on", func() bool {
+		before := n.local.Load()
+		for range 2 { // the first keeps the copy (a short LocalTTL may end it soon)
+			if _, err := n.Get(ctxT(t), localProbe, load); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return n.local.Load() > before
+	})
+}
+
+// read is one call of a reader: when it began and ended, and the version
+// it got (-1: an error).
+type read struct {
+	start, end time.Time
+	v          int
+}
+
+// version parses a value "v<n>".
+func version(b []byte) int {
+	n, err := strconv.Atoi(string(b[1:]))
+	if len(b) < 2 || err != nil {
+		return -1
+	}
+	return n
+}
+
+// readers runs n goroutines calling node for key until stop is closed,
+// and returns what each call got. With pause, each waits 10µs between
+// calls, as a request handler waits for its client: goroutines that do
+// nothing but local hits on every core leave the reports' goroutine to
+// Go's scheduler, which polls the network only every 10ms then
+// (BenchmarkLocalCoherence measures both).
+func readers(t *testing.T, node *localNode, key string, load LoadFunc, n int, pause bool, stop <-chan struct{}) func() []read {
+	var wg sync.WaitGroup
+	out := make([][]read, n)
+	for w := range n {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				r := read{start: time.Now()}
+				v, err := node.Get(context.Background(), key, load)
+				r.end, r.v = time.Now(), -1
+				if err == nil {
+					r.v = version(v)
+				}
+				out[w] = append(out[w], r)
+				if !pause {
+					continue
+				}
+				p := time.NewTimer(10 * time.Microsecond)
+				select {
+				case <-p.C:
+				case <-stop:
+					p.Stop()
+				}
+			}
+		})
+	}
+	return func() []read {
+		wg.Wait()
+		return slices.Concat(out...)
+	}
+}
+
+// TestLocalTierCoherent: node A changes a key 1000 times (an Invalidate,
+// then a fill of the next version) while four goroutines of node B read
+// it, mostly from B's tier. Once A's Invalidate of version i has returned,
+// B never serves a version before i again: with a generous 200ms for the
+// report to arrive on a loaded machine (BenchmarkLocalCoherence measures
+// how long it takes; the tier serves copies for a minute here, so a tier
+// bounded by LocalTTL alone fails). Standalone and on the 3-master
+// cluster.
+func TestLocalTierCoherent(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
+		t.Cleanup(noLeaks(t)) // after the Groups' Close: cleanups run last first
+		const changes, grace = 1000, 200 * time.Millisecond
+		ns := redistest.Key(t) + ":"
+		o := Options{Namespace: ns, LocalEntries: 1000, LocalTTL: time.Minute, FreshFor: time.Hour}
+		a := newLocalNode(t, rdb, o)
+		b := newLocalNode(t, otherClient(t, rdb), o)
+		waitLocal(t, a)
+		waitLocal(t, b)
+
+		key := "hot"
+		var cur atomic.Int64 // the version every load returns now
+		load := func(context.Context) ([]byte, error) { return []byte("v" + strconv.FormatInt(cur.Load(), 10)), nil }
+		if _, err := a.Get(ctxT(t), key, load); err != nil {
+			t.Fatal(err)
+		}
+		stop := make(chan struct{})
+		collect := readers(t, b, key, load, 4, true, stop)
+		changed := make([]time.Time, changes+1) // when A's change to version i returned
+		for i := 1; i <= changes; i++ {
+			cur.Store(int64(i))
+			if err := a.Invalidate(ctxT(t), key); err != nil {
+				t.Fatal(err)
+			}
+			changed[i] = time.Now()
+			if _, err := a.Get(ctxT(t), key, load); err != nil {
+				t.Fatal(err)
+			}
+		}
+		close(stop)
+		reads := collect()
+
+		// For each read, the last change that returned at least grace
+		// before it began: it must not get an older version.
+		late, stale := 0, make([]time.Duration, changes+1)
+		for _, r := range reads {
+			j, _ := slices.BinarySearchFunc(changed[1:], r.start.Add(-grace), func(c, at time.Time) int { return c.Compare(at) })
+			// changed[1:j+1] returned before r.start-grace: version >= j.
+			if r.v >= 0 && r.v < j {
+				if late++; late <= 5 {
+					t.Errorf("B served version %d at %v after the Invalidate of version %d returned on A", r.v, r.start.Sub(changed[j]), j)
+				}
+			}
+			// How long after the change to r.v+1 did B still serve r.v?
+			if n := r.v + 1; r.v >= 0 && n <= changes && r.start.After(changed[n]) {
+				stale[n] = max(stale[n], r.start.Sub(changed[n]))
+			}
+		}
+		if late > 0 {
+			t.Errorf("%d of %d reads of B served a version older than one A's Invalidate had ended %v before", late, len(reads), grace)
+		}
+		slices.Sort(stale)
+		t.Logf("%d reads of B, %d from its tier; old version served up to p50 %v, p99 %v, max %v after A's Invalidate returned",
+			len(reads), b.local.Load(), stale[changes/2], stale[changes*99/100], stale[changes])
+		if b.local.Load() < int64(len(reads)/4) {
+			t.Errorf("B served %d of %d reads from its tier, want most", b.local.Load(), len(reads))
+		}
+	})
+}
+
+// TestLocalTierMonotonic: node A fills a key with a new version again
+// and again (its refreshes) while eight goroutines of node B read it.
+// No call of B gets a version older than one a call of B that ended
+// before it began got: a GET's reply that arrives late must not put a
+// replaced value back into B's tier. B's copies live 1ms (LocalTTL), so
+// that B reads Redis often, as it would with many keys. Standalone and
+// cluster.
+func TestLocalTierMonotonic(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
+		t.Cleanup(noLeaks(t)) // after the Groups' Close: cleanups run last first
+		ns := redistest.Key(t) + ":"
+		o := Options{Namespace: ns, LocalEntries: 1000, LocalTTL: time.Millisecond, FreshFor: time.Hour}
+		a := newLocalNode(t, rdb, o)
+		b := newLocalNode(t, otherClient(t, rdb), o)
+		waitLocal(t, b)
+		key := "hot"
+		var cur atomic.Int64
+		load := func(context.Context) ([]byte, error) { return []byte("v" + strconv.FormatInt(cur.Load(), 10)), nil }
+		if _, err := a.Get(ctxT(t), key, load); err != nil {
+			t.Fatal(err)
+		}
+		stop := make(chan struct{})
+		collect := readers(t, b, key, load, 8, false, stop)
+		for i := 1; i <= 1000; i++ {
+			cur.Store(int64(i))
+			// A refill under a fresh lease (as a refresh stores): the
+			// read script's forced lease, then the fill script.
+			nm := a.names(key)
+			rr, err := a.read(ctxT(t), nm, true)
+			if err != nil || rr.x <= 0 {
+				t.Fatalf("lease: %v %d", err, rr.x)
+			}
+			a.store(ctxT(t), key, nm, fillSpec{fence: rr.x, value: []byte("v" + strconv.Itoa(i)), fresh: time.Hour, stale: time.Minute, mode: "w"})
+		}
+		close(stop)
+		checkMonotonic(t, collect())
+	})
+}
+
+// checkMonotonic fails t for each read that got a version older than one
+// a read that ended before it began got.
+func checkMonotonic(t *testing.T, reads []read) {
+	t.Helper()
+	ended := slices.Clone(reads)
+	slices.SortFunc(ended, func(a, b read) int { return a.end.Compare(b.end) })
+	slices.SortFunc(reads, func(a, b read) int { return a.start.Compare(b.start) })
+	best, j, bad := -1, 0, 0
+	for _, r := range reads {
+		for ; j < len(ended) && ended[j].end.Before(r.start); j++ {
+			best = max(best, ended[j].v)
+		}
+		if r.v >= 0 && r.v < best {
+			if bad++; bad <= 5 {
+				t.Errorf("a call got v%d after a call that ended before it began got v%d", r.v, best)
+			}
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%d of %d calls went back in time", bad, len(reads))
+	}
+}
+
+// otherClient returns a client of its own to the server(s) rdb talks to:
+// another node's.
+func otherClient(t *testing.T, rdb redis.UniversalClient) redis.UniversalClient {
+	t.Helper()
+	var c redis.UniversalClient
+	switch r := rdb.(type) {
+	case *redis.Client:
+		o := r.Options()
+		c = redis.NewClient(&redis.Options{Addr: o.Addr, Password: o.Password, TLSConfig: o.TLSConfig, ContextTimeoutEnabled: true})
+	case *redis.ClusterClient:
+		o := r.Options()
+		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: o.Addrs, Password: o.Password, TLSConfig: o.TLSConfig, ContextTimeoutEnabled: true})
+	default:
+		t.Fatalf("client %T", rdb)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// FuzzEntryName: the reports of Redis name keys; isEntryName tells a key's
+// entry from its other names (lease, fence, waiters, invalidation) and
+// from a tag's, whatever bytes the key holds.
+func FuzzEntryName(f *testing.F) {
+	for _, k := range []string{"k", "", "{", "}", "{}", "{t}x", "a{t}b:lease", "x}/3:abc", "%7D", "{t}/1:x", "{ab}/5:ab:lease"} {
+		f.Add(k)
+	}
+	g := &Group{opts: Options{Namespace: "ns:"}}
+	f.Fuzz(func(t *testing.T, key string) {
+		nm := g.names(key)
+		if !isEntryName("ns:{", nm.entry) {
+			t.Fatalf("key %q: entry %q not recognized", key, nm.entry)
+		}
+		for _, other := range nm.keys[1:] {
+			if isEntryName("ns:{", other) {
+				t.Fatalf("key %q: %q taken for an entry", key, other)
+			}
+		}
+		if isEntryName("other:{", nm.entry) {
+			t.Fatalf("key %q: entry %q of another namespace taken", key, nm.entry)
+		}
+	})
+}

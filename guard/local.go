@@ -1,0 +1,302 @@
+package guard
+
+import (
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The in-process tier: fresh values kept in memory, so that a hot key's
+// hit costs no round trip. It is coherent (coherence.go): Redis reports
+// every change of an entry under the Group's Namespace to a connection the
+// Group keeps on each master, and a copy is dropped when its entry
+// changes. What the tier must also get right is order. A reply can arrive
+// late: a GET sent before a fill may be answered, and its value offered to
+// the tier, after the fill's report has already dropped the copy, or
+// after a newer copy was kept. So every read that may offer a value takes
+// a ticket before it is sent (the count of changes seen on its entry's
+// stripe, and the tier's generation), and the value is kept only if
+// nothing changed on that stripe since, and if no newer copy is held:
+//
+//   - a report of a change (from Redis, or this Group's own fill or
+//     Invalidate) bumps its stripe and drops the copy;
+//   - keeping a copy bumps its stripe too, so a reply older than a kept
+//     copy is never kept after it, even once that copy was evicted;
+//   - a reply that may not be kept, yet is newer than the copy held (by
+//     fence, then written time), drops that copy: a caller that got the
+//     newer value from Redis is never followed by one served the older
+//     copy;
+//   - losing a report connection (or resharding, or a failover) flushes
+//     the tier and bumps its generation, and nothing is served or kept
+//     until every connection is back.
+//
+// So a caller never gets a value older than one a call that ended before
+// it began already returned (the tier holds a copy only while no later
+// value was seen), and a copy of an entry that changed in Redis is dropped
+// once the change's report arrives (within milliseconds; see
+// BenchmarkLocalCoherence).
+
+// localStripes is the number of change counters: entries share one when
+// their names hash alike, which only makes a late reply's rejection more
+// likely, never wrong.
+const localStripes = 1024
+
+// localOverhead is what a copy costs beyond its bytes: the key and name
+// strings, the entry header the value's buffer holds, two map slots and
+// the item.
+const localOverhead = 256
+
+// localTier is the store. Its methods are safe for concurrent use; a nil
+// *localTier is an empty tier that keeps nothing.
+type localTier struct {
+	maxEntries int
+	maxBytes   int
+	maxItem    int           // a value costing more is not kept
+	ttl        time.Duration // LocalTTL: the backstop on how long a copy lives
+
+	seed    maphash.Seed
+	stripes [localStripes]atomic.Uint64
+	// gen is bumped by every flush and every return to service; a ticket
+	// of another generation keeps nothing.
+	gen  atomic.Uint64
+	live atomic.Bool // every report connection confirmed: serve and keep
+
+	mu     sync.Mutex
+	byKey  map[string]*localItem
+	byName map[string]*localItem // the same items, by entry name
+	head   localItem             // sentinel of the LRU list: head.next is the most recent
+	bytes  int
+}
+
+// localItem is one copy.
+type localItem struct {
+	key, name string
+	value     []byte
+	cost      int
+	until     time.Time // local monotonic clock: served before this
+	e         entry     // header of the entry (value aliases e.value)
+	base      time.Time // local time the entry was written, for Age
+	// stripe and gen are what keeping it bumped to: a reply whose ticket
+	// is older is not kept in its place
+	prev, next *localItem
+}
+
+// ticket is what a read took before it was sent: the state it must find
+// unchanged for its value to be kept. The zero ticket keeps nothing.
+type ticket struct {
+	ok     bool
+	stripe uint32
+	seq    uint64
+	gen    uint64
+}
+
+func newLocalTier(o Options) *localTier {
+	t := &localTier{
+		maxEntries: o.LocalEntries, maxBytes: o.LocalBytes, ttl: o.LocalTTL,
+		seed:  maphash.MakeSeed(),
+		byKey: map[string]*localItem{}, byName: map[string]*localItem{},
+	}
+	t.maxItem = max(t.maxBytes/8, 1)
+	t.head.next, t.head.prev = &t.head, &t.head
+	return t
+}
+
+func (t *localTier) stripe(name string) uint32 {
+	return uint32(maphash.String(t.seed, name) % localStripes)
+}
+
+// ticket returns the ticket of a read of the entry named name about to be
+// sent.
+func (t *localTier) ticket(name string) ticket {
+	if t == nil || !t.live.Load() {
+		return ticket{}
+	}
+	// gen first: a flush bumps it before it clears, so a ticket that saw
+	// the old generation is refused by keep.
+	gen := t.gen.Load()
+	i := t.stripe(name)
+	return ticket{ok: true, stripe: i, seq: t.stripes[i].Load(), gen: gen}
+}
+
+// get returns the copy of key while it may be served.
+func (t *localTier) get(key string) (*localItem, bool) {
+	if t == nil || !t.live.Load() {
+		return nil, false
+	}
+	t.mu.Lock()
+	it := t.byKey[key]
+	if it == nil {
+		t.mu.Unlock()
+		return nil, false
+	}
+	if !time.Now().Before(it.until) {
+		t.unlink(it)
+		t.mu.Unlock()
+		return nil, false
+	}
+	t.toFront(it)
+	t.mu.Unlock()
+	return it, true
+}
+
+// newer reports whether a is a later entry than b: a higher fence, or the
+// same fence written later (a refill under the same lease).
+func newer(a, b *entry) bool {
+	return a.fence > b.fence || (a.fence == b.fence && a.written > b.written)
+}
+
+// keep offers the fresh entry e of key (named name), read with ticket tk
+// and fresh for left more, to the tier.
+func (t *localTier) keep(key, name string, tk ticket, e *entry, left time.Duration, age time.Duration) {
+	if t == nil {
+		return
+	}
+	cost := len(e.value) + len(key) + len(name) + localOverhead
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	cur := t.byKey[key]
+	if cur != nil && cur.name == name && !newer(e, &cur.e) {
+		return // the copy held is as new
+	}
+	if !tk.ok || t.gen.Load() != tk.gen || t.stripes[tk.stripe].Load() != tk.seq || !t.live.Load() {
+		// Something changed since the read was sent: it may be older
+		// than what was reported. It is not kept, and a copy older than
+		// it goes (a caller was just given the newer value).
+		if cur != nil {
+			t.unlink(cur)
+		}
+		return
+	}
+	if cur != nil {
+		t.unlink(cur)
+	}
+	if cost > t.maxItem {
+		return
+	}
+	now := time.Now()
+	it := &localItem{key: key, name: name, value: e.value, cost: cost, e: *e,
+		until: now.Add(min(left, t.ttl)), base: now.Add(-age)}
+	t.stripes[tk.stripe].Add(1)
+	t.byKey[key], t.byName[name] = it, it
+	t.bytes += cost
+	t.link(it)
+	for len(t.byKey) > t.maxEntries || t.bytes > t.maxBytes {
+		t.unlink(t.head.prev)
+	}
+}
+
+// changed drops the copy of the entry named name, which changed in Redis
+// (a report, or this Group's own write), and refuses the values of the
+// reads of it already sent.
+func (t *localTier) changed(name string) {
+	if t == nil {
+		return
+	}
+	t.stripes[t.stripe(name)].Add(1)
+	t.mu.Lock()
+	if it := t.byName[name]; it != nil {
+		t.unlink(it)
+	}
+	t.mu.Unlock()
+}
+
+// remove drops the copy of key, if any.
+func (t *localTier) remove(key string) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	if it := t.byKey[key]; it != nil {
+		t.stripes[t.stripe(it.name)].Add(1)
+		t.unlink(it)
+	}
+	t.mu.Unlock()
+}
+
+// removeIf drops the copies whose keys match.
+func (t *localTier) removeIf(match func(key string) bool) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for k, it := range t.byKey {
+		if match(k) {
+			t.stripes[t.stripe(it.name)].Add(1)
+			t.unlink(it)
+		}
+	}
+}
+
+// setLive flushes the tier and starts (true) or stops (false) serving and
+// keeping copies. Either way the generation changes, so no read sent
+// before is kept after.
+func (t *localTier) setLive(live bool) {
+	if t == nil {
+		return
+	}
+	if !live {
+		t.live.Store(false)
+	}
+	t.gen.Add(1)
+	t.flushAll()
+	if live {
+		t.live.Store(true)
+	}
+}
+
+// flush drops every copy, and the values of every read already sent.
+func (t *localTier) flush() {
+	if t == nil {
+		return
+	}
+	t.gen.Add(1)
+	t.flushAll()
+}
+
+func (t *localTier) flushAll() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	clear(t.byKey)
+	clear(t.byName)
+	t.head.next, t.head.prev = &t.head, &t.head
+	t.bytes = 0
+}
+
+// len returns the number of copies held.
+func (t *localTier) len() int {
+	if t == nil {
+		return 0
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.byKey)
+}
+
+func (t *localTier) link(it *localItem) {
+	it.prev, it.next = &t.head, t.head.next
+	it.next.prev = it
+	t.head.next = it
+}
+
+func (t *localTier) toFront(it *localItem) {
+	if t.head.next == it {
+		return
+	}
+	it.prev.next, it.next.prev = it.next, it.prev
+	t.link(it)
+}
+
+// unlink removes it, with mu held.
+func (t *localTier) unlink(it *localItem) {
+	it.prev.next, it.next.prev = it.next, it.prev
+	it.prev, it.next = nil, nil
+	if t.byKey[it.key] == it {
+		delete(t.byKey, it.key)
+	}
+	if t.byName[it.name] == it {
+		delete(t.byName, it.name)
+	}
+	t.bytes -= it.cost
+}
