@@ -100,11 +100,13 @@ func (g *Group) readMany(ctx context.Context, keys []string, nms []names, force 
 	now, known := g.clk.now()
 	for i, k := range keys {
 		if force == nil || !force[i] {
-			if h, ok := g.hints.c.Peek(k); ok && !h.pass && known && h.freshUntil-now > fastMargin.Milliseconds() {
+			// A key with a tag of its own is read by the script, which
+			// also checks the tag's invalidation (see tagDropped).
+			if h, ok := g.hints.c.Peek(k); ok && !h.pass && h.tinv == "" && known && h.freshUntil-now > fastMargin.Milliseconds() {
 				gets, getIdx = append(gets, h.entry), append(getIdx, i)
 				continue
 			}
-			if filled && known {
+			if filled && known && nms[i].tagInv() == "" {
 				// A GET costs Redis a small share of a script call, and
 				// the keys of a fill pipeline are all fresh.
 				gets, getIdx = append(gets, nms[i].entry), append(getIdx, i)
@@ -197,7 +199,7 @@ func (g *Group) readCall(nm names, force bool) scriptCall {
 	if force {
 		f = "1"
 	}
-	return scriptCall{nm.keys[:4], []any{g.leaseArg, g.chanArg, g.waitArg, g.keepArg, f}}
+	return scriptCall{nm.readKeys(), []any{g.leaseArg, g.chanArg, g.waitArg, g.keepArg, f}}
 }
 
 // readResult decodes one reply of guard_read.lua (see read).

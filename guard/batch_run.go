@@ -91,7 +91,7 @@ func (b *batch) sort(i int, r batchRead, own bool, p *plan) {
 	switch {
 	case st == fresh:
 		if own {
-			g.hint(key, b.nms[i].entry, e.freshUntil)
+			g.hint(key, b.nms[i], e.freshUntil)
 		}
 		if early(e, r.rr.now) {
 			p.early = append(p.early, i)

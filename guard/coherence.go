@@ -313,6 +313,12 @@ func (c *coherence) listen(t *tracker, ts *trackState) error {
 func (c *coherence) changed(name string) {
 	if isEntryName(c.prefix, name) {
 		c.tier.changed(name)
+		return
+	}
+	// A tag's invalidation (InvalidateTag, on any node): the copies of
+	// its keys go, even those whose entries it could not name.
+	if base, ok := strings.CutSuffix(name, ":tinv"); ok && strings.HasPrefix(base, c.prefix) && strings.IndexByte(base, '}') == len(base)-1 {
+		c.tier.changedTag(base)
 	}
 }
 

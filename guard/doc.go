@@ -2,6 +2,28 @@
 // or stale, one caller in the whole fleet loads it, and everyone else is
 // served the previous value or woken the moment the new one lands.
 //
+// # Start here
+//
+// These names cover most uses:
+//
+//   - New builds a Group on a go-redis client with Options; three fields
+//     matter first: Namespace (one per service sharing the Redis), FreshFor
+//     (how long a value is served as is) and StaleFor (how long after that
+//     it is still served while one node refreshes it).
+//   - Fetch loads and serves a typed value (encoding/json by default);
+//     Wrap turns a func(ctx, K) (V, error) into a guarded one; Do is the
+//     []byte form under both, returning a Result (the value, and whether
+//     it was a hit, stale, loaded or degraded).
+//   - A loader answers ErrNotFound for a key that does not exist: the
+//     answer is cached for NegativeFor, so a missing row is not asked for
+//     again by every caller.
+//   - Invalidate drops a key on every node after a write.
+//   - Close stops the Group's background work; Ready tells a readiness
+//     probe whether the Group can coordinate through Redis.
+//
+// Everything else (batches, tags, windows per value, hooks, the back-off
+// of a failing loader, private answers) is optional and has safe defaults.
+//
 // # Two tiers
 //
 // In a process, golang.org/x/sync/singleflight collapses the callers of a
@@ -22,26 +44,13 @@
 // is named in that tag's slot, so the keys of one tag share a slot; any
 // other key is its own tag.
 //
-// # Code layout
-//
-// One file per stage of a call: do.go (Get, Do, the per-call value),
-// fasthit.go (a hinted hit by plain GET), hitqueue.go (the GETs of
-// concurrent hits batched into pipelines), flight.go (one read per key per
-// process), miss.go (waiting for another node's fill), load.go (the loader
-// slot and the fill), refresh.go (background and early refresh),
-// watchdog.go (lease renewal), breaker.go, redis.go (script I/O), entry.go
-// (the entry format), windows.go (SetWindows, Previous, Revalidated),
-// peek.go, scriptqueue.go (concurrent scripts batched), deadline.go (the
-// hits' shared deadline), typed.go (Fetch, Wrap), oversize.go (values over
-// MaxValueBytes), abandon.go (loaders past LoadTimeout), group.go
-// (lifecycle).
-//
 // # Serving rules
 //
 // Each entry carries its fresh-until and stale-until times on the Redis
 // clock (never compared with a node's clock):
 //
-//	fresh     → the value (1 round trip; 0 with the in-process tier)
+//	fresh     → the value (from the in-process tier: no round trip;
+//	            else 1)
 //	stale     → the value at once; the caller whose read won the lease
 //	            refreshes it in the background (same round trip)
 //	negative  → ErrNotFound, until NegativeFor ends
@@ -90,49 +99,51 @@
 // already loading in it being joined.
 //
 // Concurrent hits share round trips: the GET of a hit that arrives while
-// another is in flight is queued, and the queue goes out as one pipeline
-// when the round trip in flight is back (group commit; on a
-// *redis.ClusterClient the pipeline is split by node). A lone hit is a
-// plain GET sent at once, so a single caller pays nothing for it. Each
-// queued caller still leaves on its own ctx, within RedisTimeout of its
-// call, and its own outcome counts for the breaker. The batching is the
-// guard's own (it needs only Pipeline, which every client has), not
-// go-redis's experimental AutoPipeline. The read and fill scripts of
-// concurrent misses are batched the same way (a herd of cold keys shares
-// round trips). MaxHitBatch caps a pipeline; Disabled turns batching off.
+// another is in flight is queued, and the queue goes out as one MGET of
+// its names when a round trip in flight is back (group commit; on a
+// *redis.ClusterClient one MGET per hash slot, pipelined by node). A lone
+// hit is a plain GET sent at once, so a single caller pays nothing for
+// it. Each queued caller still leaves on its own ctx, within RedisTimeout
+// of its call, and its own outcome counts for the breaker. The batching
+// is the guard's own, not go-redis's experimental AutoPipeline. The read
+// and fill scripts of concurrent misses are batched the same way (a herd
+// of cold keys shares round trips). MaxHitBatch caps a batch; Disabled
+// turns batching off.
 //
-// # A zero-round-trip tier
+// # The in-process tier
 //
-// Two ways take hits off the network:
+// A hot key's hit costs no round trip: each Group keeps fresh values in
+// memory (Options.LocalEntries, 10000 by default, and LocalBytes, 64 MiB),
+// and the copies are coherent across the fleet. On each Redis master the
+// Group keeps one connection of its own that runs
 //
-//   - Options.LocalEntries keeps fresh values in process for up to LocalTTL.
-//     It works on every client, costs nothing per hit, and is bounded by
-//     time, not coherent: another node's Invalidate or refill is not seen
-//     here until LocalTTL ends (Invalidate drops only the calling node's
-//     copy).
-//   - go-redis client-side caching (a *redis.Client with Protocol 3 and
-//     ClientSideCacheConfig, go-redis v9.23, experimental there) is
-//     coherent: the guard's hit is a plain GET of the entry, which that
-//     cache serves locally, and Redis pushes an invalidation when any node
-//     writes or deletes the entry (a fill, a refresh, an Invalidate, the
-//     entry's expiry). The node serves the new state once go-redis has
-//     applied the push: at the next command on the connection that
-//     carries it, or at its background drainer's tick (5ms by default)
-//     when that connection is idle; CacheConfig.MaxStaleness bounds it if
-//     a push is lost. Hits on such a client are never batched, since
-//     go-redis pipelines bypass its cache.
+//	CLIENT TRACKING ON REDIRECT <its own id> BCAST PREFIX <Namespace>
 //
-// Either way the guard judges every entry it serves by its own fresh-until
-// on its estimate of the Redis clock: a cached entry is served only while
-// clearly fresh, and everything else goes to the read script on Redis, so
-// no value is served past its stale-until whatever a cache holds. Scripts,
-// the lease and the Pub/Sub wake-ups work unchanged under RESP3.
+// so Redis reports every change of an entry under the Namespace, whoever
+// made it: another node's fill, refresh, Invalidate or InvalidateTag, an
+// expiry, an eviction, a DEL by hand. A report drops the copy; it leaves
+// Redis with the writer's reply and never crosses the cluster bus, so a
+// copy another node replaced is dropped within milliseconds (see
+// BenchmarkLocalCoherence in the bench module). It costs each master one
+// message per change and listening Group, and nothing per hit.
 //
-// go-redis v9.23 has client-side caching on *redis.Client only:
-// ClusterOptions has no such field, and NewUniversalClient drops
-// ClientSideCacheConfig when it builds a *redis.ClusterClient. On a cluster
-// client every hit is a GET (batched as above), coherent at once; use
-// LocalEntries there for a zero-round-trip tier.
+// Late replies are kept out: a read takes a ticket before it is sent, and
+// its value is kept only if no change to its entry was seen since, so a
+// caller never gets a value older than one a call that ended before it
+// began already returned. A lost report connection, a failover or a new
+// cluster node flushes the tier, which serves nothing until every master
+// is listened to again. A copy is served up to its value's fresh-until
+// (judged on the estimate of the Redis clock below) and for LocalTTL at
+// most (1m, a backstop should a report ever be lost); a stale value is
+// always read from Redis, so the refresh rules hold. Where the guard
+// cannot follow changes (a *redis.Ring, a server before Redis 6.0, an ACL
+// that refuses CLIENT TRACKING) the tier stays off and every hit is a
+// Redis read. Options.LocalEntries = Disabled turns it off.
+//
+// go-redis client-side caching (a *redis.Client with Protocol 3 and
+// ClientSideCacheConfig, experimental there) also works under the guard:
+// a hit is then a plain GET of the entry, which that cache may serve, and
+// such hits are never batched, since go-redis pipelines bypass its cache.
 //
 // # Guarantees
 //
@@ -232,7 +243,17 @@
 //     negative, non-integer or huge counter; the next fence is then floored
 //     by the Redis clock, as after a lost counter);
 //   - an invalidation marker that is not a canonical decimal, has no TTL or
-//     is above the fence counter.
+//     is above the fence counter;
+//   - a tag's invalidation time that is not a canonical decimal or has no
+//     TTL, a member set of another type, a member that is not the entry
+//     name of one of the tag's keys (never touched: it may be a user's key).
+//
+// A tag's member set may also be lost (evicted, expired, overwritten):
+// InvalidateTag then cannot name the entries filled before it, so every
+// read of a tagged key (the read script, the fast path's GET, the
+// in-process tier's report) also compares its entry with the tag's
+// invalidation time, and an entry filled before it is deleted and read as
+// missing.
 //
 // An entry whose fence is above the fence counter cannot have been written
 // under a fence the guard minted: a fill it would reject overwrites it.

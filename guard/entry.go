@@ -30,7 +30,7 @@ import (
 // see Private), "p" for a pass marker (no payload: until fresh_until each
 // call runs its own load, see Pass) or "o" for an oversize marker (a value
 // over Options.MaxValueBytes was loaded: the payload is empty, and each
-// node keeps its own copy; see oversize.go). Anything else is corrupt:
+// node keeps its own copy; see Options.MaxValueBytes). Anything else is corrupt:
 // formats evolve through the version, not through unknown flags. The
 // header, newline included, is at most maxHeaderLen bytes.
 //

@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -54,6 +55,7 @@ type hints struct{ c *lru.Cache[string, hint] }
 // so a hit does not build it again) and its fresh-until (Redis ms).
 type hint struct {
 	entry      string
+	tinv       string // the tag's invalidation key, for a key with a tag
 	freshUntil int64
 	// pass: the key is marked pass (Pass) until freshUntil; marker is
 	// the marker read, whose fence and written time a pass load's fill
@@ -88,7 +90,7 @@ func (g *Group) fastHit(ctx context.Context, key string) (e entry, now int64, k 
 	}
 	g.step(ctx, "hit")
 	k = g.keepOf(h.entry)
-	s, err := g.hq.get(ctx, g.rdb, h.entry, g.opts.RedisTimeout, &g.hitDeadline)
+	s, tinv, err := g.hq.get(ctx, g.rdb, h.entry, h.tinv, g.opts.RedisTimeout, &g.hitDeadline)
 	switch {
 	case errors.Is(err, redis.Nil):
 		g.hints.c.Remove(key)
@@ -107,20 +109,35 @@ func (g *Group) fastHit(ctx context.Context, key string) (e entry, now int64, k 
 	g.br.success()
 	e, derr := decodeEntry(unsafe.Slice(unsafe.StringData(s), len(s)))
 	now, _ = g.clk.now()
-	if derr != nil || e.marker() || e.freshUntil-now <= fastMargin.Milliseconds() || (e.oversize && !g.overValue(key, &e, now)) {
+	if derr != nil || e.marker() || e.freshUntil-now <= fastMargin.Milliseconds() || tagDropped(&e, tinv) || (e.oversize && !g.overValue(key, &e, now)) {
 		// Undecodable, a failing or pass marker, no longer clearly fresh,
-		// or an oversize marker this node has no copy for: let the script
-		// judge (and report a corrupt entry).
+		// written before its tag's last invalidation, or an oversize
+		// marker this node has no copy for: let the script judge (and
+		// report a corrupt entry, or delete one the invalidation missed).
 		g.hints.c.Remove(key)
 		return entry{}, 0, k, false, nil
 	}
 	return e, now, k, true, nil
 }
 
-// hint records that key, whose entry is named entry, is fresh until fu
-// (Redis ms).
-func (g *Group) hint(key, entry string, fu int64) {
-	g.hints.c.Add(key, hint{entry: entry, freshUntil: fu})
+// tagDropped reports whether the entry e of a key with a hash tag was
+// written before the tag's last InvalidateTag, whose Redis time (µs) is
+// tinv ("" when none is known): InvalidateTag missed it, its name lost
+// from the tag's member set. The read script deletes such an entry. A
+// tinv that is not a decimal is foreign data, which the script drops and
+// reports. The rule is guard_read.lua's: filled under a fence minted
+// before the invalidation, or written in an earlier millisecond.
+func tagDropped(e *entry, tinv string) bool {
+	if tinv == "" {
+		return false
+	}
+	t, err := strconv.ParseInt(tinv, 10, 64)
+	return err != nil || e.fence < t || (e.written+1)*1000 <= t
+}
+
+// hint records that key, whose names are nm, is fresh until fu (Redis ms).
+func (g *Group) hint(key string, nm names, fu int64) {
+	g.hints.c.Add(key, hint{entry: nm.entry, tinv: nm.tagInv(), freshUntil: fu})
 }
 
 // hintPass records that key is marked pass (the marker e) until e's

@@ -120,7 +120,7 @@ func (g *Group) readOnce(ctx context.Context, c *call, fl *flight) (lookup, erro
 	e, st := g.classify(c.key, rr)
 	switch {
 	case st == fresh:
-		g.hint(c.key, c.nm.entry, e.freshUntil)
+		g.hint(c.key, c.nm, e.freshUntil)
 		if g.earlyRefreshDue(e, rr.now) {
 			g.refreshEarly(ctx, c)
 		}

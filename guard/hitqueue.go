@@ -16,15 +16,15 @@ import (
 // 0.4 µs, but its round trip costs the client and the server a socket write
 // and a read each, and under concurrency those system calls, not Redis, are
 // what a hit pays for. So the hit GETs of callers that arrive while another
-// is in flight are queued, and sent as one pipeline as soon as the GET or
-// pipeline in flight comes back (group commit): a lone caller's GET goes out
-// at once, on its own goroutine, exactly as before; concurrent callers share
-// round trips, one pipeline at a time.
+// is in flight are queued, and sent as one batch (an MGET; see flushGets)
+// as soon as a batch in flight comes back (group commit, at most hitWindow
+// batches in flight): a lone caller's GET goes out at once, on its own
+// goroutine; concurrent callers share round trips.
 //
 // The batcher is the guard's own rather than go-redis's AutoPipeline, which
 // is marked experimental: this one needs only Pipeline, which every
-// UniversalClient has, and on a *redis.ClusterClient Pipeline splits the
-// batch by node. Each queued caller still waits on its own ctx and is
+// UniversalClient has (MGET on the two clients it knows), and on a
+// *redis.ClusterClient a batch is one MGET per slot, pipelined by node. Each queued caller still waits on its own ctx and is
 // answered within RedisTimeout of when it queued; it judges its own
 // outcome (success, failure, or no verdict when it left): the breaker sees
 // every caller as it did when each sent its own GET.
@@ -53,8 +53,10 @@ type hitQueue struct {
 // abandoned (state 2), then the caller again, or the pool.
 type getReq struct {
 	name  string
+	tname string    // the tag's invalidation key, read with name; or ""
 	enq   time.Time // when it was queued: its RedisTimeout runs from here
 	val   string
+	tval  string // tname's value ("" when missing)
 	err   error
 	state atomic.Int32 // reqWaiting, reqAnswered, reqAbandoned
 	done  chan struct{}
@@ -69,7 +71,7 @@ const (
 var reqPool = sync.Pool{New: func() any { return &getReq{done: make(chan struct{}, 1)} }}
 
 func putReq(r *getReq) {
-	r.name, r.val, r.err, r.enq = "", "", nil, time.Time{}
+	r.name, r.tname, r.val, r.tval, r.err, r.enq = "", "", "", "", nil, time.Time{}
 	r.state.Store(reqWaiting)
 	reqPool.Put(r)
 }
@@ -102,7 +104,8 @@ func clientSideCaching(rdb redis.UniversalClient) bool {
 	return o.ClientSideCacheConfig != nil || o.ClientSideCache != nil
 }
 
-// get returns the value of the Redis string name, within timeout
+// get returns the value of the Redis string name, and of tname when not
+// "" (read in the same command: an MGET; "" when missing), within timeout
 // (RedisTimeout) of the call, or when ctx ends if that is sooner.
 //
 // A queued caller needs no timer of its own: batches go out in the order
@@ -111,12 +114,12 @@ func clientSideCaching(rdb redis.UniversalClient) bool {
 // within RedisTimeout of its queueing. It waits on its own ctx only, which
 // saves the context.WithTimeout (allocations and a timer) a lone caller
 // pays.
-func (q *hitQueue) get(ctx context.Context, rdb redis.UniversalClient, name string, timeout time.Duration, sd *sharedDeadline) (string, error) {
+func (q *hitQueue) get(ctx context.Context, rdb redis.UniversalClient, name, tname string, timeout time.Duration, sd *sharedDeadline) (string, string, error) {
 	if q != nil {
 		q.mu.Lock()
 		if !q.alone() {
 			r := reqPool.Get().(*getReq)
-			r.name, r.enq = name, time.Now()
+			r.name, r.tname, r.enq = name, tname, time.Now()
 			q.queue(r)
 			q.mu.Unlock()
 			return r.wait(ctx)
@@ -129,22 +132,38 @@ func (q *hitQueue) get(ctx context.Context, rdb redis.UniversalClient, name stri
 	if dl, has := ctx.Deadline(); !has || time.Until(dl) > timeout {
 		ctx = sd.bounded(ctx, timeout)
 	}
-	return rdb.Get(ctx, name).Result()
+	if tname == "" {
+		s, err := rdb.Get(ctx, name).Result()
+		return s, "", err
+	}
+	return getTagged(ctx, rdb, name, tname)
+}
+
+// getTagged reads name and tname (a key's entry and its tag's
+// invalidation key, in one slot) with one MGET.
+func getTagged(ctx context.Context, rdb redis.Cmdable, name, tname string) (string, string, error) {
+	vals, err := rdb.MGet(ctx, name, tname).Result()
+	s, err := mgetValue(vals, 0, err)
+	if err != nil {
+		return "", "", err
+	}
+	t, _ := mgetValue(vals, 1, nil)
+	return s, t, nil
 }
 
 // wait returns the answer to r, or ctx's error if the caller leaves first.
-func (r *getReq) wait(ctx context.Context) (string, error) {
+func (r *getReq) wait(ctx context.Context) (string, string, error) {
 	select {
 	case <-r.done:
 	case <-ctx.Done():
 		if r.state.CompareAndSwap(reqWaiting, reqAbandoned) {
-			return "", ctx.Err() // the flusher recycles r
+			return "", "", ctx.Err() // the flusher recycles r
 		}
 		<-r.done // answered as this caller gave up: take the answer
 	}
-	s, err := r.val, r.err
+	s, t, err := r.val, r.tval, r.err
 	putReq(r)
-	return s, err
+	return s, t, err
 }
 
 // flushGets sends batch as one round trip and answers its callers: one
@@ -159,9 +178,12 @@ func (q *hitQueue) flushGets(batch []*getReq) {
 	ctx, cancel := context.WithDeadline(context.Background(), batch[0].enq.Add(q.rt))
 	defer cancel()
 	switch {
-	case len(batch) == 1:
+	case len(batch) == 1 && batch[0].tname == "":
 		r := batch[0]
 		r.val, r.err = q.rdb.Get(ctx, r.name).Result()
+	case len(batch) == 1:
+		r := batch[0]
+		r.val, r.tval, r.err = getTagged(ctx, q.rdb, r.name, r.tname)
 	case q.mode == mgetOne:
 		q.mget(ctx, batch)
 	case q.mode == mgetSlots:
@@ -186,7 +208,7 @@ func (q *hitQueue) mget(ctx context.Context, batch []*getReq) {
 	names, idx := distinctNames(batch)
 	vals, err := q.rdb.MGet(ctx, names...).Result()
 	for i, r := range batch {
-		r.val, r.err = mgetValue(vals, idx[i], err)
+		answerMget(r, vals, idx[i], err)
 	}
 }
 
@@ -222,7 +244,7 @@ func (q *hitQueue) mgetSlots(ctx context.Context, batch []*getReq) {
 			continue
 		}
 		for i, r := range bySlot[sl] {
-			r.val, r.err = mgetValue(vals, idxs[j][i], err)
+			answerMget(r, vals, idxs[j][i], err)
 		}
 	}
 	if len(again) > 0 {
@@ -234,30 +256,54 @@ func (q *hitQueue) mgetSlots(ctx context.Context, batch []*getReq) {
 func (q *hitQueue) pipeGets(ctx context.Context, batch []*getReq) {
 	pipe := q.rdb.Pipeline()
 	cmds := make([]*redis.StringCmd, len(batch))
+	tcmds := make([]*redis.SliceCmd, len(batch))
 	for i, r := range batch {
-		cmds[i] = pipe.Get(ctx, r.name)
+		if r.tname == "" {
+			cmds[i] = pipe.Get(ctx, r.name)
+		} else {
+			tcmds[i] = pipe.MGet(ctx, r.name, r.tname)
+		}
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
 	for i, r := range batch {
-		r.val, r.err = cmds[i].Result()
+		if cmds[i] != nil {
+			r.val, r.err = cmds[i].Result()
+		} else {
+			vals, err := tcmds[i].Result()
+			answerMget(r, vals, 0, err)
+		}
 	}
 }
 
 // distinctNames returns the distinct names of batch, and the index in them of
-// each request's name: concurrent hits of one hot key cost one name.
+// each request's name: concurrent hits of one hot key cost one name. A
+// request's tname, when it has one, is the name after its name.
 func distinctNames(batch []*getReq) (names []string, idx []int) {
 	names, idx = make([]string, 0, len(batch)), make([]int, len(batch))
-	at := make(map[string]int, len(batch))
+	at := make(map[[2]string]int, len(batch))
 	for i, r := range batch {
-		j, ok := at[r.name]
+		k := [2]string{r.name, r.tname}
+		j, ok := at[k]
 		if !ok {
 			j = len(names)
-			at[r.name] = j
+			at[k] = j
 			names = append(names, r.name)
+			if r.tname != "" {
+				names = append(names, r.tname)
+			}
 		}
 		idx[i] = j
 	}
 	return names, idx
+}
+
+// answerMget sets r's answer from the MGET reply vals, err, in which r's
+// name is the i-th (and its tname, when it has one, the next).
+func answerMget(r *getReq, vals []any, i int, err error) {
+	r.val, r.err = mgetValue(vals, i, err)
+	if r.err == nil && r.tname != "" {
+		r.tval, _ = mgetValue(vals, i+1, nil)
+	}
 }
 
 // mgetValue is what GET would have answered for the i-th name of an MGET

@@ -109,14 +109,9 @@ func (g *Group) InvalidateTag(ctx context.Context, tag string) error {
 	return errors.New("guard: invalidate tag: its keys kept being filled; try again")
 }
 
-// dropLocalTag drops this process's local copies and hints of the keys of
-// tag.
+// dropLocalTag drops this process's local copies of the keys of tag.
+// (The fast path's hints need no dropping: its GET of a tagged key reads
+// the tag's invalidation time too.)
 func (g *Group) dropLocalTag(tag string) {
-	of := func(key string) bool { t, ok := hashtag.Tag(key); return ok && t == tag }
-	for _, k := range g.hints.c.Keys() {
-		if of(k) {
-			g.hints.c.Remove(k)
-		}
-	}
-	g.loc.removeIf(of)
+	g.loc.changedTag(hashtag.Base(g.opts.Namespace, tag))
 }

@@ -2,6 +2,7 @@ package guard
 
 import (
 	"hash/maphash"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,8 +56,14 @@ type localTier struct {
 	maxItem    int           // a value costing more is not kept
 	ttl        time.Duration // LocalTTL: the backstop on how long a copy lives
 
+	prefix  string // the Namespace and "{": how every entry name starts
 	seed    maphash.Seed
 	stripes [localStripes]atomic.Uint64
+	// tags count the invalidations of hash tags (changedTag), by tag
+	// base: a read of a tagged key's entry is kept only if its tag's
+	// count did not change either. Keeping a copy does not bump it, so
+	// the keys of one tag do not refuse each other's copies.
+	tags [localStripes]atomic.Uint64
 	// gen is bumped by every flush and every return to service; a ticket
 	// of another generation keeps nothing.
 	gen  atomic.Uint64
@@ -65,6 +72,9 @@ type localTier struct {
 	mu     sync.Mutex
 	byKey  map[string]*localItem
 	byName map[string]*localItem // the same items, by entry name
+	// byTag holds, for each hash tag base ("ns{T}") of keys with a tag of
+	// their own, the first of its items, linked by tprev and tnext.
+	byTag map[string]*localItem
 	head   localItem             // sentinel of the LRU list: head.next is the most recent
 	bytes  int
 }
@@ -72,6 +82,7 @@ type localTier struct {
 // localItem is one copy.
 type localItem struct {
 	key, name string
+	tag       string // the base of the key's own hash tag, or ""
 	value     []byte
 	cost      int
 	until     time.Time // local monotonic clock: served before this
@@ -79,7 +90,8 @@ type localItem struct {
 	base      time.Time // local time the entry was written, for Age
 	// stripe and gen are what keeping it bumped to: a reply whose ticket
 	// is older is not kept in its place
-	prev, next *localItem
+	prev, next   *localItem
+	tprev, tnext *localItem // the other items of its tag
 }
 
 // ticket is what a read took before it was sent: the state it must find
@@ -89,21 +101,38 @@ type ticket struct {
 	stripe uint32
 	seq    uint64
 	gen    uint64
+	tagged bool   // the entry of a key with a hash tag of its own:
+	tag    uint32 // its tag's counter,
+	tseq   uint64 // as it was
 }
 
 func newLocalTier(o Options) *localTier {
 	t := &localTier{
 		maxEntries: o.LocalEntries, maxBytes: o.LocalBytes, ttl: o.LocalTTL,
-		seed:  maphash.MakeSeed(),
-		byKey: map[string]*localItem{}, byName: map[string]*localItem{},
+		prefix: o.Namespace + "{", seed: maphash.MakeSeed(),
+		byKey: map[string]*localItem{}, byName: map[string]*localItem{}, byTag: map[string]*localItem{},
 	}
 	t.maxItem = max(t.maxBytes/8, 1)
 	t.head.next, t.head.prev = &t.head, &t.head
 	return t
 }
 
+// stripe returns the change counter of the entry named name (or of the
+// tag base named name, in tags).
 func (t *localTier) stripe(name string) uint32 {
 	return uint32(maphash.String(t.seed, name) % localStripes)
+}
+
+// tagBase returns the part of an entry name up to the '}' that ends its
+// hash tag ("ns{T}" of "ns{T}/len:key", all of "ns{k}"), or name itself
+// when it is not one of prefix's.
+func tagBase(prefix, name string) string {
+	if len(name) > len(prefix) && name[:len(prefix)] == prefix {
+		if i := strings.IndexByte(name[len(prefix):], '}'); i >= 0 {
+			return name[:len(prefix)+i+1]
+		}
+	}
+	return name
 }
 
 // ticket returns the ticket of a read of the entry named name about to be
@@ -116,7 +145,12 @@ func (t *localTier) ticket(name string) ticket {
 	// the old generation is refused by keep.
 	gen := t.gen.Load()
 	i := t.stripe(name)
-	return ticket{ok: true, stripe: i, seq: t.stripes[i].Load(), gen: gen}
+	tk := ticket{ok: true, stripe: i, seq: t.stripes[i].Load(), gen: gen}
+	if b := tagBase(t.prefix, name); len(b) < len(name) {
+		tk.tagged, tk.tag = true, t.stripe(b)
+		tk.tseq = t.tags[tk.tag].Load()
+	}
+	return tk
 }
 
 // get returns the copy of key while it may be served.
@@ -159,7 +193,7 @@ func (t *localTier) keep(key, name string, tk ticket, e *entry, left time.Durati
 	if cur != nil && cur.name == name && !newer(e, &cur.e) {
 		return // the copy held is as new
 	}
-	if !tk.ok || t.gen.Load() != tk.gen || t.stripes[tk.stripe].Load() != tk.seq || !t.live.Load() {
+	if !tk.ok || t.gen.Load() != tk.gen || t.stripes[tk.stripe].Load() != tk.seq || (tk.tagged && t.tags[tk.tag].Load() != tk.tseq) || !t.live.Load() {
 		// Something changed since the read was sent: it may be older
 		// than what was reported. It is not kept, and a copy older than
 		// it goes (a caller was just given the newer value).
@@ -177,6 +211,9 @@ func (t *localTier) keep(key, name string, tk ticket, e *entry, left time.Durati
 	now := time.Now()
 	it := &localItem{key: key, name: name, value: e.value, cost: cost, e: *e,
 		until: now.Add(min(left, t.ttl)), base: now.Add(-age)}
+	if b := tagBase(t.prefix, name); len(b) < len(name) {
+		it.tag = b
+	}
 	t.stripes[tk.stripe].Add(1)
 	t.byKey[key], t.byName[name] = it, it
 	t.bytes += cost
@@ -201,6 +238,21 @@ func (t *localTier) changed(name string) {
 	t.mu.Unlock()
 }
 
+// changedTag drops the copies of the keys of the tag whose base ("ns{T}")
+// is base, whose invalidation changed in Redis, and refuses the values of
+// the reads of them already sent.
+func (t *localTier) changedTag(base string) {
+	if t == nil {
+		return
+	}
+	t.tags[t.stripe(base)].Add(1)
+	t.mu.Lock()
+	for it := t.byTag[base]; it != nil; it = t.byTag[base] {
+		t.unlink(it)
+	}
+	t.mu.Unlock()
+}
+
 // remove drops the copy of key, if any.
 func (t *localTier) remove(key string) {
 	if t == nil {
@@ -212,21 +264,6 @@ func (t *localTier) remove(key string) {
 		t.unlink(it)
 	}
 	t.mu.Unlock()
-}
-
-// removeIf drops the copies whose keys match.
-func (t *localTier) removeIf(match func(key string) bool) {
-	if t == nil {
-		return
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for k, it := range t.byKey {
-		if match(k) {
-			t.stripes[t.stripe(it.name)].Add(1)
-			t.unlink(it)
-		}
-	}
 }
 
 // setLive flushes the tier and starts (true) or stops (false) serving and
@@ -260,6 +297,7 @@ func (t *localTier) flushAll() {
 	defer t.mu.Unlock()
 	clear(t.byKey)
 	clear(t.byName)
+	clear(t.byTag)
 	t.head.next, t.head.prev = &t.head, &t.head
 	t.bytes = 0
 }
@@ -274,7 +312,20 @@ func (t *localTier) len() int {
 	return len(t.byKey)
 }
 
+// link adds it, with mu held: first in the LRU list, and to its tag's.
 func (t *localTier) link(it *localItem) {
+	t.front(it)
+	if it.tag != "" {
+		first := t.byTag[it.tag]
+		it.tnext = first
+		if first != nil {
+			first.tprev = it
+		}
+		t.byTag[it.tag] = it
+	}
+}
+
+func (t *localTier) front(it *localItem) {
 	it.prev, it.next = &t.head, t.head.next
 	it.next.prev = it
 	t.head.next = it
@@ -285,13 +336,29 @@ func (t *localTier) toFront(it *localItem) {
 		return
 	}
 	it.prev.next, it.next.prev = it.next, it.prev
-	t.link(it)
+	t.front(it)
 }
 
 // unlink removes it, with mu held.
 func (t *localTier) unlink(it *localItem) {
 	it.prev.next, it.next.prev = it.next, it.prev
 	it.prev, it.next = nil, nil
+	if it.tag != "" {
+		switch {
+		case it.tprev != nil:
+			it.tprev.tnext = it.tnext
+		case t.byTag[it.tag] == it:
+			if it.tnext != nil {
+				t.byTag[it.tag] = it.tnext
+			} else {
+				delete(t.byTag, it.tag)
+			}
+		}
+		if it.tnext != nil {
+			it.tnext.tprev = it.tprev
+		}
+		it.tprev, it.tnext = nil, nil
+	}
 	if t.byKey[it.key] == it {
 		delete(t.byKey, it.key)
 	}

@@ -30,6 +30,25 @@ func (g *Group) names(key string) names {
 	return names{user: key, entry: all[:n], keys: keys}
 }
 
+// readKeys are the names the read script takes: entry, lease, fence and
+// waiters; for a key with a hash tag of its own, all seven (the script
+// reads the tag's invalidation key, the seventh).
+func (nm names) readKeys() []string {
+	if len(nm.keys) == 7 {
+		return nm.keys
+	}
+	return nm.keys[:4]
+}
+
+// tagInv is the name of the tag's invalidation key for a key with a hash
+// tag of its own, else "".
+func (nm names) tagInv() string {
+	if len(nm.keys) == 7 {
+		return nm.keys[6]
+	}
+	return ""
+}
+
 // tagNames are the names of hash tag tag (see InvalidateTag): the set of
 // the entries of its keys that were filled, and the Redis time (µs) of its
 // last invalidation. They hash to the tag's slot, and no key's names end

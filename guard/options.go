@@ -83,9 +83,9 @@ type Options struct {
 	BreakerCooldown time.Duration
 
 	// MaxHitBatch is how many concurrent calls may share one round trip: the
-	// GETs of the hits that arrive while another is in flight go out
-	// together as one pipeline when it is back, and so do the read and the
-	// fill scripts of concurrent misses (scriptqueue.go). A lone call is
+	// reads of the hits that arrive while another is in flight go out
+	// together as one MGET when it is back, and the read and the fill
+	// scripts of concurrent misses as one pipeline. A lone call is
 	// sent at once, on its own. On a client with go-redis client-side
 	// caching every hit is a plain GET (pipelines bypass that cache).
 	// Default: 256. Disabled: every hit and every script call is a round

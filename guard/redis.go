@@ -31,7 +31,7 @@ func (g *Group) read(ctx context.Context, nm names, force bool) (readReply, erro
 	}
 	sent := g.clk.local()
 	v, err := g.callScript(ctx, g.readQ, scripts.GuardRead,
-		scriptCall{nm.keys[:4], []any{g.leaseArg, g.chanArg, g.waitArg, g.keepArg, forceArg}})
+		scriptCall{nm.readKeys(), []any{g.leaseArg, g.chanArg, g.waitArg, g.keepArg, forceArg}})
 	if err != nil {
 		g.redisFailed("read", err)
 		return readReply{}, err
@@ -50,7 +50,7 @@ func (g *Group) peekRead(ctx context.Context, nm names) (readReply, error) {
 	rctx, cancel := context.WithTimeout(ctx, g.opts.RedisTimeout)
 	defer cancel()
 	sent := g.clk.local()
-	v, err := scripts.GuardRead().Run(rctx, g.rdb, nm.keys[:4], 0, "", 0, g.keepArg, "0").Slice()
+	v, err := scripts.GuardRead().Run(rctx, g.rdb, nm.readKeys(), 0, "", 0, g.keepArg, "0").Slice()
 	if err != nil {
 		g.redisFailed("peek", err)
 		return readReply{}, err
@@ -163,9 +163,9 @@ func (g *Group) filled(key string, nm names, f fillSpec, reply []any, sent int64
 		}
 	case written == 1 && f.flags == "o":
 		g.keepOversize(key, f.keep, now, now+ms(f.fresh)+ms(f.stale))
-		g.hint(key, nm.entry, now+ms(f.fresh))
+		g.hint(key, nm, now+ms(f.fresh))
 	case written == 1 && (f.flags == "" || f.flags == "r"):
-		g.hint(key, nm.entry, now+ms(f.fresh))
+		g.hint(key, nm, now+ms(f.fresh))
 	}
 }
 

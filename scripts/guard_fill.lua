@@ -69,7 +69,8 @@
 -- is not a canonical decimal, has no TTL or is above the fence counter it
 -- was minted from; a fence counter that is not a canonical decimal of at
 -- most 2^53; an entry whose fence would reject the fill but which has no
--- TTL, or a fence above the counter (every fence is minted from it). A dropped invalidation
+-- TTL, or a fence above the counter (every fence is minted from it); a
+-- tag's invalidation key that is not a canonical decimal or has no TTL. A dropped invalidation
 -- marker rejects this fill if it has fence 0 (it might have fenced it out);
 -- a fenced fill is judged by the fence counter, which every invalidation
 -- mints into.
@@ -162,7 +163,7 @@ elseif mode ~= '-' then
   end
   if ok and tinv then
     local t = getstr(tinv, 'tinv', foreign)
-    if t and not canon(t, fencemax) then
+    if t and (not canon(t, fencemax) or redis.call('PTTL', tinv) == -1) then
       redis.call('DEL', tinv)
       table.insert(foreign, 'tinv')
       t = false

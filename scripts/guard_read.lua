@@ -5,6 +5,11 @@
 -- KEYS[2] lease key   (string: the fence of the holder)
 -- KEYS[3] fence key   (counter; never decreases, floored by the Redis clock)
 -- KEYS[4] waiters key (set of the notification channels of callers waiting for a fill)
+-- KEYS[5], KEYS[6] optional, not read (the key's invalidation key and its
+--         tag's member set: the names guard_fill.lua takes, in its order)
+-- KEYS[7] optional, for a key that holds a hash tag of its own: the tag's
+--         invalidation key (string: Redis time in microseconds of its last
+--         invalidation, guard_invalidate_tag.lua)
 -- ARGV[1] lease in milliseconds; 0 = only read, never try the lease
 -- ARGV[2] waiter channel; "" = do not register as a waiter
 -- ARGV[3] wait in milliseconds (> 0 when ARGV[2] is set): the waiters set lives
@@ -42,7 +47,14 @@
 -- stale oversize marker ('o': the value is kept by each node, not here)
 -- registers too: a node without its own copy waits for the refresh.
 -- Fresh oversize markers count as fresh.
-local entry, lease, fence, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+--
+-- With KEYS[7], an entry written before the tag's last invalidation is one
+-- that invalidation missed (its name was lost from the member set: evicted,
+-- overwritten, deleted by hand): it is deleted and read as missing, so an
+-- InvalidateTag holds whatever became of the member set. A value under
+-- KEYS[7] that is not a canonical decimal, or has no TTL (every one the
+-- guard writes expires), is foreign ("tinv").
+local entry, lease, fence, waiters, tinv = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[7]
 local leasems, channel = tonumber(ARGV[1]), ARGV[2]
 local wait, keep = tonumber(ARGV[3]), ARGV[4]
 
@@ -67,14 +79,30 @@ end
 local now = nowms()
 local v = getstr(entry, 'entry', foreign)
 local fu, fl = nil, nil
+local f, w = nil, nil
 if v then
-  local _
-  fu, _, fl = parse(v, #v)
+  fu, f, fl, w = parse(v, #v)
   if fu then
     -- Every entry the guard writes expires (at its stale_until).
     if redis.call('PTTL', entry) == -1 then
       redis.call('DEL', entry)
       table.insert(foreign, 'entry')
+      v, fu, fl = false, nil, nil
+    end
+  end
+  if fu and tinv then
+    local t = getstr(tinv, 'tinv', foreign)
+    if t and (not canon(t, fencemax) or redis.call('PTTL', tinv) == -1) then
+      redis.call('DEL', tinv)
+      table.insert(foreign, 'tinv')
+      t = false
+    end
+    -- Filled under a fence minted before the invalidation (fences are
+    -- floored by the Redis clock in µs, and guard_fill.lua rejects such a
+    -- fill once the tag is invalidated), or written in an earlier
+    -- millisecond (should the fence counter have run ahead of the clock).
+    if t and (less(f, t) or (tonumber(w) + 1) * 1000 <= tonumber(t)) then
+      redis.call('DEL', entry)
       v, fu, fl = false, nil, nil
     end
   end

@@ -39,7 +39,7 @@ func TestMain(m *testing.M) { redistest.Main(m) }
 // __redis__:invalidate, where Redis sends the tier's reports.
 const aclLine = "ACL SETUSER stampede reset on >CHANGE-ME" +
 	" ~stampede:{* ~stampede:lock:{* &stampede:fill:* &stampede:lock:wake:* &__redis__:invalidate" +
-	" +evalsha +eval +get +subscribe +client|id +client|tracking" +
+	" +evalsha +eval +get +mget +subscribe +client|id +client|tracking" +
 	" +time +set +del +exists +pexpire +pttl +incr +getrange +strlen +sadd +smembers +publish" +
 	" +type +hset +hget +hgetall +hdel +zadd +zrem +zpopmin +zremrangebyscore"
 
@@ -48,7 +48,8 @@ const aclLine = "ACL SETUSER stampede reset on >CHANGE-ME" +
 var clientCommands = []string{
 	"evalsha",         // scripts.*.Run (guard, lock)
 	"eval",            // scripts.*.Run when EVALSHA answers NOSCRIPT
-	"get",             // guard/fasthit.go
+	"get",             // guard/fasthit.go: a hit
+	"mget",            // guard/hitqueue.go: a batch of hits, or a hit of a key with a tag (its entry and the tag's invalidation)
 	"set",             // lock/obtain.go: a free token lock, not waited for, is a plain SET NX PX
 	"subscribe",       // internal/notify: a Group's fill channel, a lock Client's wake channel; guard/coherence.go: the tier's reports
 	"client|id",       // guard/coherence.go: the report connection redirects to itself
