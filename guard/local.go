@@ -75,8 +75,8 @@ type localTier struct {
 	// byTag holds, for each hash tag base ("ns{T}") of keys with a tag of
 	// their own, the first of its items, linked by tprev and tnext.
 	byTag map[string]*localItem
-	head   localItem             // sentinel of the LRU list: head.next is the most recent
-	bytes  int
+	head  localItem // sentinel of the LRU list: head.next is the most recent
+	bytes int
 }
 
 // localItem is one copy.
