@@ -162,12 +162,7 @@ elseif mode ~= '-' then
     ok = false
   end
   if ok and tinv then
-    local t = getstr(tinv, 'tinv', foreign)
-    if t and (not canon(t, fencemax) or redis.call('PTTL', tinv) == -1) then
-      redis.call('DEL', tinv)
-      table.insert(foreign, 'tinv')
-      t = false
-    end
+    local t = taginv(tinv, foreign)
     if t and (mine == '0' or less(mine, t)) then
       ok = false
     end

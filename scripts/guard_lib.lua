@@ -60,6 +60,21 @@ local function counter(name, foreign)
   return v
 end
 
+-- taginv returns a tag's invalidation time under name (Redis time in µs,
+-- a decimal string), or false when there is none. One the guard did not
+-- write (another type, not a canonical decimal, no TTL: every one
+-- guard_invalidate_tag.lua writes expires) is deleted and reported in
+-- foreign as "tinv".
+local function taginv(name, foreign)
+  local t = getstr(name, 'tinv', foreign)
+  if t and (not canon(t, fencemax) or redis.call('PTTL', name) == -1) then
+    redis.call('DEL', name)
+    table.insert(foreign, 'tinv')
+    return false
+  end
+  return t
+end
+
 -- guardmint is mint (fence_lib.lua) on a counter checked first: foreign
 -- data under the counter's name never fails the script.
 local function guardmint(name, keep, foreign)

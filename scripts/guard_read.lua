@@ -91,12 +91,7 @@ if v then
     end
   end
   if fu and tinv then
-    local t = getstr(tinv, 'tinv', foreign)
-    if t and (not canon(t, fencemax) or redis.call('PTTL', tinv) == -1) then
-      redis.call('DEL', tinv)
-      table.insert(foreign, 'tinv')
-      t = false
-    end
+    local t = taginv(tinv, foreign)
     -- Filled under a fence minted before the invalidation (fences are
     -- floored by the Redis clock in µs, and guard_fill.lua rejects such a
     -- fill once the tag is invalidated), or written in an earlier
