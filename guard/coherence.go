@@ -36,7 +36,7 @@ import (
 // probe, flushes the tier, which serves nothing until it is back; so do
 // resharding and failover on a cluster, where a master this Group does
 // not listen to yet (a new node, a promoted replica) stops the tier until
-// it does. See local.go for how late replies are kept out.
+// it does. The localTier doc says how late replies are kept out.
 
 // invalidateChannel is where Redis sends the reports of a tracking
 // connection that redirects to a subscribed RESP2 connection.

@@ -6,7 +6,7 @@ import (
 )
 
 // commitQueue is group commit for one kind of Redis call, shared by the
-// hits' GETs (hitqueue.go) and the misses' scripts (scriptqueue.go). A call
+// hits' GETs (hitQueue) and the misses' scripts (scriptQueue). A call
 // that finds the queue idle marks it busy and is sent at once, on its
 // caller's goroutine; a call that finds it busy is appended to q (both
 // under mu, by the user of the queue). When the lone call is back,

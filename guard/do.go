@@ -73,7 +73,7 @@ type call struct {
 	nm    names       // the Redis names of key
 	load  LoadFunc    // runs at most once, whichever stages ask for it
 	co    callOptions // the windows of the value it loads
-	start time.Time   // bounds the turns it waits for (private.go)
+	start time.Time   // bounds the turns it waits for (takeTurns)
 }
 
 func (g *Group) newCall(key string, load LoadFunc, co callOptions) *call {
@@ -83,7 +83,7 @@ func (g *Group) newCall(key string, load LoadFunc, co callOptions) *call {
 // readPath answers a call the fast path could not: one read of the key for
 // all its callers in this process, then a fresh or stale answer, the
 // load the read's flight ran, or the miss flight; again when the flight
-// ended with another caller's private answer (private.go).
+// ended with another caller's private answer (see Private).
 func (g *Group) readPath(ctx context.Context, c *call) (Result, error) {
 	return g.takeTurns(ctx, c, func() (Result, error) { return g.readPathOnce(ctx, c) })
 }
@@ -133,7 +133,7 @@ func (g *Group) claim(key string, res Result, claimed *atomic.Bool) Result {
 }
 
 // localHit serves key from the in-process tier when it holds a copy
-// (local.go): a fresh value whose entry has not changed in Redis since.
+// (localTier): a fresh value whose entry has not changed in Redis since.
 func (g *Group) localHit(key string) (Result, bool) {
 	it, ok := g.loc.get(key)
 	if !ok {
@@ -156,7 +156,7 @@ func (g *Group) localResult(key string, it *localItem) Result {
 
 // keep says where a read's value may go in the in-process tier: the name
 // of the key's entry and the ticket the read took before it was sent (see
-// local.go). The zero keep keeps nothing.
+// localTier). The zero keep keeps nothing.
 type keep struct {
 	name string
 	tk   ticket

@@ -35,7 +35,7 @@ import (
 // header, newline included, is at most maxHeaderLen bytes.
 //
 // The scripts guard_read.lua and guard_fill.lua write and parse this format
-// with the same rules; scriptsdata_test.go holds them to it.
+// with the same rules; the scripts-data tests hold them to it.
 
 // errCorrupt is wrapped by every error of decodeEntry.
 var errCorrupt = errors.New("guard: corrupt cache entry")
@@ -66,7 +66,7 @@ type entry struct {
 	// (Pass).
 	pass bool
 	// flag 'o': a value over MaxValueBytes, not stored; value is empty
-	// until a node's own copy is put in its place (oversize.go).
+	// until a node's own copy is put in its place.
 	oversize bool
 	value    []byte
 }

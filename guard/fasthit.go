@@ -76,7 +76,7 @@ func newHints() hints {
 // room to spare. ok false means: take the script path. A Redis error is
 // returned as is, so the caller degrades without paying a second timeout.
 // It runs on the caller's goroutine and ctx, its GET batched with those of
-// concurrent callers (hitqueue.go), so it allocates little; a failure
+// concurrent callers (hitQueue), so it allocates little; a failure
 // caused by ctx itself is returned without counting against Redis's
 // health.
 func (g *Group) fastHit(ctx context.Context, key string) (e entry, now int64, k keep, ok bool, err error) {

@@ -32,7 +32,7 @@ const (
 	stale
 	loaded    // by the read's own flight, which won the lease
 	passing   // a pass marker (Pass): each caller runs its own load
-	oversized // a fresh oversize marker this node holds no copy of (oversize.go)
+	oversized // a fresh oversize marker this node holds no copy of
 )
 
 // flight is what the waiting callers of one read flight share besides its

@@ -25,15 +25,15 @@ type Group struct {
 	hub  *notify.Hub
 	sf   singleflight.Group
 	br   breaker
-	loc  *localTier // the in-process tier (local.go); nil when off
-	coh  *coherence // keeps loc told of changes (coherence.go)
-	over overStore  // this node's copies of values over MaxValueBytes (oversize.go)
+	loc  *localTier // the in-process tier; nil when off
+	coh  *coherence // keeps loc told of changes
+	over overStore  // this node's copies of values over MaxValueBytes
 
 	firstLease  time.Duration  // lease taken by a read, before the watchdog extends it
 	clk         redisClock     // estimate of the Redis clock, for the fast hit path
 	hints       hints          // key → fresh-until seen lately, for the fast hit path
 	hq          *hitQueue      // batches the fast path's GETs; nil: one GET each
-	hitDeadline sharedDeadline // bounds lone hits' GETs (deadline.go)
+	hitDeadline sharedDeadline // bounds lone hits' GETs
 	readQ       *scriptQueue   // batches concurrent read scripts; nil: one call each
 	fillQ       *scriptQueue   // batches concurrent fill scripts; nil: one call each
 
@@ -48,7 +48,7 @@ type Group struct {
 	lmu   sync.Mutex
 	loads map[string]*runningLoad // the load of each key running in this process
 
-	batchReads batchReads // reads of batches in flight (batch_share.go)
+	batchReads batchReads // reads of batches in flight
 
 	// testJoined, set by tests, runs when a caller has joined the read
 	// flight of key (as its leader or a follower): the seam tests use to
@@ -130,7 +130,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 					h("subscribe", err)
 				}
 			}
-			g.unready(err) // Hooks.Unready (ready.go)
+			g.unready(err) // Hooks.Unready
 		}
 	})
 	return g, nil

@@ -9,7 +9,7 @@ import (
 )
 
 // The in-process tier: fresh values kept in memory, so that a hot key's
-// hit costs no round trip. It is coherent (coherence.go): Redis reports
+// hit costs no round trip. It is coherent (see coherence): Redis reports
 // every change of an entry under the Group's Namespace to a connection the
 // Group keeps on each master, and a copy is dropped when its entry
 // changes. What the tier must also get right is order. A reply can arrive

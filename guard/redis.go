@@ -98,7 +98,7 @@ type fillSpec struct {
 }
 
 // overMarker turns the fill of value v, too large for Redis, into an
-// oversize marker with v's windows (oversize.go). A value never served
+// oversize marker with v's windows (see Options.MaxValueBytes). A value never served
 // stale (flags "r") gets a marker without a stale window: a marker cannot
 // be revalidated.
 func (f *fillSpec) overMarker(v []byte) {

@@ -9,7 +9,7 @@ import (
 )
 
 // The read and fill scripts of concurrent misses, batched like hits
-// (hitqueue.go): a call that arrives while another call of the same script
+// (the hit queue's): a call that arrives while another call of the same script
 // is in flight is queued, and the queue goes out as one pipeline when the
 // call in flight is back (group commit). A lone call is sent at once, as
 // before; a herd of misses on different keys (a cold start, a flushed
