@@ -334,11 +334,7 @@ func (b *batch) set(i int, r keyResult) {
 
 // serve answers key i from a decoded entry read as r (see served).
 func (b *batch) serve(i int, e entry, r batchRead, st Status) {
-	k := r.k
-	if st == Stale {
-		k = keep{}
-	}
-	res, err := b.g.served(b.keys[i], e, r.rr.now, st, k)
+	res, err := b.g.served(b.keys[i], e, r.rr.now, st, r.k)
 	b.set(i, keyResult{v: res.Value, st: st, err: err})
 }
 

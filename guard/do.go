@@ -100,7 +100,7 @@ func (g *Group) readPathOnce(ctx context.Context, c *call) (Result, error) {
 	case fresh:
 		return g.served(c.key, lk.e, lk.now, Hit, lk.k)
 	case stale:
-		return g.served(c.key, lk.e, lk.now, Stale, keep{})
+		return g.served(c.key, lk.e, lk.now, Stale, lk.k)
 	case passing:
 		g.hintPass(c.key, c.nm.entry, lk.e)
 		return g.passLoad(ctx, c, lk.e)
@@ -169,9 +169,11 @@ func (g *Group) keepOf(name string) keep {
 }
 
 // served turns a decoded entry into the caller's answer; a fresh value is
-// offered to the in-process tier as k says.
+// offered to the in-process tier as k says, and any other entry leaves its
+// mark there (localTier.seen).
 func (g *Group) served(key string, e entry, now int64, st Status, k keep) (Result, error) {
 	age := time.Duration(max(now-e.written, 0)) * time.Millisecond
+	g.keepLocal(key, e, now, age, k, st == Stale)
 	switch {
 	case e.negative:
 		return Result{Status: st, Age: age}, ErrNotFound
@@ -182,20 +184,22 @@ func (g *Group) served(key string, e entry, now int64, st Status, k keep) (Resul
 		if h := g.opts.Hooks.Stale; h != nil {
 			h(key, age)
 		}
-	} else {
-		if h := g.opts.Hooks.Hit; h != nil {
-			h(key, age, false)
-		}
-		g.keepLocal(key, e, now, age, k)
+	} else if h := g.opts.Hooks.Hit; h != nil {
+		h(key, age, false)
 	}
 	fresh := time.Duration(e.freshUntil-now) * time.Millisecond
 	return Result{Value: e.value, Status: st, Age: age, Fresh: fresh, Oversize: e.oversize}, nil
 }
 
 // keepLocal offers the fresh entry e of key, read at now (Redis ms), to
-// the in-process tier.
-func (g *Group) keepLocal(key string, e entry, now int64, age time.Duration, k keep) {
-	if g.loc == nil || k.name == "" || e.negative || e.errMark || e.oversize || e.marker() {
+// the in-process tier; an entry it may not keep (stale, or not a value)
+// leaves its mark.
+func (g *Group) keepLocal(key string, e entry, now int64, age time.Duration, k keep, stale bool) {
+	if g.loc == nil || k.name == "" {
+		return
+	}
+	if stale || e.negative || e.errMark || e.oversize || e.marker() {
+		g.loc.seen(key, k.name, &e)
 		return
 	}
 	// now is when Redis read its clock, before its reply travelled: the
@@ -206,6 +210,7 @@ func (g *Group) keepLocal(key string, e entry, now int64, age time.Duration, k k
 	}
 	left := time.Duration(e.freshUntil-now) * time.Millisecond
 	if left <= 0 {
+		g.loc.seen(key, k.name, &e)
 		return
 	}
 	g.loc.keep(key, k.name, k.tk, &e, left, age)

@@ -25,9 +25,15 @@ import (
 //   - keeping a copy bumps its stripe too, so a reply older than a kept
 //     copy is never kept after it, even once that copy was evicted;
 //   - a reply that may not be kept, yet is newer than the copy held (by
-//     fence, then written time), drops that copy: a caller that got the
-//     newer value from Redis is never followed by one served the older
-//     copy;
+//     fence, then written time) or arrives when none is held, takes that
+//     copy's place as a mark: a copy that is never served, whose version
+//     refuses every older reply (one whose read took its ticket after the
+//     last change seen, yet was answered before a change not yet
+//     reported); so a caller that got the newer value from Redis is never
+//     followed by one served an older copy. Stale, negative and other
+//     entries the tier does not serve leave the same mark. A mark goes
+//     when its entry's change is reported or a newer copy is kept; one
+//     evicted by the LRU bound refuses every reply already sent instead;
 //   - losing a report connection (or resharding, or a failover) flushes
 //     the tier and bumps its generation, and nothing is served or kept
 //     until every connection is back.
@@ -88,8 +94,10 @@ type localItem struct {
 	until     time.Time // local monotonic clock: served before this
 	e         entry     // header of the entry (value aliases e.value)
 	base      time.Time // local time the entry was written, for Age
-	// stripe and gen are what keeping it bumped to: a reply whose ticket
-	// is older is not kept in its place
+	// mark: no copy, only the version (e's fence and written time) of a
+	// value a call returned without keeping it; never served, it refuses
+	// older replies (see localTier)
+	mark         bool
 	prev, next   *localItem
 	tprev, tnext *localItem // the other items of its tag
 }
@@ -160,7 +168,7 @@ func (t *localTier) get(key string) (*localItem, bool) {
 	}
 	t.mu.Lock()
 	it := t.byKey[key]
-	if it == nil {
+	if it == nil || it.mark {
 		t.mu.Unlock()
 		return nil, false
 	}
@@ -181,7 +189,8 @@ func newer(a, b *entry) bool {
 }
 
 // keep offers the fresh entry e of key (named name), read with ticket tk
-// and fresh for left more, to the tier.
+// and fresh for left more, to the tier. The value is returned to its
+// caller whether it is kept or not.
 func (t *localTier) keep(key, name string, tk ticket, e *entry, left time.Duration, age time.Duration) {
 	if t == nil {
 		return
@@ -190,37 +199,86 @@ func (t *localTier) keep(key, name string, tk ticket, e *entry, left time.Durati
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	cur := t.byKey[key]
-	if cur != nil && cur.name == name && !newer(e, &cur.e) {
-		return // the copy held is as new
+	valid := tk.ok && t.gen.Load() == tk.gen && t.stripes[tk.stripe].Load() == tk.seq && (!tk.tagged || t.tags[tk.tag].Load() == tk.tseq) && t.live.Load()
+	if cur != nil && cur.name == name && !newer(e, &cur.e) && !(valid && cur.mark && !newer(&cur.e, e)) {
+		return // the copy held is as new (or a mark of this version, and e may not replace it)
 	}
-	if !tk.ok || t.gen.Load() != tk.gen || t.stripes[tk.stripe].Load() != tk.seq || (tk.tagged && t.tags[tk.tag].Load() != tk.tseq) || !t.live.Load() {
+	if !valid {
 		// Something changed since the read was sent: it may be older
-		// than what was reported. It is not kept, and a copy older than
-		// it goes (a caller was just given the newer value).
-		if cur != nil {
-			t.unlink(cur)
-		}
+		// than what was reported. It is not kept; its version is, as a
+		// mark in the place of any older copy (a caller is being given
+		// the newer value).
+		t.putMark(key, name, e, cur)
 		return
 	}
 	if cur != nil {
 		t.unlink(cur)
 	}
+	// Bumped whether the copy fits or not: a reply sent before this one
+	// was read is refused either way.
+	t.stripes[tk.stripe].Add(1)
 	if cost > t.maxItem {
 		return
 	}
 	now := time.Now()
 	it := &localItem{key: key, name: name, value: e.value, cost: cost, e: *e,
 		until: now.Add(min(left, t.ttl)), base: now.Add(-age)}
-	if b := tagBase(t.prefix, name); len(b) < len(name) {
+	t.insert(it)
+}
+
+// seen records that a call is returning the entry e of key (named name),
+// which the tier does not keep (a stale or negative entry, a marker, a
+// value too large or with no fresh time left): no older reply is kept
+// after it.
+func (t *localTier) seen(key, name string, e *entry) {
+	if t == nil || !t.live.Load() {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	cur := t.byKey[key]
+	if cur != nil && cur.name == name && !newer(e, &cur.e) {
+		return
+	}
+	t.putMark(key, name, e, cur)
+}
+
+// putMark puts a mark of e's version for key in the place of cur, with mu
+// held.
+func (t *localTier) putMark(key, name string, e *entry, cur *localItem) {
+	if cur != nil {
+		t.unlink(cur)
+	}
+	if !t.live.Load() {
+		return // a generation change refuses every reply sent before
+	}
+	it := &localItem{key: key, name: name, cost: len(key) + len(name) + localOverhead, e: *e, mark: true}
+	it.e.value = nil
+	t.insert(it)
+}
+
+// insert adds it, with mu held, and evicts the least recently used copies
+// past the bounds.
+func (t *localTier) insert(it *localItem) {
+	if b := tagBase(t.prefix, it.name); len(b) < len(it.name) {
 		it.tag = b
 	}
-	t.stripes[tk.stripe].Add(1)
-	t.byKey[key], t.byName[name] = it, it
-	t.bytes += cost
+	t.byKey[it.key], t.byName[it.name] = it, it
+	t.bytes += it.cost
 	t.link(it)
 	for len(t.byKey) > t.maxEntries || t.bytes > t.maxBytes {
-		t.unlink(t.head.prev)
+		t.evict(t.head.prev)
 	}
+}
+
+// evict drops the least recently used item it, with mu held. A mark
+// evicted refuses the replies already sent of its entry, which it
+// refused.
+func (t *localTier) evict(it *localItem) {
+	if it.mark {
+		t.stripes[t.stripe(it.name)].Add(1)
+	}
+	t.unlink(it)
 }
 
 // changed drops the copy of the entry named name, which changed in Redis
@@ -302,14 +360,20 @@ func (t *localTier) flushAll() {
 	t.bytes = 0
 }
 
-// len returns the number of copies held.
+// len returns the number of copies held (marks apart).
 func (t *localTier) len() int {
 	if t == nil {
 		return 0
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return len(t.byKey)
+	n := 0
+	for _, it := range t.byKey {
+		if !it.mark {
+			n++
+		}
+	}
+	return n
 }
 
 // link adds it, with mu held: first in the LRU list, and to its tag's.

@@ -130,7 +130,7 @@ func (g *Group) afterWait(ctx context.Context, c *call, rr readReply, w *waitSta
 		res, err = g.served(c.key, e, rr.now, Shared, w.k)
 		return res, err, true
 	case st == stale:
-		res, err = g.served(c.key, e, rr.now, Stale, keep{})
+		res, err = g.served(c.key, e, rr.now, Stale, w.k)
 		return res, err, true
 	case st == oversized:
 		res, err = g.loadOversize(ctx, c.key, c.load, e, rr.now)

@@ -42,7 +42,7 @@ func (g *Group) Peek(ctx context.Context, key string) (Result, error) {
 	case st == fresh:
 		return g.served(key, e, rr.now, Hit, k)
 	}
-	return g.served(key, e, rr.now, Stale, keep{})
+	return g.served(key, e, rr.now, Stale, k)
 }
 
 // noLoad stands for the loader Peek does not have, for the checks of Do.

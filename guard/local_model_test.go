@@ -1,0 +1,140 @@
+package guard
+
+import (
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+var tierModelRuns = flag.Int("tier.runs", 2000, "histories TestLocalTierModel generates")
+
+// TestLocalTierModel checks the in-process tier's order rule against a
+// model of what can happen around it, over generated histories: a key
+// (or two, which may share a change counter) in a simulated Redis whose
+// versions rise; reads that take their ticket, are answered by Redis at
+// some later moment and whose replies come back in any order; writes by
+// another node whose reports arrive later, in order; copies that expire,
+// are evicted or flushed. Each read is a call: it begins when its ticket
+// is taken and ends when its reply is offered to the tier and returned
+// (kept or not); a get served from the tier begins and ends at once. The
+// rule: no call returns a version older than one a call that ended before
+// it began returned. Each history prints its seed on failure.
+func TestLocalTierModel(t *testing.T) {
+	for seed := range uint64(*tierModelRuns) {
+		if msg := tierHistory(seed); msg != "" {
+			t.Fatalf("seed %d: %s", seed, msg)
+		}
+	}
+}
+
+func tierHistory(seed uint64) string {
+	rng := rand.New(rand.NewPCG(seed, 0x7e5))
+	g := &Group{opts: Options{Namespace: "ns:"}}
+	entries := 1 + rng.IntN(3)
+	lt := newLocalTier(Options{Namespace: "ns:", LocalEntries: entries, LocalBytes: 1 << 20, LocalTTL: time.Hour})
+	lt.setLive(true)
+	keys := []string{"a", "b"}[:1+rng.IntN(2)]
+	type redisKey struct {
+		version  int64
+		reports  []int64 // writes whose report has not reached the tier yet
+		returned int64   // the newest version a call that ended returned
+	}
+	type read struct {
+		key      string
+		tk       ticket
+		answered bool
+		version  int64
+		floor    int64 // the newest version returned before it began
+	}
+	rk := map[string]*redisKey{}
+	for _, k := range keys {
+		rk[k] = &redisKey{version: 1}
+	}
+	var reads []*read
+	var log []string
+	check := func(k string, v int64, floor int64, how string) string {
+		log = append(log, fmt.Sprintf("%s %s v%d", how, k, v))
+		if v < floor {
+			return fmt.Sprintf("%s returned v%d after a call that ended before it began returned v%d\n%v", k, v, floor, log)
+		}
+		rk[k].returned = max(rk[k].returned, v)
+		return ""
+	}
+	for range 60 + rng.IntN(60) {
+		k := keys[rng.IntN(len(keys))]
+		r := rk[k]
+		switch op := rng.IntN(10); op {
+		case 0, 1: // a read is sent
+			reads = append(reads, &read{key: k, tk: lt.ticket(g.names(k).entry), floor: r.returned})
+			log = append(log, "send "+k)
+		case 2, 3: // Redis answers a read sent before
+			var open []*read
+			for _, rd := range reads {
+				if !rd.answered {
+					open = append(open, rd)
+				}
+			}
+			if len(open) > 0 {
+				rd := open[rng.IntN(len(open))]
+				rd.answered, rd.version = true, rk[rd.key].version
+			}
+		case 4: // a reply comes back: offered to the tier, then returned
+			for i, rd := range reads {
+				if !rd.answered {
+					continue
+				}
+				if rng.IntN(2) == 0 && i < len(reads)-1 {
+					continue
+				}
+				reads = append(reads[:i], reads[i+1:]...)
+				e := entry{fence: rd.version, written: rd.version, value: []byte("v")}
+				if rng.IntN(4) == 0 {
+					// an answer the tier does not keep (stale, negative)
+					lt.seen(rd.key, g.names(rd.key).entry, &e)
+				} else {
+					lt.keep(rd.key, g.names(rd.key).entry, rd.tk, &e, time.Hour, 0)
+				}
+				if msg := check(rd.key, rd.version, rd.floor, "reply"); msg != "" {
+					return msg
+				}
+				break
+			}
+		case 5: // another node writes
+			r.version++
+			r.reports = append(r.reports, r.version)
+			log = append(log, fmt.Sprintf("write %s v%d", k, r.version))
+		case 6: // the oldest report of a write reaches the tier
+			if len(r.reports) > 0 {
+				r.reports = r.reports[1:]
+				lt.changed(g.names(k).entry)
+				log = append(log, "report "+k)
+			}
+		case 7, 8: // a call served from the tier
+			if it, ok := lt.get(k); ok {
+				if msg := check(k, it.e.fence, r.returned, "get"); msg != "" {
+					return msg
+				}
+			}
+		case 9:
+			switch rng.IntN(3) {
+			case 0:
+				lt.flush()
+				log = append(log, "flush")
+			case 1:
+				lt.setLive(false)
+				lt.setLive(true)
+				log = append(log, "reconnect")
+			case 2:
+				lt.mu.Lock()
+				if it := lt.head.prev; it != &lt.head {
+					lt.evict(it)
+				}
+				lt.mu.Unlock()
+				log = append(log, "evict")
+			}
+		}
+	}
+	return ""
+}
