@@ -191,14 +191,32 @@ func canonicalQuery(dst []queryPair, raw string) []queryPair {
 		}
 		pairs = append(pairs, queryPair{name: n, value: v})
 	}
-	// A stable insertion sort: queries are short, and it needs no closure
-	// (which would move the pairs to the heap).
+	// A stable sort. Short queries (most) take an insertion sort, which
+	// keeps the pairs on the caller's stack; a long one, which anybody
+	// can send, must not cost quadratic time.
+	if len(pairs) > shortQuery {
+		slices.SortStableFunc(pairs, pairCmp)
+		return pairs
+	}
 	for i := 1; i < len(pairs); i++ {
 		for j := i; j > 0 && pairLess(pairs[j], pairs[j-1]); j-- {
 			pairs[j], pairs[j-1] = pairs[j-1], pairs[j]
 		}
 	}
 	return pairs
+}
+
+// shortQuery is the most pairs canonicalQuery sorts by insertion.
+const shortQuery = 16
+
+func pairCmp(a, b queryPair) int {
+	switch {
+	case pairLess(a, b):
+		return -1
+	case pairLess(b, a):
+		return 1
+	}
+	return 0
 }
 
 // pairLess orders decoded pairs by name, raw pairs after them.
@@ -210,7 +228,7 @@ func pairLess(a, b queryPair) bool {
 }
 
 func appendQuery(b []byte, raw string) []byte {
-	var stack [16]queryPair
+	var stack [shortQuery]queryPair
 	pairs := canonicalQuery(stack[:0], raw)
 	b = binary.AppendUvarint(b, uint64(len(pairs)))
 	for _, p := range pairs {

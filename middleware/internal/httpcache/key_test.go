@@ -3,12 +3,17 @@ package httpcache
 import (
 	"bytes"
 	"crypto/tls"
-	"github.com/stampede-go/stampede/internal/hashtag"
+	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/stampede-go/stampede/internal/hashtag"
 )
 
 func request(host, target string, https bool, lang string) *http.Request {
@@ -190,4 +195,58 @@ func TestDeriveKeyFields(t *testing.T) {
 			t.Errorf("key %q: want %q then a base64 SHA-256, no request text", want, keyVersion)
 		}
 	})
+}
+
+// TestCanonicalQuerySorts: canonicalQuery orders pairs as a stable sort by
+// name (raw pairs last) would, for generated queries short and long, and a
+// long query in reverse order (which anybody can send) costs n log n, not
+// n² (an insertion sort over 100,000 pairs takes minutes).
+func TestCanonicalQuerySorts(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	for range 300 {
+		n := rng.IntN(3 * shortQuery)
+		if rng.IntN(10) == 0 {
+			n = rng.IntN(5000)
+		}
+		segs := make([]string, n)
+		for i := range segs {
+			switch rng.IntN(8) {
+			case 0:
+				segs[i] = "a;b" // raw
+			case 1:
+				segs[i] = "%zz" // raw
+			default:
+				segs[i] = fmt.Sprintf("k%d=%d", rng.IntN(20), i)
+			}
+		}
+		got := canonicalQuery(nil, strings.Join(segs, "&"))
+		want := slices.Clone(got)
+		slices.SortStableFunc(want, pairCmp)
+		if !slices.Equal(got, want) {
+			t.Fatalf("%d pairs: not in stable order", n)
+		}
+		for i := range got {
+			if !got[i].raw && i > 0 && !got[i-1].raw && got[i-1].name == got[i].name {
+				a, _ := strconv.Atoi(got[i-1].value)
+				b, _ := strconv.Atoi(got[i].value)
+				if a > b {
+					t.Fatalf("%d pairs: %q's values out of their request order", n, got[i].name)
+				}
+			}
+		}
+	}
+	var b strings.Builder
+	for i := 100_000; i > 0; i-- {
+		fmt.Fprintf(&b, "p%07d=&", i)
+	}
+	done := make(chan []queryPair, 1)
+	go func() { done <- canonicalQuery(nil, b.String()) }()
+	select {
+	case pairs := <-done:
+		if len(pairs) != 100_000 || pairs[0].name != "p0000001" {
+			t.Fatalf("%d pairs, first %q", len(pairs), pairs[0].name)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("a 100,000-pair query in reverse order took over 20s to sort (quadratic)")
+	}
 }
