@@ -90,7 +90,7 @@ func (g *Group) resolveMiss(ctx context.Context, c *call, x int64, marker *entry
 	if w.failing {
 		return Result{}, turnTimeout(c.key)
 	}
-	if g.opts.WaitTimeoutPolicy == ReturnError {
+	if g.waitTimeoutPolicy(c.co) == ReturnError {
 		return Result{}, ErrWaitTimeout
 	}
 	// Fence 0: stored only if nothing newer landed and nothing was

@@ -3,7 +3,8 @@ package guard
 import (
 	"context"
 	"errors"
-	"strconv"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,9 +17,14 @@ import (
 // returns ErrWaitTimeout.
 func TestWaitTimeoutPolicy(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
-		for _, policy := range []WaitTimeoutPolicy{LoadLocally, ReturnError} {
-			g := newGroup(t, rdb, Options{WaitTimeout: 200 * time.Millisecond, WaitTimeoutPolicy: policy})
-			key := redistest.Key(t, strconv.Itoa(int(policy)))
+		// The Group's policy, then each policy set per call over the
+		// other one as the Group's (WithWaitTimeoutPolicy).
+		for _, c := range []struct {
+			group, call WaitTimeoutPolicy
+			perCall     bool
+		}{{LoadLocally, LoadLocally, false}, {ReturnError, ReturnError, false}, {ReturnError, LoadLocally, true}, {LoadLocally, ReturnError, true}} {
+			g := newGroup(t, rdb, Options{WaitTimeout: 200 * time.Millisecond, WaitTimeoutPolicy: c.group})
+			key := redistest.Key(t, fmt.Sprint(c))
 			// A holder that never fills: a lease taken directly, its fence
 			// minted from the counter as the read script mints it.
 			nm := g.names(key)
@@ -28,17 +34,25 @@ func TestWaitTimeoutPolicy(t *testing.T) {
 			if err := rdb.Set(ctxT(t), nm.keys[1], "1", time.Minute).Err(); err != nil {
 				t.Fatal(err)
 			}
-			r, err := g.Do(ctxT(t), key, func(context.Context) ([]byte, error) { return []byte("local"), nil })
-			switch policy {
+			var opts []CallOption
+			if c.perCall {
+				opts = append(opts, WithWaitTimeoutPolicy(c.call))
+			}
+			r, err := g.Do(ctxT(t), key, func(context.Context) ([]byte, error) { return []byte("local"), nil }, opts...)
+			switch c.call {
 			case LoadLocally:
 				if err != nil || string(r.Value) != "local" {
-					t.Fatalf("LoadLocally: %q %v", r.Value, err)
+					t.Fatalf("%+v: %q %v, want the local load", c, r.Value, err)
 				}
 			case ReturnError:
 				if !errors.Is(err, ErrWaitTimeout) {
-					t.Fatalf("ReturnError: %v, want ErrWaitTimeout", err)
+					t.Fatalf("%+v: %v, want ErrWaitTimeout", c, err)
 				}
 			}
+		}
+		g := newGroup(t, rdb, Options{})
+		if _, err := g.Do(ctxT(t), "k", nil2Loader(t), WithWaitTimeoutPolicy(7)); err == nil || !strings.Contains(err.Error(), "unknown WaitTimeoutPolicy") {
+			t.Fatalf("WithWaitTimeoutPolicy(7): %v", err)
 		}
 	})
 }

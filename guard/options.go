@@ -275,7 +275,36 @@ type CallOption func(*callOptions)
 
 type callOptions struct {
 	freshFor, staleFor time.Duration
-	err                error // the first invalid option, returned by the call
+	// waitPolicy is Options.WaitTimeoutPolicy unless WithWaitTimeoutPolicy
+	// says otherwise: policySet.
+	waitPolicy WaitTimeoutPolicy
+	policySet  bool
+	err        error // the first invalid option, returned by the call
+}
+
+// WithWaitTimeoutPolicy sets what this call does when another node's
+// fill (or this process's own load, joined by this call) does not land
+// within WaitTimeout, in place of Options.WaitTimeoutPolicy. A miss is
+// waited for once per process: the policy of the call that started the
+// wait applies to the calls that join it. An unknown policy makes the
+// call fail with an error. The HTTP middleware and the gRPC server
+// interceptor set ReturnError, so that a slow or failing origin never
+// sees one call per node at once.
+func WithWaitTimeoutPolicy(p WaitTimeoutPolicy) CallOption {
+	return func(c *callOptions) {
+		if p != LoadLocally && p != ReturnError && c.err == nil {
+			c.err = fmt.Errorf("guard: unknown WaitTimeoutPolicy %d", p)
+		}
+		c.waitPolicy, c.policySet = p, true
+	}
+}
+
+// waitTimeoutPolicy returns the policy of a call with options co.
+func (g *Group) waitTimeoutPolicy(co callOptions) WaitTimeoutPolicy {
+	if co.policySet {
+		return co.waitPolicy
+	}
+	return g.opts.WaitTimeoutPolicy
 }
 
 // WithFreshFor sets FreshFor for the value this call loads. 0 keeps the

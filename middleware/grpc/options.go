@@ -46,6 +46,10 @@ var defaultOptions = options{
 func evaluateOptions(opts []Option) *options {
 	o := defaultOptions
 	o.methods = map[string]bool{}
+	// A call that waited WaitTimeout for another call's run answers
+	// Unavailable rather than running the handler too: a slow or failing
+	// handler never sees one run per server at once.
+	o.callOpts = []guard.CallOption{guard.WithWaitTimeoutPolicy(guard.ReturnError)}
 	for i, f := range opts {
 		if f == nil {
 			misuse("nil Option (option %d)", i+1)

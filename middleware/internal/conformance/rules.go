@@ -29,6 +29,8 @@ func Rules(t *testing.T, a Adapter) {
 			t.Run("event stream", func(t *testing.T) { eventStream(t, a, top) })
 			t.Run("failures take turns across servers", func(t *testing.T) { failuresTakeTurnsAcrossServers(t, a, top) })
 			t.Run("failing turns time out", func(t *testing.T) { failingTurnsTimeOut(t, a, top) })
+			t.Run("slow failures one at a time", func(t *testing.T) { slowFailuresOneAtATime(t, a, top) })
+			t.Run("abandoned handler not rerun", func(t *testing.T) { abandonedHandlerNotRerun(t, a, top) })
 			t.Run("pass skips the flight", func(t *testing.T) { passSkipsTheFlight(t, a, top) })
 			t.Run("unstorable response not amplified", func(t *testing.T) { unstorableNotAmplified(t, a, top) })
 			t.Run("panic on unkeyed input", func(t *testing.T) { panicOnUnkeyedInput(t, a, top) })

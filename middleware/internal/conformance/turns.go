@@ -307,3 +307,93 @@ func work(d time.Duration) {
 	t := time.NewTimer(d)
 	<-t.C
 }
+
+// slowFailuresOneAtATime: a cold URL whose handler fails slowly (a 502
+// after longer than the guard's WaitTimeout, as a handler whose upstream
+// hangs) is still called once at a time across the fleet: the requests
+// that waited WaitTimeout for another request's call get 503 with
+// Retry-After instead of calling the handler themselves, one per server.
+func slowFailuresOneAtATime(t *testing.T, a Adapter, top topology) {
+	noLeaks(t)
+	var flight inFlight
+	var calls atomic.Int64
+	origin := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer flight.enter()()
+		calls.Add(1)
+		work(400 * time.Millisecond)
+		w.WriteHeader(http.StatusBadGateway)
+		fmt.Fprint(w, r.Header.Get("X-Req"))
+	})
+	urls := servers(t, a, top, 2, guard.Options{WaitTimeout: 150 * time.Millisecond}, Config{}, origin)
+	client := &http.Client{Timeout: time.Minute}
+	t.Cleanup(client.CloseIdleConnections)
+	var busy atomic.Int64
+	for wave := range 2 {
+		var wg sync.WaitGroup
+		for i := range 12 {
+			wg.Go(func() {
+				id := fmt.Sprint("req-", wave, "-", i)
+				req, _ := http.NewRequest(http.MethodGet, urls[i%2]+"/hanging", nil)
+				req.Host = "shop.example"
+				req.Header.Set("X-Req", id)
+				resp, err := client.Do(req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				switch {
+				case resp.StatusCode == http.StatusBadGateway && string(b) == id:
+				case resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "":
+					busy.Add(1)
+				default:
+					t.Errorf("%s got %d %q", id, resp.StatusCode, b)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	if got := flight.max.Load(); got != 1 {
+		t.Errorf("%d handler calls at once across the fleet (%d in all), want 1", got, calls.Load())
+	}
+	if busy.Load() == 0 {
+		t.Error("no request waited past WaitTimeout: not exercised")
+	}
+}
+
+// abandonedHandlerNotRerun: a handler call that runs past the guard's
+// LoadTimeout (ignoring its request's context) is abandoned, and neither
+// its request nor those that waited on it call the handler again while it
+// may still run: its request gets 504, the others 504 or 503.
+func abandonedHandlerNotRerun(t *testing.T, a Adapter, top topology) {
+	noLeaks(t)
+	var flight inFlight
+	var calls atomic.Int64
+	var running sync.WaitGroup
+	origin := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		running.Add(1)
+		defer running.Done()
+		defer flight.enter()()
+		calls.Add(1)
+		work(600 * time.Millisecond) // deaf to r.Context()
+		fmt.Fprint(w, "late")
+	})
+	t.Cleanup(running.Wait) // before the leak check
+	urls := servers(t, a, top, 2, guard.Options{LoadTimeout: 150 * time.Millisecond}, Config{}, origin)
+	client := &http.Client{Timeout: time.Minute}
+	t.Cleanup(client.CloseIdleConnections)
+	var wg sync.WaitGroup
+	for i := range 10 {
+		wg.Go(func() {
+			st, body, _ := fetch(client, urls[i%2], "/report")
+			if st != http.StatusGatewayTimeout && st != http.StatusServiceUnavailable {
+				t.Errorf("request %d got %d %q, want 504 or 503", i, st, body)
+			}
+		})
+	}
+	wg.Wait()
+	if got := calls.Load(); got != 1 {
+		t.Errorf("%d handler calls (at most %d at once), want the one abandoned", got, flight.max.Load())
+	}
+}

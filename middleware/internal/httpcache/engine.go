@@ -263,11 +263,16 @@ func onlyIfCached(h http.Header) bool {
 	return len(h["Cache-Control"]) > 0 && parseCacheControl(h["Cache-Control"]).onlyIfCached
 }
 
+// waitOnce makes a request that waited the Group's WaitTimeout for another
+// request's handler call answer 503 rather than run the handler too: a
+// slow or failing handler never sees one call per node at once.
+var waitOnce = []guard.CallOption{guard.WithWaitTimeoutPolicy(guard.ReturnError)}
+
 // serveCall serves c's request from c's key: the URL's key, or, with
 // c.vary set, one of its variants.
 func (e *Engine) serveCall(w http.ResponseWriter, r *http.Request, c *call, direct func() error, again bool) error {
 	ctx := r.Context()
-	res, err := e.g.Do(ctx, c.key, c.load)
+	res, err := e.g.Do(ctx, c.key, c.load, waitOnce...)
 	if c.detach(ctx) {
 		// This call's own load streamed its response to w.
 		return c.outcome(w)
@@ -318,11 +323,16 @@ func (e *Engine) failed(w http.ResponseWriter, r *http.Request, c *call, err err
 		}
 		w.Header().Set("Cache-Status", cachestatus.Miss)
 		return &StatusError{Code: http.StatusInternalServerError, Err: err}
-	case errors.Is(err, guard.ErrBackoff):
+	case errors.Is(err, guard.ErrBackoff) || errors.Is(err, guard.ErrWaitTimeout):
+		// No turn at a failing handler, or another request's call did
+		// not end, within WaitTimeout.
 		w.Header().Set("Cache-Status", cachestatus.Miss)
 		w.Header().Set("Retry-After", "1")
 		return &StatusError{Code: http.StatusServiceUnavailable, Err: err}
-	case errors.Is(err, guard.ErrWaitTimeout):
+	case errors.Is(err, guard.ErrLoadTimeout):
+		// The handler call of this request (or the one it waited on) ran
+		// past LoadTimeout and was abandoned: it may still be running, so
+		// nobody runs the handler again for it.
 		w.Header().Set("Cache-Status", cachestatus.Miss)
 		return &StatusError{Code: http.StatusGatewayTimeout, Err: err}
 	case r.Context().Err() != nil:
