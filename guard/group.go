@@ -66,6 +66,7 @@ type Group struct {
 	watchdogsOff bool           // set by Close under mu: no watchdog starts
 	closing      chan struct{}  // closed by Close to stop the watchdogs left
 	closed       atomic.Bool
+	inv          invRetry // invalidations waiting for Redis
 	closeOnce    sync.Once
 }
 
@@ -93,6 +94,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 		clk:     redisClock{base: time.Now()},
 		flights: map[string]*flight{},
 		closing: make(chan struct{}),
+		inv:     invRetry{stop: make(chan struct{})},
 		hints:   newHints(),
 		over:    newOverStore(),
 		br:      breaker{threshold: o.BreakerFailures, cooldown: o.BreakerCooldown, hook: o.Hooks.Breaker},
@@ -182,6 +184,7 @@ func (g *Group) Close() error {
 		g.mu.Lock()
 		g.closed.Store(true)
 		g.mu.Unlock()
+		close(g.inv.stop)
 		err = g.hub.Close()
 		g.coh.close()
 		g.bg.Wait()

@@ -16,6 +16,11 @@ import (
 // Invalidate deletes key's value everywhere: its Redis entry (and this
 // process's local copy), any refresh in flight (its fill will be rejected)
 // and wakes the waiters so they load anew.
+//
+// When Redis fails it (unreachable, slower than RedisTimeout), Invalidate
+// returns the error and the Group tries it again in the background, backing
+// off up to a second between tries, until it lands or the Group is closed:
+// an invalidation made while Redis is away takes effect once it is back.
 func (g *Group) Invalidate(ctx context.Context, key string) error {
 	if err := g.check(ctx, key, func(context.Context) ([]byte, error) { return nil, nil }); err != nil {
 		return err
@@ -24,7 +29,11 @@ func (g *Group) Invalidate(ctx context.Context, key string) error {
 	g.hints.c.Remove(key)
 	g.over.c.Remove(key)
 	nm := g.names(key)
-	return g.invalidate(ctx, nm)
+	if err := g.invalidate(ctx, nm); err != nil {
+		g.retryLater(invTarget{name: key})
+		return err
+	}
+	return nil
 }
 
 func (g *Group) invalidate(ctx context.Context, nm names) error {
@@ -58,7 +67,8 @@ func (g *Group) invalidate(ctx context.Context, nm names) error {
 // The keys of a tag are those filled since its last invalidation: each
 // fill adds its key to the tag's member set, in the same round trip. The
 // HTTP middleware keys every variant of one URL under one tag, so that an
-// unsafe request (RFC 9111 §4.4) drops them all.
+// unsafe request (RFC 9111 §4.4) drops them all. A failure is returned and
+// tried again in the background, as for Invalidate.
 func (g *Group) InvalidateTag(ctx context.Context, tag string) error {
 	switch {
 	case tag == "" || strings.Contains(tag, "}"):
@@ -69,6 +79,15 @@ func (g *Group) InvalidateTag(ctx context.Context, tag string) error {
 	if err := g.check(ctx, "{"+tag+"}", noLoad); err != nil {
 		return err
 	}
+	if err := g.invalidateTag(ctx, tag); err != nil {
+		g.retryLater(invTarget{tag: true, name: tag})
+		return err
+	}
+	return nil
+}
+
+// invalidateTag is InvalidateTag past its checks: one attempt.
+func (g *Group) invalidateTag(ctx context.Context, tag string) error {
 	g.dropLocalTag(tag)
 	// Again once the script ran (or may have): a read sent before may
 	// carry a value it dropped.

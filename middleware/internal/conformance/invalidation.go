@@ -134,3 +134,59 @@ func invalidationAcrossServers(t *testing.T, a Adapter, top topology) {
 		}
 	}
 }
+
+// invalidationSpellings: an unsafe request invalidates its target however
+// the target is spelled (RFC 9110 §7.1: the same target URI), in either
+// direction: an absolute-form request line and an origin-form one, the Host
+// in another case or with its default port; and a Location naming the site
+// by the public name Config.KeyHost keys, or its host in upper case.
+func invalidationSpellings(t *testing.T, a Adapter, top topology) {
+	noLeaks(t)
+	var gets atomic.Int64
+	origin := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet {
+			if loc := r.Header.Get("X-Location"); loc != "" {
+				w.Header().Set("Location", loc)
+				w.WriteHeader(http.StatusSeeOther)
+			}
+			return
+		}
+		w.Header().Set("Cache-Control", "max-age=3600")
+		fmt.Fprint(w, "get ", gets.Add(1))
+	})
+	for _, c := range []struct {
+		name       string
+		cfg        Config
+		get, write string // raw request heads, without the final CRLF
+	}{
+		{"absolute-form write, origin-form read", strict,
+			"GET /u HTTP/1.1\r\nHost: site.example", "PUT http://site.example/u HTTP/1.1\r\nHost: site.example\r\nContent-Length: 0"},
+		{"origin-form write, absolute-form read", strict,
+			"GET http://site.example/u HTTP/1.1\r\nHost: site.example", "PUT /u HTTP/1.1\r\nHost: site.example\r\nContent-Length: 0"},
+		{"Host in another case", strict,
+			"GET /u HTTP/1.1\r\nHost: SITE.example", "DELETE /u HTTP/1.1\r\nHost: site.example"},
+		{"Host with its default port", strict,
+			"GET /u HTTP/1.1\r\nHost: site.example:80", "DELETE /u HTTP/1.1\r\nHost: site.example"},
+		{"Location in upper case", strict,
+			"GET /items/1 HTTP/1.1\r\nHost: site.example", "POST /items HTTP/1.1\r\nHost: site.example\r\nX-Location: http://SITE.EXAMPLE/items/1\r\nContent-Length: 0"},
+		{"Location by the KeyHost name", Config{KeyHost: "www.example.com"},
+			"GET /items/1 HTTP/1.1\r\nHost: 10.0.0.7:8080", "POST /items HTTP/1.1\r\nHost: 10.0.0.7:8080\r\nX-Location: http://www.example.com/items/1\r\nContent-Length: 0"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g := NewGroup(t, top.client(t), guard.Options{})
+			srv := quietServer(t, a.New(g, c.cfg, origin))
+			addr := srv.Listener.Addr().String()
+			get := c.get + "\r\nConnection: close\r\n\r\n"
+			first := send(t, addr, get)
+			if again := send(t, addr, get); again.body != first.body || again.cacheStatus != "stampede; hit" {
+				t.Fatalf("before the write: %+v, want a hit of %q", again, first.body)
+			}
+			if w := send(t, addr, c.write+"\r\nConnection: close\r\n\r\n"); w.status >= 400 {
+				t.Fatalf("the write answered %d", w.status)
+			}
+			if after := send(t, addr, get); after.body == first.body {
+				t.Errorf("after the write: %+v, the old response", after)
+			}
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 )
 
@@ -52,7 +53,7 @@ func (e *Engine) invalidate(r *http.Request, h http.Header) {
 	targets := []*url.URL{r.URL}
 	for _, name := range []string{"Location", "Content-Location"} {
 		if v := h.Get(name); v != "" {
-			if u, ok := sameOrigin(r, v); ok {
+			if u, ok := e.sameOrigin(r, v); ok {
 				targets = append(targets, u)
 			}
 		}
@@ -74,7 +75,10 @@ func (e *Engine) invalidate(r *http.Request, h http.Header) {
 // sameOrigin resolves ref against r's URI and returns it as a request
 // target when it has r's origin (scheme and host: RFC 9111 §4.4 does not
 // invalidate for another origin, so one origin cannot clear another's).
-func sameOrigin(r *http.Request, ref string) (*url.URL, bool) {
+// The host compares as URIs do (case-insensitively, the default port
+// implied), with r's Host or, when set, Config.KeyHost: the name the
+// site's own links use when a load balancer rewrites Host.
+func (e *Engine) sameOrigin(r *http.Request, ref string) (*url.URL, bool) {
 	u, err := url.Parse(ref)
 	if err != nil {
 		return nil, false
@@ -85,7 +89,11 @@ func sameOrigin(r *http.Request, ref string) (*url.URL, bool) {
 	}
 	base := &url.URL{Scheme: scheme, Host: r.Host, Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: r.URL.RawQuery}
 	abs := base.ResolveReference(u)
-	if abs.Scheme != scheme || abs.Host != r.Host {
+	if !strings.EqualFold(abs.Scheme, scheme) {
+		return nil, false
+	}
+	h := canonicalHost(scheme, abs.Host)
+	if h != canonicalHost(scheme, r.Host) && (e.keyHost == "" || h != canonicalHost(scheme, e.keyHost)) {
 		return nil, false
 	}
 	// As a request target in origin-form, the way a later GET arrives.

@@ -12,9 +12,11 @@ import (
 
 // keyVersion follows the URL's hash tag in every derived key; bump it when
 // the derivation changes, so old entries are never read under new rules.
-// h3: keys carry their URL's hash tag (below); h2 had the exact Host, the
-// request target as sent, the forwarding headers.
-const keyVersion = "h3:"
+// h4: the URL's hash tag names the URL as the origin sees it (the host in
+// lower case without its default port, the path and query as sent,
+// whatever the target's form), so that one invalidation reaches every
+// spelling of it; h3 tagged the request target as sent.
+const keyVersion = "h4:"
 
 // userKeyPrefix prefixes keys made by a custom key func, so they never meet
 // a derived key.
@@ -53,9 +55,10 @@ func deriveKey(r *http.Request, host string, headers []string, forwarding bool) 
 }
 
 // urlTag is the hash tag every key of one URL carries (its variants by
-// KeyHeaders, forwarding headers and Vary included), so that an unsafe
-// request drops them all at once (guard.Group.InvalidateTag): 16 bytes of
-// the SHA-256 of the scheme, Host, request target and canonical query,
+// KeyHeaders, forwarding headers and Vary included, and the keys of its
+// other spellings: absolute-form targets, the Host in other cases or with
+// its default port), so that an unsafe request drops them all at once
+// (guard.Group.InvalidateTag): 16 bytes of the SHA-256 of appendURLInput,
 // base64.
 func urlTag(tls bool, host string, u *url.URL) string {
 	var stack [512]byte
@@ -63,18 +66,39 @@ func urlTag(tls bool, host string, u *url.URL) string {
 	return base64.RawURLEncoding.EncodeToString(sum[:16])
 }
 
-// appendURLInput appends what names a URL, unambiguously: the scheme, the
-// Host, the request target as sent and the canonical query.
+// appendURLInput appends what names a URL as the origin sees it,
+// unambiguously: the scheme, the host (lower case, without the scheme's
+// default port), the path as sent and the canonical query. The other parts
+// of an absolute-form target are left out: such a request names the same
+// resource as its origin-form twin (RFC 9110 §7.1), which the full key
+// still tells apart (a handler may read them).
 func appendURLInput(b []byte, tls bool, host string, u *url.URL) []byte {
-	b = append(b, 3) // input format version
+	b = append(b, 4) // input format version
+	scheme := "http"
 	if tls {
-		b = appendStr(b, "https")
-	} else {
-		b = appendStr(b, "http")
+		scheme = "https"
 	}
-	b = appendStr(b, host)
-	b = appendTarget(b, u)
+	b = appendStr(b, scheme)
+	b = appendStr(b, canonicalHost(scheme, host))
+	b = appendStr(b, u.Opaque)
+	b = appendStr(b, rawPath(u))
 	return appendQuery(b, u.RawQuery)
+}
+
+// canonicalHost is host in lower case, without scheme's default port.
+func canonicalHost(scheme, host string) string {
+	switch {
+	case scheme == "http" && strings.HasSuffix(host, ":80"):
+		host = host[:len(host)-3]
+	case scheme == "https" && strings.HasSuffix(host, ":443"):
+		host = host[:len(host)-4]
+	}
+	for i := 0; i < len(host); i++ {
+		if 'A' <= host[i] && host[i] <= 'Z' {
+			return strings.ToLower(host)
+		}
+	}
+	return host
 }
 
 // appendKeyInput appends the unambiguous encoding hashed by DeriveKey:

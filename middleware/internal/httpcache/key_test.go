@@ -106,8 +106,8 @@ func FuzzKey(f *testing.F) {
 func TestKeyFormat(t *testing.T) {
 	k := DeriveKey(request("a", "/a", false, ""), nil)
 	tag, ok := hashtag.Tag(k)
-	if !ok || len(tag) != 22 || !strings.HasPrefix(k, "{"+tag+"}h3:") || len(k) != 2+22+3+43 {
-		t.Fatalf("key %q: want {22 base64 characters}h3: and 43 base64 characters", k)
+	if !ok || len(tag) != 22 || !strings.HasPrefix(k, "{"+tag+"}"+keyVersion) || len(k) != 2+22+3+43 {
+		t.Fatalf("key %q: want {22 base64 characters}%s and 43 base64 characters", k, keyVersion)
 	}
 	// Every key of one URL carries its tag, whatever else it holds.
 	lang := request("a", "/a", false, "")
