@@ -62,6 +62,8 @@ type tResponse struct {
 	// Length is the Content-Length the handler declares: "" none,
 	// "right", "short" (more than it writes), "long" (less than it writes).
 	Length string `json:"length,omitempty"`
+	// Twice: the Content-Length on two identical field lines.
+	Twice bool `json:"twice,omitempty"`
 	// End is how the handler ends: "" it returns, "panic", "abort"
 	// (panic(http.ErrAbortHandler)), "hijack" (it takes the connection
 	// and writes a raw response itself).
@@ -228,6 +230,7 @@ func genResponse(rng *rand.Rand) tResponse {
 	}
 	r.Flush = rng.IntN(6) == 0
 	r.Length = pick(rng, "", "", "", "right", "short", "long")
+	r.Twice = r.Length != "" && rng.IntN(4) == 0
 	switch rng.IntN(14) {
 	case 0:
 		r.End = "panic"
@@ -368,6 +371,9 @@ func (resp tResponse) serve(w http.ResponseWriter, r *http.Request) {
 		if len(body) > 0 {
 			h.Set("Content-Length", strconv.Itoa(len(body)-1))
 		}
+	}
+	if v := h["Content-Length"]; resp.Twice && len(v) == 1 {
+		h["Content-Length"] = []string{v[0], v[0]}
 	}
 	w.WriteHeader(resp.Status)
 	for _, p := range resp.Pieces {

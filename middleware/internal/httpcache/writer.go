@@ -53,9 +53,15 @@ func (cw *capture) WriteHeader(code int) {
 	}
 	cw.wroteHeader, cw.status, cw.received = true, code, time.Now()
 	cw.snap = canonical(cw.header)
-	if v := cw.snap["Content-Length"]; len(v) == 1 {
+	if v := cw.snap["Content-Length"]; len(v) > 0 {
+		// net/http sends the first value and holds the body to it.
 		if n, err := strconv.ParseInt(strings.TrimSpace(v[0]), 10, 64); err == nil && n >= 0 {
 			cw.declared = n
+		}
+		for _, o := range v[1:] {
+			if o != v[0] {
+				cw.unshare("conflicting Content-Length")
+			}
 		}
 	}
 	if code == http.StatusNotModified && cw.revalidating {
