@@ -1,7 +1,9 @@
 package conformance
 
 import (
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -18,6 +20,19 @@ func rangeRows() []rfcRow {
 		}
 	}
 	rng := func(v string) []string { return []string{"Range", v} }
+	// A longer body, for many small ranges (net/http ignores ranges
+	// longer in all than the body).
+	longBody := strings.Repeat(body, 10)
+	long := func() originFunc {
+		return func(int, *http.Request) reply { return reply{200, []string{"Cache-Control", "max-age=3600"}, longBody} }
+	}
+	ranges := func(n int) string {
+		s := "bytes=0-0"
+		for i := 1; i < n; i++ {
+			s += fmt.Sprintf(",%d-%d", 10*(i%10), 10*(i%10))
+		}
+		return s
+	}
 	hit := "stampede; hit"
 	var rows []rfcRow
 	for _, c := range []struct {
@@ -46,6 +61,10 @@ func rangeRows() []rfcRow {
 				[]step{{header: rng("bytes=0-0"), status: 206, body: text("0"), origin: 1}, {body: text(body), origin: 2}}},
 			rfcRow{"RFC 9110 §14.2", c.name + ": an invalid Range is ignored: the whole 200", c.cfg, stored(),
 				[]step{{origin: 1}, {header: rng("lines=1-2"), status: 200, body: text(body), origin: 1}}},
+			rfcRow{"RFC 9110 §14.2", c.name + ": more than 32 ranges are ignored: the whole 200", c.cfg, long(),
+				[]step{{origin: 1}, {header: rng(ranges(33)), status: 200, body: text(longBody), origin: 1}}},
+			rfcRow{"RFC 9110 §14.6", c.name + ": 32 ranges are answered", c.cfg, long(),
+				[]step{{origin: 1}, {header: rng(ranges(32)), status: 206, origin: 1, check: wantMultipart(slices.Repeat([]string{"0"}, 32)...)}}},
 		)
 	}
 	return rows

@@ -403,7 +403,11 @@ func (e *Engine) write(w http.ResponseWriter, r *http.Request, sr *storedRespons
 	// The room decodeResponse left: no allocation per field.
 	extra := sr.extra[:extraFields:extraFields]
 	extra[0], extra[1], extra[2] = age, status, sr.contentLength
+	upstream := dst["Cache-Status"]
 	dst["Age"], dst["Cache-Status"] = extra[0:1:1], extra[1:2:2]
+	if len(upstream) > 0 {
+		dst["Cache-Status"] = followCacheStatus(upstream, status)
+	}
 	withBody := sr.status != http.StatusNoContent && sr.status != http.StatusNotModified
 	if withBody {
 		dst["Content-Length"] = extra[2:3:3]
@@ -412,6 +416,13 @@ func (e *Engine) write(w http.ResponseWriter, r *http.Request, sr *storedRespons
 	if withBody && r.Method != http.MethodHead {
 		_, _ = w.Write(sr.body)
 	}
+}
+
+// followCacheStatus is the Cache-Status of a response that carried
+// upstream's members: this cache's member follows them (RFC 9211 §2: the
+// last member is the cache closest to the client).
+func followCacheStatus(upstream []string, member string) []string {
+	return append(slices.Clip(upstream), member)
 }
 
 // notShared is the error a load wraps in guard.NoStore when its response is

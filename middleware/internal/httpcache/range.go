@@ -49,15 +49,22 @@ func (e *Engine) serveRange(w http.ResponseWriter, r *http.Request, key string, 
 	return nil
 }
 
+// maxRanges is the most ranges one request is answered with: a field of
+// thousands of small ranges would turn a stored response into a
+// multipart answer many times its size, its part headers paid for by
+// nobody (RFC 9110 §14.2 lets a server ignore such a field).
+const maxRanges = 32
+
 // validRanges reports a Range field that is one "bytes" range set by RFC
 // 9110 §14.1.1's grammar: ranges "first-last", "first-" or "-suffix",
-// digits only, first not above last, separated by commas.
+// digits only, first not above last, separated by commas, at most
+// maxRanges of them.
 func validRanges(vals []string) bool {
 	if len(vals) != 1 {
 		return false
 	}
 	set, ok := strings.CutPrefix(vals[0], "bytes=")
-	if !ok || strings.TrimSpace(set) == "" {
+	if !ok || strings.TrimSpace(set) == "" || strings.Count(set, ",") >= maxRanges {
 		return false
 	}
 	for r := range strings.SplitSeq(set, ",") {

@@ -35,12 +35,14 @@ var errCorruptResponse = errors.New("httpcache: corrupt stored response")
 
 // skipStored are never stored: hop-by-hop fields and the fields the engine
 // sets when serving. (Set-Cookie is stored only with StoreSetCookie: a
-// response carrying it is not shared otherwise.)
+// response carrying it is not shared otherwise. A Cache-Status of the
+// caches behind this one is stored, and this cache's member follows
+// theirs when it is served: RFC 9211 §2.)
 var skipStored = map[string]bool{
 	"Connection": true, "Keep-Alive": true, "Proxy-Connection": true,
 	"Proxy-Authenticate": true, "Proxy-Authorization": true, "Te": true,
 	"Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
-	"Age": true, "Cache-Status": true, "Content-Length": true,
+	"Age": true, "Content-Length": true,
 }
 
 // storedHeader reports whether name is stored; conn holds the names listed

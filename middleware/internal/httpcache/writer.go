@@ -269,7 +269,7 @@ func (cw *capture) writeHeader(w http.ResponseWriter) {
 		noSniff(dst)
 	}
 	cw.c.e.dropTargeted(dst)
-	dst["Cache-Status"] = []string{cachestatus.NotStored(cw.why)}
+	dst["Cache-Status"] = followCacheStatus(cw.snap["Cache-Status"], cachestatus.NotStored(cw.why))
 	w.WriteHeader(cw.status)
 }
 
