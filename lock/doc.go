@@ -143,7 +143,11 @@
 // Release, Refresh, TTL and FenceContext return ErrNotHeld when the lock is
 // no longer held by this handle (for a reentrant lock: this hold), and
 // close Lost; Fence then returns 0, which a resource that checks fences
-// refuses. Their other errors wrap the Redis error (and ctx.Err()); the
+// refuses. One case reads the same and is harmless: a Release that Redis
+// ran but whose reply was lost, sent again by the client (go-redis retries
+// after a connection reset), finds the hold already gone and returns
+// ErrNotHeld; the lock is released either way. A Release's ErrNotHeld
+// means "this hold is not in Redis any more", not always "it was taken". Their other errors wrap the Redis error (and ctx.Err()); the
 // outcome is then unknown: Release may be retried; after a failed Refresh
 // the handle trusts the shorter of its old and new leases, and no later
 // renewal for longer than the failed call's lease (a watchdog, which renews

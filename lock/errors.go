@@ -12,8 +12,10 @@ var (
 
 	// ErrNotHeld is returned by Release, Refresh, TTL and FenceContext when
 	// the lock is no longer held by this handle (for a reentrant lock: this
-	// hold): it expired, was taken over, or was already released. Nothing
-	// is changed in Redis in that case, and Lost is closed.
+	// hold): it expired, was taken over, or was already released (by this
+	// very Release when its reply was lost and the client sent it again:
+	// see the package doc). Nothing is changed in Redis in that case, and
+	// Lost is closed.
 	ErrNotHeld = errors.New("lock: not held")
 
 	// ErrClosed is returned when the Client was closed.

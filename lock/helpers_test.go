@@ -2,7 +2,10 @@ package lock
 
 import (
 	"context"
+	"io"
+	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -67,4 +70,59 @@ func reentrantState(t testing.TB, rdb redis.UniversalClient, c *Client, key stri
 		}
 	}
 	return m["owner"], holds
+}
+
+// replyDropper is a TCP proxy to a Redis server that, when armed, lets the
+// next command through and swallows its reply, closing the connection (a
+// reset after the command ran): the client sends the command again on a
+// new connection.
+type replyDropper struct {
+	addr  string
+	armed atomic.Bool
+}
+
+func newReplyDropper(t testing.TB, target string) *replyDropper {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &replyDropper{addr: ln.Addr().String()}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { _ = ln.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			wg.Go(func() { _, _ = io.Copy(u, c); _ = u.Close() })
+			wg.Go(func() {
+				defer c.Close()
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := u.Read(buf)
+					if n > 0 && p.armed.CompareAndSwap(true, false) {
+						_ = u.Close()
+						return
+					}
+					if n > 0 {
+						if _, werr := c.Write(buf[:n]); werr != nil {
+							_ = u.Close()
+							return
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			})
+		}
+	})
+	return p
 }

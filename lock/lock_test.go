@@ -481,3 +481,44 @@ func (h *holdFirstReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		return err
 	}
 }
+
+// TestObtainLostReply: an Obtain whose grant Redis made but whose reply
+// was lost (the connection reset after the command ran; go-redis sends it
+// again) holds the lock: the retry finds its own token, not a holder's.
+// Every way of obtaining is tried: a token lock with and without a wait,
+// a reentrant hold.
+func TestObtainLostReply(t *testing.T) {
+	srv := redistest.Start(t)
+	p := newReplyDropper(t, srv.Addr)
+	rdb := redis.NewClient(&redis.Options{Addr: p.addr, ContextTimeoutEnabled: true, PoolSize: 1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	admin := srv.Client(t)
+	c := newTestClient(t, rdb, Options{})
+	if err := rdb.Ping(ctxT(t)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		obtain func(key string) (*Lock, error)
+	}{
+		{"token", func(k string) (*Lock, error) { return c.Obtain(ctxT(t), k, 5*time.Second) }},
+		{"token, WaitFor", func(k string) (*Lock, error) { return c.Obtain(ctxT(t), k, 5*time.Second, WaitFor(time.Second)) }},
+		{"reentrant", func(k string) (*Lock, error) { return c.ObtainReentrant(ctxT(t), k, "me", 5*time.Second) }},
+	} {
+		key := redistest.Key(t, tc.name)
+		p.armed.Store(true)
+		l, err := tc.obtain(key)
+		if err != nil {
+			t.Fatalf("%s: Obtain with its reply lost: %v, want the lock (it was granted)", tc.name, err)
+		}
+		if p.armed.Load() {
+			t.Fatalf("%s: no reply was dropped: not exercised", tc.name)
+		}
+		if err := l.Release(ctxT(t)); err != nil {
+			t.Fatalf("%s: Release: %v", tc.name, err)
+		}
+		if n, err := admin.Exists(ctxT(t), c.names(key).lock).Result(); err != nil || n != 0 {
+			t.Fatalf("%s: the lock is still in Redis after Release (%d, %v)", tc.name, n, err)
+		}
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/stampede-go/stampede/scripts"
 )
 
@@ -196,14 +198,19 @@ type reply [3]int64
 // the acquire script.
 func (c *Client) try(ctx context.Context, n *node, r *request, id string, wait time.Duration) (reply, error) {
 	if r.mode == "t" && wait == 0 {
-		ok, err := n.rdb.SetNX(ctx, r.nm.lock, id, r.ttl).Result()
+		// SET NX GET: the value found tells a holder's token from this
+		// attempt's own, set by a first try whose reply was lost and that
+		// the client sent again.
+		old, err := n.rdb.SetArgs(ctx, r.nm.lock, id, redis.SetArgs{Mode: "NX", Get: true, TTL: r.ttl}).Result()
 		switch {
-		case err != nil:
-			return reply{}, err
-		case ok:
+		case errors.Is(err, redis.Nil), err == nil && old == id:
 			return reply{1, 0, 1}, nil
+		case err != nil && !redis.HasErrorPrefix(err, "WRONGTYPE"):
+			return reply{}, err
 		}
-		return reply{0, -1, 0}, nil // busy; the holder's lease is not needed without a wait
+		// Busy (a reentrant hold's hash under the name is busy too); the
+		// holder's lease is not needed without a wait.
+		return reply{0, -1, 0}, nil
 	}
 	args := []any{id, ms(r.ttl), modeArg(r.mode), ms(wait), c.channelArg, r.waiter}
 	if r.mode == "r" {
