@@ -407,6 +407,9 @@ func TestNewRejects(t *testing.T) {
 		{"client ignoring ctx deadlines", blocking, Options{}, "ContextTimeoutEnabled"},
 		{"namespace with a brace", rdb, Options{Namespace: "a{b"}, "Namespace"},
 		{"jitter of 2", rdb, Options{Jitter: 2}, "Jitter"},
+		{"jitter NaN", rdb, Options{Jitter: math.NaN()}, "Jitter"},
+		{"early refresh beta NaN", rdb, Options{EarlyRefreshBeta: math.NaN()}, "EarlyRefreshBeta"},
+		{"early refresh beta +Inf", rdb, Options{EarlyRefreshBeta: math.Inf(1)}, "EarlyRefreshBeta"},
 		{"unknown wait policy", rdb, Options{WaitTimeoutPolicy: 7}, "WaitTimeoutPolicy"},
 		{"lease under 3ms", rdb, Options{LockTTL: time.Millisecond}, "LockTTL"},
 	} {

@@ -3,6 +3,7 @@ package guard
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/stampede-go/stampede/internal/hashtag"
@@ -210,13 +211,13 @@ func (o Options) withDefaults() (Options, error) {
 	switch {
 	case o.Jitter == Disabled:
 		o.Jitter = 0
-	case o.Jitter < 0 || o.Jitter >= 1:
+	case !(o.Jitter >= 0 && o.Jitter < 1): // NaN too
 		return o, fmt.Errorf("guard: Jitter %v outside [0, 1) (Disabled turns it off)", o.Jitter)
 	case o.Jitter == 0:
 		o.Jitter = 0.1
 	}
-	if o.EarlyRefreshBeta < 0 {
-		return o, fmt.Errorf("guard: negative EarlyRefreshBeta %v", o.EarlyRefreshBeta)
+	if !(o.EarlyRefreshBeta >= 0 && o.EarlyRefreshBeta <= math.MaxFloat64) { // NaN and +Inf too
+		return o, fmt.Errorf("guard: EarlyRefreshBeta %v is not a finite number >= 0", o.EarlyRefreshBeta)
 	}
 	if o.LockTTL < 3*time.Millisecond {
 		return o, fmt.Errorf("guard: LockTTL %v is below 3ms", o.LockTTL)

@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -211,6 +212,7 @@ func TestConstructorsPanicOnProgrammerErrors(t *testing.T) {
 		"redlock client w/o timeout": {func() { NewRedlock([]redis.UniversalClient{ok(), noTimeouts}, Options{}) }, "ContextTimeoutEnabled"},
 		"brace in prefix":            {func() { New(ok(), Options{Prefix: "a{"}) }, "Prefix"},
 		"bad drift":                  {func() { New(ok(), Options{DriftFactor: 2}) }, "DriftFactor"},
+		"NaN drift":                  {func() { New(ok(), Options{DriftFactor: math.NaN()}) }, "DriftFactor"},
 		"negative duration":          {func() { New(ok(), Options{HandoffTimeout: -1}) }, "negative duration"},
 	} {
 		t.Run(name, func(t *testing.T) {

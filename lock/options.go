@@ -84,7 +84,7 @@ func (o Options) withDefaults() (Options, error) {
 	switch {
 	case o.DriftFactor == 0:
 		o.DriftFactor = defaultDriftFactor
-	case o.DriftFactor < 0 || o.DriftFactor >= 0.5:
+	case !(o.DriftFactor >= 0 && o.DriftFactor < 0.5): // NaN too
 		return o, fmt.Errorf("lock: DriftFactor %v out of range [0, 0.5)", o.DriftFactor)
 	}
 	if o.HandoffTimeout < 0 || o.FenceRetention < 0 || o.CleanupTimeout < 0 {
