@@ -9,7 +9,9 @@ import (
 )
 
 // Fetch is Do for values of any type: load's result is stored as JSON
-// ([]byte and string are stored as they are). The value returned is the
+// (a T of []byte or string is stored as it is; an any holding one is
+// JSON, as any other value, so that every call decodes what was stored
+// the way encoding/json decodes into T). The value returned is the
 // caller's own: a []byte is a copy (unlike Do's Result.Value, which is
 // shared), and other types are decoded afresh for each call. A nil g or load is an error,
 // as for Do. A value JSON cannot encode is returned as an error to the
@@ -58,12 +60,15 @@ func Wrap[A, T any](g *Group, key func(A) string, load func(context.Context, A) 
 	}
 }
 
-func marshal(v any) ([]byte, error) {
-	switch x := v.(type) {
-	case []byte:
-		return x, nil
-	case string:
-		return []byte(x), nil
+func marshal[T any](v T) ([]byte, error) {
+	// By T, as unmarshal decodes: a string held by an any is JSON, so
+	// that it decodes as it was (a string, not the number its text
+	// may read as).
+	switch x := any(&v).(type) {
+	case *[]byte:
+		return *x, nil
+	case *string:
+		return []byte(*x), nil
 	}
 	b, err := json.Marshal(v)
 	if err != nil {

@@ -2,7 +2,9 @@ package guard
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -169,6 +171,47 @@ func TestTypedBytesOwned(t *testing.T) {
 			if len(res[i]) > 0 && len(res[j]) > 0 && &res[i][0] == &res[j][0] {
 				t.Fatalf("callers %d and %d of one flight share a slice", i, j)
 			}
+		}
+	}
+}
+
+// TestFetchRoundTrip: what Fetch and FetchMany return, to the caller
+// whose load ran and to a later caller served from Redis, is the loaded
+// value as encoding/json (or, for a T of []byte or string, nothing) turns
+// it into a T, whatever the dynamic type an interface T holds: a string
+// held by an any comes back a string, not the number its text reads as,
+// and a []byte held by one does not make every later call fail.
+func TestFetchRoundTrip(t *testing.T) {
+	_, rdb := redistest.Mini(t)
+	g := newGroup(t, rdb, Options{})
+	for i, v := range []any{"42", []byte("hello"), "not json", 7, 2.5, true, nil, map[string]any{"a": "1"}, []any{"x", 1.0}} {
+		key := fmt.Sprint("any-", i)
+		var want any
+		b, _ := json.Marshal(v)
+		if err := json.Unmarshal(b, &want); err != nil {
+			t.Fatal(err)
+		}
+		for call := range 2 {
+			got, err := Fetch(ctxT(t), g, key, func(context.Context) (any, error) { return v, nil })
+			if err != nil || !reflect.DeepEqual(got, want) {
+				t.Fatalf("Fetch[any] of %#v, call %d: %#v (%T), %v; want %#v (%T)", v, call+1, got, got, err, want, want)
+			}
+		}
+		ids := []string{key + "-m"}
+		for call := range 2 {
+			m, err := FetchMany(ctxT(t), g, ids, func(id string) string { return id },
+				func(context.Context, []string) (map[string]any, error) { return map[string]any{ids[0]: v}, nil })
+			if err != nil || !reflect.DeepEqual(m[ids[0]], want) {
+				t.Fatalf("FetchMany[any] of %#v, call %d: %#v, %v; want %#v", v, call+1, m[ids[0]], err, want)
+			}
+		}
+	}
+	for call := range 2 {
+		if s, err := Fetch(ctxT(t), g, "str", func(context.Context) (string, error) { return "42", nil }); err != nil || s != "42" {
+			t.Fatalf("Fetch[string], call %d: %q %v", call+1, s, err)
+		}
+		if b, err := Fetch(ctxT(t), g, "bytes", func(context.Context) ([]byte, error) { return []byte("hello"), nil }); err != nil || string(b) != "hello" {
+			t.Fatalf("Fetch[[]byte], call %d: %q %v", call+1, b, err)
 		}
 	}
 }
