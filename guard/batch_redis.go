@@ -97,19 +97,20 @@ func (g *Group) readMany(ctx context.Context, keys []string, nms []names, force 
 	defer cancel()
 	var gets []string
 	var getIdx, callIdx []int
+	var getFU []int64 // the fresh-until a hint expects, 0: none (see fastHit)
 	now, known := g.clk.now()
 	for i, k := range keys {
 		if force == nil || !force[i] {
 			// A key with a tag of its own is read by the script, which
 			// also checks the tag's invalidation (see tagDropped).
 			if h, ok := g.hints.c.Peek(k); ok && !h.pass && h.tinv == "" && known && h.freshUntil-now > fastMargin.Milliseconds() {
-				gets, getIdx = append(gets, h.entry), append(getIdx, i)
+				gets, getIdx, getFU = append(gets, h.entry), append(getIdx, i), append(getFU, h.freshUntil)
 				continue
 			}
 			if filled && known && nms[i].tagInv() == "" {
 				// A GET costs Redis a small share of a script call, and
 				// the keys of a fill pipeline are all fresh.
-				gets, getIdx = append(gets, nms[i].entry), append(getIdx, i)
+				gets, getIdx, getFU = append(gets, nms[i].entry), append(getIdx, i), append(getFU, 0)
 				continue
 			}
 		}
@@ -143,7 +144,8 @@ func (g *Group) readMany(ctx context.Context, keys []string, nms []names, force 
 		}
 		e, derr := decodeEntry(unsafe.Slice(unsafe.StringData(s), len(s)))
 		now, _ := g.clk.now()
-		if derr != nil || e.marker() || e.freshUntil-now <= fastMargin.Milliseconds() || (e.oversize && !g.overValue(keys[i], &e, now)) {
+		if derr != nil || e.marker() || e.freshUntil-now <= fastMargin.Milliseconds() || (getFU[j] != 0 && e.freshUntil != getFU[j]) ||
+			(e.oversize && !g.overValue(keys[i], &e, now)) {
 			g.hints.c.Remove(keys[i])
 			retry = append(retry, i)
 			continue

@@ -109,11 +109,15 @@ func (g *Group) fastHit(ctx context.Context, key string) (e entry, now int64, k 
 	g.br.success()
 	e, derr := decodeEntry(unsafe.Slice(unsafe.StringData(s), len(s)))
 	now, _ = g.clk.now()
-	if derr != nil || e.marker() || e.freshUntil-now <= fastMargin.Milliseconds() || tagDropped(&e, tinv) || (e.oversize && !g.overValue(key, &e, now)) {
+	if derr != nil || e.marker() || e.freshUntil-now <= fastMargin.Milliseconds() || e.freshUntil != h.freshUntil ||
+		tagDropped(&e, tinv) || (e.oversize && !g.overValue(key, &e, now)) {
 		// Undecodable, a failing or pass marker, no longer clearly fresh,
-		// written before its tag's last invalidation, or an oversize
-		// marker this node has no copy for: let the script judge (and
-		// report a corrupt entry, or delete one the invalidation missed).
+		// not the entry the hint was taken from (another node's refill,
+		// or a value another writer put there, which may lack the TTL
+		// every entry has), written before its tag's last invalidation,
+		// or an oversize marker this node has no copy for: let the
+		// script judge (and report a corrupt entry, or delete one the
+		// invalidation missed).
 		g.hints.c.Remove(key)
 		return entry{}, 0, k, false, nil
 	}

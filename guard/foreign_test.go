@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -162,5 +163,41 @@ func TestForeignInvalidationMarkerHeals(t *testing.T) {
 	})
 	if n := rejected.Load(); n > 1 {
 		t.Fatalf("%d fills rejected; want at most one before the key healed", n)
+	}
+}
+
+// TestForeignEntryWithoutTTL: a value another writer SETs under a warm
+// key's entry name, well formed but without the TTL every entry of the
+// guard's has (a hand-made "fix" in redis-cli), is never served, by the
+// fast path's GET or the in-process tier: the script reads it, drops it,
+// reports it to Corrupt and loads the key.
+func TestForeignEntryWithoutTTL(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	for _, local := range []int{Disabled, 1000} {
+		t.Run(fmt.Sprint("LocalEntries=", local), func(t *testing.T) {
+			var corrupt atomic.Int64
+			g := newGroup(t, rdb, Options{LocalEntries: local, Hooks: Hooks{Corrupt: func(string, error) { corrupt.Add(1) }}})
+			if local > 0 {
+				waitTier(t, g)
+			}
+			key := redistest.Key(t)
+			load := func(context.Context) ([]byte, error) { return []byte("real"), nil }
+			for range 5 { // warm: hinted, and kept by the tier
+				if _, err := g.Do(ctxT(t), key, load); err != nil {
+					t.Fatal(err)
+				}
+			}
+			forged := encodeEntry(entry{freshUntil: 99_999_999_999_999, staleUntil: 99_999_999_999_999, written: 1, fence: 1 << 40, value: []byte("FORGED")})
+			if err := rdb.Set(ctxT(t), g.names(key).entry, forged, 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			redistest.Eventually(t, 10*time.Second, "the foreign entry reported", func() bool {
+				r, err := g.Do(ctxT(t), key, load)
+				if err != nil || string(r.Value) == "FORGED" {
+					t.Fatalf("%q (%v), %v: the foreign entry served", r.Value, r.Status, err)
+				}
+				return corrupt.Load() > 0
+			})
+		})
 	}
 }

@@ -156,8 +156,10 @@ func TestRevalidated(t *testing.T) {
 			putKept(t, rdb, g, key, old, 1000, 60_000, 1)
 			load := func(ctx context.Context) ([]byte, error) {
 				// Another writer (an older fence, so only the
-				// revalidation check can refuse) replaced the entry.
-				putKept(t, rdb, g, key, []byte("head9:other"), 1000, 60_000, 1)
+				// revalidation check can refuse) replaced the entry,
+				// written a millisecond later than the first even when
+				// both puts fall in one millisecond.
+				putKept(t, rdb, g, key, []byte("head9:other"), 999, 60_000, 1)
 				return nil, Revalidated([]byte("head2:"), len("head1:"))
 			}
 			r, err := g.Do(ctxT(t), key, load)
