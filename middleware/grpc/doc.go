@@ -83,8 +83,12 @@
 // new on each one or steering only the transport, never carrying who
 // calls:
 //
-//   - gRPC: keys starting with ":" (":authority") or "grpc-"
-//     (grpc-trace-bin, grpc-timeout...), content-type, user-agent, te.
+//   - gRPC: keys starting with ":" (":authority"); the "grpc-" names
+//     gRPC sets (grpc-accept-encoding, grpc-encoding, grpc-timeout,
+//     grpc-message-type, grpc-previous-rpc-attempts, grpc-trace-bin,
+//     grpc-tags-bin); content-type, user-agent, te. Any other "grpc-"
+//     name a client sends reaches the handler, and is treated as any
+//     other entry.
 //   - Trace context: traceparent, tracestate (W3C); b3 and x-b3-* (B3,
 //     Zipkin); uber-trace-id, jaeger-debug-id (Jaeger); x-amzn-trace-id
 //     (AWS X-Ray); x-cloud-trace-context (Google Cloud); sentry-trace;

@@ -3,9 +3,13 @@ package guardgrpc_test
 import (
 	"context"
 	"fmt"
+	"github.com/stampede-go/stampede/guard"
+	"google.golang.org/grpc"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -191,5 +195,45 @@ func TestFailureFollowerLeaves(t *testing.T) {
 	}
 	if got := b.calls.Load(); got != 1 {
 		t.Errorf("got %d handler calls, want 1", got)
+	}
+}
+
+// TestSlowRunOneAtATime: a handler slower than the guard's WaitTimeout
+// (failing after it, as one whose backend hangs) runs once at a time
+// across two servers: a call that waited WaitTimeout for another call's
+// run answers Unavailable instead of running the handler too.
+func TestSlowRunOneAtATime(t *testing.T) {
+	rdb := setup(t)
+	ns := namespace(t)
+	var now, most atomic.Int64
+	b := &backend{fn: func(context.Context, string, proto.Message, int64) (proto.Message, error) {
+		n := now.Add(1)
+		defer now.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		time.Sleep(400 * time.Millisecond) // the backend's latency
+		return nil, status.Error(codes.Unavailable, "backend down")
+	}}
+	var conns []*grpc.ClientConn
+	for range 2 {
+		g, err := guard.New(rdb, guard.Options{Namespace: ns, RedisTimeout: 10 * time.Second, WaitTimeout: 150 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = g.Close() })
+		conns = append(conns, serve(t, b, []grpc.UnaryServerInterceptor{guardgrpc.UnaryServerInterceptor(g, guardgrpc.WithMethods(methodGet))}))
+	}
+	var wg sync.WaitGroup
+	for i := range 12 {
+		wg.Go(func() {
+			err := conns[i%2].Invoke(t.Context(), methodGet, wrapperspb.String("a"), new(wrapperspb.StringValue))
+			if status.Code(err) != codes.Unavailable {
+				t.Errorf("call %d: %v, want Unavailable", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	if got := most.Load(); got != 1 {
+		t.Errorf("%d handler runs at once across the servers (%d in all), want 1", got, b.calls.Load())
 	}
 }

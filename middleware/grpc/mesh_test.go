@@ -268,6 +268,8 @@ func TestBypassHook(t *testing.T) {
 			want: &want{reason: guardgrpc.BypassUnkeyedMetadata, metadata: "x-locale"}},
 		{name: "unkeyed metadata, first by name", md: []string{"x-zone", "z", "x-locale", "fr"},
 			want: &want{reason: guardgrpc.BypassUnkeyedMetadata, metadata: "x-locale"}},
+		{name: "a client's own grpc- metadata", md: []string{"grpc-tenant", "a"},
+			want: &want{reason: guardgrpc.BypassUnkeyedMetadata, metadata: "grpc-tenant"}},
 		{name: "key func declines", opts: []guardgrpc.Option{guardgrpc.WithKeyFunc(declining)}, req: "private",
 			want: &want{reason: guardgrpc.BypassKeyFunc}},
 	}

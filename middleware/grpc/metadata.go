@@ -23,10 +23,18 @@ const (
 // answer that depended on one would be a handler bug.
 var (
 	ignoredNames = []string{
-		// gRPC's own.
-		"content-type", // application/grpc[+proto]
-		"user-agent",   // the client library's version
-		"te",           // "trailers"
+		// gRPC's own (a client may send other "grpc-" names, which reach
+		// the handler: those are treated as any other entry).
+		"content-type",               // application/grpc[+proto]
+		"user-agent",                 // the client library's version
+		"te",                         // "trailers"
+		"grpc-accept-encoding",       // the compressors the client takes
+		"grpc-encoding",              // the request's compressor
+		"grpc-timeout",               // the deadline, as sent
+		"grpc-message-type",          // the message's type name
+		"grpc-previous-rpc-attempts", // retries made so far
+		"grpc-trace-bin",             // OpenCensus trace context
+		"grpc-tags-bin",              // OpenCensus tags
 
 		// Trace context: ids of the caller's span, new on every call.
 		"traceparent", "tracestate", // W3C Trace Context
@@ -64,7 +72,6 @@ var (
 	}
 	ignoredPrefixes = []string{
 		":",           // pseudo-headers: :authority (the name the client dialled)
-		"grpc-",       // grpc-accept-encoding, grpc-timeout, grpc-trace-bin, grpc-previous-rpc-attempts...
 		"x-b3-",       // B3 multi-header: traceid, spanid, parentspanid, sampled, flags
 		"x-datadog-",  // Datadog: trace-id, parent-id, sampling-priority, origin, tags
 		"ot-tracer-",  // OpenTracing basic tracer: traceid, spanid, sampled
