@@ -414,7 +414,7 @@ func TestFailoverFences(t *testing.T) {
 	if _, err := gA.Do(ctx, key, value("v1")); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := admin.Do(ctx, "WAIT", 2, 5000).Int(); err != nil || n != 2 {
+	if n, err := redistest.Replicated(ctx, admin, redistest.Key(t, "wait"), 2, 5*time.Second); err != nil || n != 2 {
 		t.Fatalf("WAIT 2 = %d, %v", n, err)
 	}
 	replicated := intOf(t, admin, base+":fence")

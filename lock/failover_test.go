@@ -223,7 +223,7 @@ func TestFailoverFenceClockBehind(t *testing.T) {
 			if err := l1.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if n, err := rdb.Do(ctx, "WAIT", 2, 5000).Int(); err != nil || n != 2 {
+			if n, err := redistest.Replicated(ctx, rdb, redistest.Key(t, "wait"), 2, 5*time.Second); err != nil || n != 2 {
 				t.Fatalf("WAIT 2 = %d, %v", n, err)
 			}
 			st.CutReplicas(t)
@@ -287,7 +287,7 @@ func TestFailoverWaitAcknowledged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, err := rdb.Do(ctx, "WAIT", 2, 1000).Int(); err != nil || n != 2 {
+	if n, err := redistest.Replicated(ctx, rdb, redistest.Key(t, "wait"), 2, time.Second); err != nil || n != 2 {
 		t.Fatalf("WAIT 2 after Obtain = %d, %v; want both replicas", n, err)
 	}
 
@@ -297,7 +297,7 @@ func TestFailoverWaitAcknowledged(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	if n, err := rdb.Do(ctx, "WAIT", 1, 200).Int(); err != nil || n != 0 {
+	if n, err := redistest.Replicated(ctx, rdb, redistest.Key(t, "wait"), 1, 200*time.Millisecond); err != nil || n != 0 {
 		t.Fatalf("WAIT 1 with the replicas cut = %d, %v; want 0", n, err)
 	}
 	t.Logf("with the replicas cut, WAIT 1 200 answered 0 after %v: an acquisition requiring it fails", time.Since(start).Round(time.Millisecond))

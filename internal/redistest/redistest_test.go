@@ -362,7 +362,7 @@ func TestStartClusterReplicas(t *testing.T) {
 	}
 	master := c.MasterFor(t, key)
 	replica := c.ReplicasOf(master)[0]
-	if n, err := master.Client(t).Do(ctx, "WAIT", 1, 5000).Int(); err != nil || n != 1 {
+	if n, err := Replicated(ctx, master.Client(t), "{"+key+"}wait", 1, 5*time.Second); err != nil || n != 1 {
 		t.Fatalf("WAIT 1 on %s = %d, %v", master.Addr, n, err)
 	}
 

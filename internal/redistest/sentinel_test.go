@@ -56,7 +56,7 @@ func TestStartSentinel(t *testing.T) {
 			t.Fatalf("%s client: SET: %v", name, err)
 		}
 		// Replicated to both replicas.
-		if n, err := rdb.Do(ctx, "WAIT", 2, 5000).Int(); err != nil || n != 2 {
+		if n, err := Replicated(ctx, rdb, Key(t, name, "wait"), 2, 5*time.Second); err != nil || n != 2 {
 			t.Fatalf("%s client: WAIT 2 = %d, %v", name, n, err)
 		}
 		for _, r := range st.Nodes[1:] {
@@ -197,6 +197,11 @@ func TestSentinelCutReplicas(t *testing.T) {
 	if err := rdb.Set(ctx, kept, "v", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
+	// Replication is asynchronous: kept is "sent before the cut" once
+	// both replicas acknowledged it.
+	if n, err := Replicated(ctx, rdb, Key(t, "wait"), 2, 5*time.Second); err != nil || n != 2 {
+		t.Fatalf("WAIT 2 = %d, %v; want both replicas", n, err)
+	}
 	st.CutReplicas(t)
 	for _, r := range st.Replicas(t) {
 		if !r.Frozen() {
@@ -206,7 +211,7 @@ func TestSentinelCutReplicas(t *testing.T) {
 	if err := rdb.Set(ctx, lost, "v", 0).Err(); err != nil {
 		t.Fatalf("SET on the master with its replicas cut: %v", err)
 	}
-	if n, err := rdb.Do(ctx, "WAIT", 1, 100).Int(); err != nil || n != 0 {
+	if n, err := Replicated(ctx, rdb, Key(t, "wait"), 1, 100*time.Millisecond); err != nil || n != 0 {
 		t.Fatalf("WAIT 1 = %d, %v; want 0: no replica may acknowledge", n, err)
 	}
 	_, promoted := st.KillMaster(t)
