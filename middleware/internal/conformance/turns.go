@@ -134,13 +134,28 @@ func failingTurnsTimeOut(t *testing.T, a Adapter, top topology) {
 	urls := servers(t, a, top, 2, guard.Options{WaitTimeout: 100 * time.Millisecond}, Config{}, origin)
 	client := &http.Client{Timeout: time.Minute}
 	t.Cleanup(client.CloseIdleConnections)
-	var own, busy atomic.Int64
+	own, busy := failingWave(t, client, urls, "/down", 16, "req-")
+	if got := flight.max.Load(); got != 1 {
+		t.Errorf("%d handler calls at once across the fleet, want 1", got)
+	}
+	if busy == 0 {
+		t.Errorf("no request waited past WaitTimeout (own answers %d): not exercised", own)
+	}
+}
+
+// failingWave sends n concurrent GETs of path, alternating between the
+// servers at urls, each with an X-Req id of its own (prefix and its
+// number), to a handler that answers 502 with that id; it counts the
+// requests that got their own 502 and those answered 503 with
+// Retry-After, and fails t for any other answer.
+func failingWave(t *testing.T, client *http.Client, urls []string, path string, n int, prefix string) (own, busy int64) {
+	var nOwn, nBusy atomic.Int64
 	var wg sync.WaitGroup
-	for i := range 16 {
+	for i := range n {
 		wg.Go(func() {
-			id := fmt.Sprint("req-", i)
-			req, _ := http.NewRequest(http.MethodGet, urls[i%2]+"/down", nil)
-			req.Host = "shop.example" // both servers behind one name
+			id := fmt.Sprint(prefix, i)
+			req, _ := http.NewRequest(http.MethodGet, urls[i%len(urls)]+path, nil)
+			req.Host = "shop.example" // the servers behind one name
 			req.Header.Set("X-Req", id)
 			resp, err := client.Do(req)
 			if err != nil {
@@ -151,21 +166,16 @@ func failingTurnsTimeOut(t *testing.T, a Adapter, top topology) {
 			resp.Body.Close()
 			switch {
 			case resp.StatusCode == http.StatusBadGateway && string(b) == id:
-				own.Add(1)
+				nOwn.Add(1)
 			case resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "":
-				busy.Add(1)
+				nBusy.Add(1)
 			default:
 				t.Errorf("%s got %d %q", id, resp.StatusCode, b)
 			}
 		})
 	}
 	wg.Wait()
-	if got := flight.max.Load(); got != 1 {
-		t.Errorf("%d handler calls at once across the fleet, want 1", got)
-	}
-	if busy.Load() == 0 {
-		t.Errorf("no request waited past WaitTimeout (own answers %d): not exercised", own.Load())
-	}
+	return nOwn.Load(), nBusy.Load()
 }
 
 // passSkipsTheFlight: once a URL's response could not be shared (a
@@ -327,37 +337,15 @@ func slowFailuresOneAtATime(t *testing.T, a Adapter, top topology) {
 	urls := servers(t, a, top, 2, guard.Options{WaitTimeout: 150 * time.Millisecond}, Config{}, origin)
 	client := &http.Client{Timeout: time.Minute}
 	t.Cleanup(client.CloseIdleConnections)
-	var busy atomic.Int64
+	var busy int64
 	for wave := range 2 {
-		var wg sync.WaitGroup
-		for i := range 12 {
-			wg.Go(func() {
-				id := fmt.Sprint("req-", wave, "-", i)
-				req, _ := http.NewRequest(http.MethodGet, urls[i%2]+"/hanging", nil)
-				req.Host = "shop.example"
-				req.Header.Set("X-Req", id)
-				resp, err := client.Do(req)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				switch {
-				case resp.StatusCode == http.StatusBadGateway && string(b) == id:
-				case resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "":
-					busy.Add(1)
-				default:
-					t.Errorf("%s got %d %q", id, resp.StatusCode, b)
-				}
-			})
-		}
-		wg.Wait()
+		_, b := failingWave(t, client, urls, "/hanging", 12, fmt.Sprint("req-", wave, "-"))
+		busy += b
 	}
 	if got := flight.max.Load(); got != 1 {
 		t.Errorf("%d handler calls at once across the fleet (%d in all), want 1", got, calls.Load())
 	}
-	if busy.Load() == 0 {
+	if busy == 0 {
 		t.Error("no request waited past WaitTimeout: not exercised")
 	}
 }
