@@ -261,18 +261,29 @@ func (o Options) withDefaults() (Options, error) {
 
 func (g *Group) callOptions(opts []CallOption) callOptions {
 	co := callOptions{freshFor: g.opts.FreshFor, staleFor: g.opts.StaleFor}
-	if len(opts) > 0 {
-		c := co // only a call with options pays for the escaping copy
-		for _, o := range opts {
-			o(&c)
-		}
-		co = c
+	for _, o := range opts {
+		o.apply(&co)
 	}
 	return co
 }
 
-// CallOption changes one call's settings.
-type CallOption func(*callOptions)
+// CallOption changes one call's settings. It is made by the With funcs;
+// its zero value changes nothing. (A value, not a func: applying it
+// costs a call no allocation.)
+type CallOption struct {
+	kind callOptionKind
+	d    time.Duration
+	p    WaitTimeoutPolicy
+}
+
+type callOptionKind uint8
+
+const (
+	optNone callOptionKind = iota
+	optFreshFor
+	optStaleFor
+	optWaitPolicy
+)
 
 type callOptions struct {
 	freshFor, staleFor time.Duration
@@ -283,21 +294,42 @@ type callOptions struct {
 	err        error // the first invalid option, returned by the call
 }
 
+func (o CallOption) apply(c *callOptions) {
+	switch o.kind {
+	case optFreshFor:
+		if o.d < 0 && c.err == nil {
+			c.err = fmt.Errorf("guard: negative WithFreshFor %v", o.d)
+		}
+		if o.d != 0 {
+			c.freshFor = o.d
+		}
+	case optStaleFor:
+		switch {
+		case o.d == Disabled:
+			c.staleFor = 0
+		case o.d < 0 && c.err == nil:
+			c.err = fmt.Errorf("guard: negative WithStaleFor %v (Disabled: no stale window)", o.d)
+		case o.d > 0:
+			c.staleFor = o.d
+		}
+	case optWaitPolicy:
+		if o.p != LoadLocally && o.p != ReturnError && c.err == nil {
+			c.err = fmt.Errorf("guard: unknown WaitTimeoutPolicy %d", o.p)
+		}
+		c.waitPolicy, c.policySet = o.p, true
+	}
+}
+
 // WithWaitTimeoutPolicy sets what this call does when another node's
 // fill (or this process's own load, joined by this call) does not land
 // within WaitTimeout, in place of Options.WaitTimeoutPolicy. A miss is
 // waited for once per process: the policy of the call that started the
 // wait applies to the calls that join it. An unknown policy makes the
-// call fail with an error. The HTTP middleware and the gRPC server
-// interceptor set ReturnError, so that a slow or failing origin never
-// sees one call per node at once.
+// call fail with an error. The HTTP middleware and the gRPC interceptors
+// set ReturnError, so that a slow or failing origin never sees one call
+// per node at once.
 func WithWaitTimeoutPolicy(p WaitTimeoutPolicy) CallOption {
-	return func(c *callOptions) {
-		if p != LoadLocally && p != ReturnError && c.err == nil {
-			c.err = fmt.Errorf("guard: unknown WaitTimeoutPolicy %d", p)
-		}
-		c.waitPolicy, c.policySet = p, true
-	}
+	return CallOption{kind: optWaitPolicy, p: p}
 }
 
 // waitTimeoutPolicy returns the policy of a call with options co.
@@ -311,30 +343,14 @@ func (g *Group) waitTimeoutPolicy(co callOptions) WaitTimeoutPolicy {
 // WithFreshFor sets FreshFor for the value this call loads. 0 keeps the
 // Group's FreshFor; a negative d makes the call fail with an error.
 func WithFreshFor(d time.Duration) CallOption {
-	return func(c *callOptions) {
-		if d < 0 && c.err == nil {
-			c.err = fmt.Errorf("guard: negative WithFreshFor %v", d)
-		}
-		if d != 0 {
-			c.freshFor = d
-		}
-	}
+	return CallOption{kind: optFreshFor, d: d}
 }
 
 // WithStaleFor sets StaleFor for the value this call loads. 0 keeps the
 // Group's StaleFor; Disabled gives the value no stale window; another
 // negative d makes the call fail with an error.
 func WithStaleFor(d time.Duration) CallOption {
-	return func(c *callOptions) {
-		switch {
-		case d == Disabled:
-			c.staleFor = 0
-		case d < 0 && c.err == nil:
-			c.err = fmt.Errorf("guard: negative WithStaleFor %v (Disabled: no stale window)", d)
-		case d > 0:
-			c.staleFor = d
-		}
-	}
+	return CallOption{kind: optStaleFor, d: d}
 }
 
 // Hooks are optional callbacks for metrics and logs, called synchronously
