@@ -382,7 +382,10 @@ type Hooks struct {
 	// FillRejected: a fill was refused because a newer value (or an
 	// Invalidate) came after this node's lease was granted.
 	FillRejected func(key string)
-	// RedisError: a Redis call failed; op names it.
+	// RedisError: a Redis call failed; op names it. Op "track" is the
+	// in-process tier's listener refused or lost (a server without client
+	// tracking, an ACL without it, a dropped connection): reported once
+	// per outage, the tier serving nothing until it listens again.
 	RedisError func(op string, err error)
 	// Breaker: the Redis breaker opened (true) or closed (false).
 	Breaker func(open bool)

@@ -17,6 +17,7 @@ type hookCounts struct {
 	coalesced, refreshErrors      atomic.Int64
 	fillsRejected, redisErrors    atomic.Int64
 	breakerOpened, corruptEntries atomic.Int64
+	tierOff                       atomic.Int64 // nodes whose in-process tier could not listen
 }
 
 func (c *hookCounts) hooks() guard.Hooks {
@@ -44,7 +45,16 @@ func (c *hookCounts) hooks() guard.Hooks {
 		Coalesced:    func(string) { c.coalesced.Add(1) },
 		RefreshError: func(string, error) { c.refreshErrors.Add(1) },
 		FillRejected: func(string) { c.fillsRejected.Add(1) },
-		RedisError:   func(string, error) { c.redisErrors.Add(1) },
+		RedisError: func(op string, _ error) {
+			if op == "track" {
+				// The in-process tier's listener was refused (embedded
+				// miniredis has no client tracking): that node's tier
+				// stays off and every hit reads Redis. Not an outage.
+				c.tierOff.Add(1)
+				return
+			}
+			c.redisErrors.Add(1)
+		},
 		Breaker: func(open bool) {
 			if open {
 				c.breakerOpened.Add(1)
@@ -55,9 +65,13 @@ func (c *hookCounts) hooks() guard.Hooks {
 }
 
 func (c *hookCounts) String() string {
+	tier := ""
+	if n := c.tierOff.Load(); n > 0 {
+		tier = fmt.Sprintf("; in-process tier off on %d nodes (the server has no client tracking)", n)
+	}
 	return fmt.Sprintf("loads %d (errors %d), leases won %d / found busy %d, waiters woken by the fill %d / by their timer %d, "+
 		"callers coalesced in-process %d, refresh errors %d, fills rejected by the fence %d, Redis errors %d, breaker opened %d, corrupt entries %d",
 		c.loads.Load(), c.loadErrors.Load(), c.leasesWon.Load(), c.leasesBusy.Load(),
 		c.wokenByFill.Load(), c.wokenByTimer.Load(), c.coalesced.Load(), c.refreshErrors.Load(),
-		c.fillsRejected.Load(), c.redisErrors.Load(), c.breakerOpened.Load(), c.corruptEntries.Load())
+		c.fillsRejected.Load(), c.redisErrors.Load(), c.breakerOpened.Load(), c.corruptEntries.Load()) + tier
 }
