@@ -214,8 +214,12 @@ func (g *Group) getMany(ctx context.Context, keys []string, load batchLoader, op
 	rest := make([]int, 0, len(keys))
 	for i, k := range keys {
 		if r, ok := g.localHit(k); ok {
-			b.res[i] = keyResult{v: r.Value, st: Hit}
-			b.hits.Add(1)
+			b.res[i] = keyResult{v: r.Value, st: r.Status}
+			if r.Status == Stale {
+				b.stale.Add(1)
+			} else {
+				b.hits.Add(1)
+			}
 			continue
 		}
 		b.nms[i] = g.names(k)

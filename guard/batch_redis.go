@@ -23,7 +23,8 @@ type batchRead struct {
 	hit bool  // the fast path's GET found e clearly fresh (rr is unset)
 	e   entry // when hit
 	err error
-	k   keep // where a fresh value may go in the in-process tier
+	k   keep      // where a fresh value may go in the in-process tier
+	at  time.Time // when it was sent (a batch sharing it may have begun later)
 }
 
 // scriptCall is one script call of a pipeline.
@@ -120,6 +121,7 @@ func (g *Group) readMany(ctx context.Context, keys []string, nms []names, force 
 	for i := range keys {
 		keeps[i] = g.keepOf(nms[i].entry)
 	}
+	at := time.Now()
 	var failed error
 	calls := make([]scriptCall, len(callIdx))
 	for j, i := range callIdx {
@@ -176,7 +178,7 @@ func (g *Group) readMany(ctx context.Context, keys []string, nms []names, force 
 	}
 	g.settle("read", failed)
 	for i := range out {
-		out[i].k = keeps[i]
+		out[i].k, out[i].at = keeps[i], at
 	}
 	return out
 }

@@ -31,7 +31,14 @@ func (b *batch) run(idx []int) {
 	b.loadWon(p.won, p.wonF, slots, sr.at)
 	for j, i := range idx {
 		if !sr.own[j] {
-			b.sort(i, sr.theirs(j), false, &p)
+			r := sr.theirs(j)
+			if !b.current(i, r) {
+				// Another batch's read, sent before this batch began,
+				// and a newer value was returned since: read again.
+				p.waits = append(p.waits, &waiter{i: i, holder: time.Millisecond})
+				continue
+			}
+			b.sort(i, r, false, &p)
 		}
 	}
 	if len(p.failed) > 0 {
@@ -41,6 +48,24 @@ func (b *batch) run(idx []int) {
 	if len(p.waits) > 0 {
 		b.wait(p.waits)
 	}
+}
+
+// current reports whether r, another batch's read of key i, may answer
+// this batch: it was sent after this batch began, or it holds no value, or
+// no newer value of the key was returned since it was sent (see
+// localTier.current).
+func (b *batch) current(i int, r batchRead) bool {
+	if r.err != nil || r.at.After(b.start) {
+		return true
+	}
+	e := r.e
+	if !r.hit {
+		var st state
+		if e, st = b.g.classify(b.keys[i], r.rr); st != fresh && st != stale {
+			return true
+		}
+	}
+	return b.g.loc.current(b.nms[i].entry, r.k.tk, &e)
 }
 
 // loadWon loads the keys idx whose leases the read sent at leased won:

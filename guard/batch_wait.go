@@ -222,7 +222,11 @@ func (b *batch) reread(ws []*waiter, resolve func(*waiter), filled bool) {
 	b.loadWon(won, fences, slots, sr.at)
 	for j, w := range ws {
 		if !sr.own[j] {
-			settle(w, sr.theirs(j), false)
+			if r := sr.theirs(j); b.current(w.i, r) {
+				settle(w, r, false)
+			} else {
+				w.holder = time.Millisecond // read again, soon (see run)
+			}
 		}
 	}
 	if len(failed) > 0 {

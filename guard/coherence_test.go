@@ -286,3 +286,66 @@ func FuzzEntryName(f *testing.F) {
 		}
 	})
 }
+
+// TestLocalTierServesStale: while a stale value is refreshed, every node
+// serves it from its in-process tier at hit latency (Stale, no Redis
+// command for most calls), never past its stale-until (its Age stays
+// within FreshFor+StaleFor), and drops it the moment the refresh's fill
+// lands (the report), on the refreshing node and on the other.
+func TestLocalTierServesStale(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
+		t.Cleanup(noLeaks(t))
+		ns := redistest.Key(t) + ":"
+		const fresh, stale = 100 * time.Millisecond, time.Minute
+		o := Options{Namespace: ns, LocalEntries: 1000, FreshFor: fresh, StaleFor: stale, Jitter: Disabled}
+		a := newLocalNode(t, rdb, o)
+		bc := otherClient(t, rdb)
+		counter := &cmdCounter{}
+		bc.AddHook(counter)
+		b := newLocalNode(t, bc, o)
+		waitLocal(t, a)
+		waitLocal(t, b)
+		key := "hot"
+		if _, err := a.Get(ctxT(t), key, func(context.Context) ([]byte, error) { return []byte("v1"), nil }); err != nil {
+			t.Fatal(err)
+		}
+		release := make(chan struct{})
+		refresh := func(context.Context) ([]byte, error) { <-release; return []byte("v2"), nil }
+		// Once v1 is stale, B's read wins the lease and refreshes in the
+		// background (the refresh waits for release).
+		redistest.Eventually(t, 10*time.Second, "v1 served stale", func() bool {
+			r, err := b.Do(ctxT(t), key, refresh)
+			return err == nil && r.Status == Stale
+		})
+		for _, n := range []*localNode{b, a} {
+			before := counter.n.Load()
+			const calls = 200
+			for range calls {
+				r, err := n.Do(ctxT(t), key, refresh)
+				if err != nil || r.Status != Stale || string(r.Value) != "v1" {
+					t.Fatalf("during the refresh: %q %v %v, want v1 stale", r.Value, r.Status, err)
+				}
+				if r.Age > fresh+stale {
+					t.Fatalf("served at age %v, past its stale-until", r.Age)
+				}
+			}
+			if n == b {
+				// A read of Redis per staleLocal at most, and a few for a
+				// slow machine.
+				if got := counter.n.Load() - before; got > 20 {
+					t.Errorf("%d Redis commands for %d stale calls, want most served from the tier", got, calls)
+				}
+			}
+		}
+		close(release)
+		for name, n := range map[string]*localNode{"refreshing node": b, "other node": a} {
+			redistest.Eventually(t, 10*time.Second, name+" serving the refreshed value", func() bool {
+				r, err := n.Do(ctxT(t), key, refresh)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return string(r.Value) == "v2" && r.Status == Hit
+			})
+		}
+	})
+}

@@ -32,7 +32,7 @@ func (g *Group) Do(ctx context.Context, key string, load LoadFunc, opts ...CallO
 		return Result{}, co.err
 	}
 	if it, ok := g.loc.get(key); ok {
-		if g.opts.EarlyRefreshBeta > 0 {
+		if g.opts.EarlyRefreshBeta > 0 && !it.stale {
 			if now, known := g.clk.now(); known && g.earlyRefreshDue(it.e, now) {
 				g.refreshEarly(ctx, g.newCall(key, load, co))
 			}
@@ -90,6 +90,12 @@ func (g *Group) readPath(ctx context.Context, c *call) (Result, error) {
 
 func (g *Group) readPathOnce(ctx context.Context, c *call) (Result, error) {
 	lk, err := g.lookup(ctx, c)
+	if err == nil && (lk.st == fresh || lk.st == stale) && lk.owner != c && c.start.After(lk.at) && !g.loc.current(c.nm.entry, lk.k.tk, &lk.e) {
+		// This call joined a read sent before it began, and a newer value
+		// has been returned since (to a call that may have ended before
+		// this one began): it reads for itself.
+		lk, err = g.readOnce(context.WithoutCancel(ctx), c, nil)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return Result{}, ctx.Err()
@@ -144,15 +150,27 @@ func (g *Group) localHit(key string) (Result, bool) {
 
 func (g *Group) localResult(key string, it *localItem) Result {
 	age := time.Since(it.base)
-	if h := g.opts.Hooks.Hit; h != nil {
+	st := Hit
+	if it.stale {
+		st = Stale
+		if h := g.opts.Hooks.Stale; h != nil {
+			h(key, age)
+		}
+	} else if h := g.opts.Hooks.Hit; h != nil {
 		h(key, age, true)
 	}
 	var fresh time.Duration
 	if now, known := g.clk.now(); known {
 		fresh = time.Duration(it.e.freshUntil-now) * time.Millisecond
 	}
-	return Result{Value: it.e.value, Status: Hit, Age: age, Fresh: fresh}
+	return Result{Value: it.e.value, Status: st, Age: age, Fresh: fresh}
 }
+
+// staleLocal is how long the in-process tier serves a copy of a stale
+// value before this node reads Redis again: the refresh that replaces it
+// drops it sooner (its report), and a read of Redis is what tries the
+// refresh lease again when the refresh failed or its node died.
+const staleLocal = 250 * time.Millisecond
 
 // keep says where a read's value may go in the in-process tier: the name
 // of the key's entry and the ticket the read took before it was sent (see
@@ -198,20 +216,24 @@ func (g *Group) keepLocal(key string, e entry, now int64, age time.Duration, k k
 	if g.loc == nil || k.name == "" {
 		return
 	}
-	if stale || e.negative || e.errMark || e.oversize || e.marker() {
+	if e.negative || e.errMark || e.oversize || e.marker() || (stale && e.mustRevalidate) {
 		g.loc.seen(key, k.name, &e)
 		return
 	}
 	// now is when Redis read its clock, before its reply travelled: the
 	// estimate, which never runs behind Redis's clock, may be later, and
-	// a copy must not outlive its fresh-until.
+	// a copy must not outlive its fresh-until (a stale one, its
+	// stale-until).
 	if est, known := g.clk.now(); known {
 		now = max(now, est)
 	}
 	left := time.Duration(e.freshUntil-now) * time.Millisecond
+	if stale {
+		left = min(time.Duration(e.staleUntil-now)*time.Millisecond, staleLocal)
+	}
 	if left <= 0 {
 		g.loc.seen(key, k.name, &e)
 		return
 	}
-	g.loc.keep(key, k.name, k.tk, &e, left, age)
+	g.loc.keep(key, k.name, k.tk, &e, left, age, stale)
 }

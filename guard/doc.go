@@ -128,14 +128,18 @@
 // message per change and listening Group, and nothing per hit.
 //
 // Late replies are kept out: a read takes a ticket before it is sent, and
-// its value is kept only if no change to its entry was seen since, so a
-// caller never gets a value older than one a call that ended before it
-// began already returned. A lost report connection, a failover or a new
-// cluster node flushes the tier, which serves nothing until every master
-// is listened to again. A copy is served up to its value's fresh-until
-// (judged on the estimate of the Redis clock below) and for LocalTTL at
-// most (1m, a backstop should a report ever be lost); a stale value is
-// always read from Redis, so the refresh rules hold. Where the guard
+// its value is kept only if no change to its entry was seen since; a call
+// that joins a read sent before it began takes its value only if nothing
+// newer was returned since. So a caller never gets a value older than one
+// a call that ended before it began already returned. A lost report
+// connection, a failover or a new cluster node flushes the tier, which
+// serves nothing until every master is listened to again. A copy of a
+// fresh value is served up to its fresh-until (judged on the estimate of
+// the Redis clock below) and for LocalTTL at most (1m, a backstop should a
+// report ever be lost); while a stale value is refreshed, its copy is
+// served as Stale for 250ms at a time (then Redis is read again, which is
+// what retries the refresh lease), never past its stale-until, and the
+// refresh's fill drops it. Where the guard
 // cannot follow changes (a *redis.Ring, a server before Redis 6.0, an ACL
 // that refuses CLIENT TRACKING) the tier stays off and every hit is a
 // Redis read. Options.LocalEntries = Disabled turns it off.

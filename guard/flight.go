@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // lookup is the outcome of one read of a key, shared by the callers of the
@@ -11,15 +12,16 @@ import (
 type lookup struct {
 	e   entry
 	st  state
-	now int64 // Redis clock, ms
-	x   int64 // the read's lease outcome (see readReply)
-	k   keep  // where a fresh value may go in the in-process tier
+	now int64     // Redis clock, ms
+	x   int64     // the read's lease outcome (see readReply)
+	k   keep      // where a fresh value may go in the in-process tier
+	at  time.Time // when the read was sent (a caller that joined may have begun later)
 
 	// st == loaded: the read won the lease of a missing key and loaded it.
 	res     Result
 	err     error
 	claimed *atomic.Bool // the first caller to look claims the Miss
-	owner   *call        // whose load it was (see mine)
+	owner   *call        // whose read (and load) it was (see mine, joined)
 
 	missSeen bool // this caller's Miss hook already ran
 }
@@ -113,6 +115,7 @@ func (g *Group) lookup(ctx context.Context, c *call) (lookup, error) {
 func (g *Group) readOnce(ctx context.Context, c *call, fl *flight) (lookup, error) {
 	g.step(ctx, "read")
 	k := g.keepOf(c.nm.entry)
+	at := time.Now()
 	rr, err := g.read(ctx, c.nm, false)
 	if err != nil {
 		return lookup{}, err
@@ -138,7 +141,7 @@ func (g *Group) readOnce(ctx context.Context, c *call, fl *flight) (lookup, erro
 	case rr.x < 0:
 		g.leaseHook(c.key, false)
 	}
-	return lookup{e: e, st: st, now: rr.now, x: rr.x, k: k}, nil
+	return lookup{e: e, st: st, now: rr.now, x: rr.x, k: k, at: at, owner: c}, nil
 }
 
 // classify decodes a read. A corrupt entry is reported and treated as

@@ -70,6 +70,11 @@ type localTier struct {
 	// count did not change either. Keeping a copy does not bump it, so
 	// the keys of one tag do not refuse each other's copies.
 	tags [localStripes]atomic.Uint64
+	// erased counts, per stripe, what dropped what the tier knew of an
+	// entry (a report of a change, this Group's own write, an eviction):
+	// the part of stripes' changes current must not overlook. Keeping a
+	// copy does not bump it.
+	erased [localStripes]atomic.Uint64
 	// gen is bumped by every flush and every return to service; a ticket
 	// of another generation keeps nothing.
 	gen  atomic.Uint64
@@ -97,7 +102,10 @@ type localItem struct {
 	// mark: no copy, only the version (e's fence and written time) of a
 	// value a call returned without keeping it; never served, it refuses
 	// older replies (see localTier)
-	mark         bool
+	mark bool
+	// stale: a copy of a stale value, served as Stale while its refresh
+	// runs, for a short while (staleLocal) or until its entry changes
+	stale        bool
 	prev, next   *localItem
 	tprev, tnext *localItem // the other items of its tag
 }
@@ -108,6 +116,7 @@ type ticket struct {
 	ok     bool
 	stripe uint32
 	seq    uint64
+	eseq   uint64 // erased[stripe] as it was
 	gen    uint64
 	tagged bool   // the entry of a key with a hash tag of its own:
 	tag    uint32 // its tag's counter,
@@ -153,7 +162,7 @@ func (t *localTier) ticket(name string) ticket {
 	// the old generation is refused by keep.
 	gen := t.gen.Load()
 	i := t.stripe(name)
-	tk := ticket{ok: true, stripe: i, seq: t.stripes[i].Load(), gen: gen}
+	tk := ticket{ok: true, stripe: i, eseq: t.erased[i].Load(), seq: t.stripes[i].Load(), gen: gen}
 	if b := tagBase(t.prefix, name); len(b) < len(name) {
 		tk.tagged, tk.tag = true, t.stripe(b)
 		tk.tseq = t.tags[tk.tag].Load()
@@ -173,7 +182,7 @@ func (t *localTier) get(key string) (*localItem, bool) {
 		return nil, false
 	}
 	if !time.Now().Before(it.until) {
-		t.unlink(it)
+		t.toMark(it)
 		t.mu.Unlock()
 		return nil, false
 	}
@@ -188,10 +197,10 @@ func newer(a, b *entry) bool {
 	return a.fence > b.fence || (a.fence == b.fence && a.written > b.written)
 }
 
-// keep offers the fresh entry e of key (named name), read with ticket tk
-// and fresh for left more, to the tier. The value is returned to its
-// caller whether it is kept or not.
-func (t *localTier) keep(key, name string, tk ticket, e *entry, left time.Duration, age time.Duration) {
+// keep offers the entry e of key (named name), read with ticket tk, to
+// the tier, to be served for left more: a fresh value, or, stale, a stale
+// one. The value is returned to its caller whether it is kept or not.
+func (t *localTier) keep(key, name string, tk ticket, e *entry, left time.Duration, age time.Duration, stale bool) {
 	if t == nil {
 		return
 	}
@@ -200,8 +209,8 @@ func (t *localTier) keep(key, name string, tk ticket, e *entry, left time.Durati
 	defer t.mu.Unlock()
 	cur := t.byKey[key]
 	valid := tk.ok && t.gen.Load() == tk.gen && t.stripes[tk.stripe].Load() == tk.seq && (!tk.tagged || t.tags[tk.tag].Load() == tk.tseq) && t.live.Load()
-	if cur != nil && cur.name == name && !newer(e, &cur.e) && !(valid && cur.mark && !newer(&cur.e, e)) {
-		return // the copy held is as new (or a mark of this version, and e may not replace it)
+	if cur != nil && cur.name == name && !newer(e, &cur.e) && !(valid && (cur.mark || cur.stale) && !newer(&cur.e, e)) {
+		return // the copy held is as new (or a mark or a stale copy of this version, and e may not replace it)
 	}
 	if !valid {
 		// Something changed since the read was sent: it may be older
@@ -218,11 +227,12 @@ func (t *localTier) keep(key, name string, tk ticket, e *entry, left time.Durati
 	// was read is refused either way.
 	t.stripes[tk.stripe].Add(1)
 	if cost > t.maxItem {
+		t.putMark(key, name, e, nil) // its version, for current
 		return
 	}
 	now := time.Now()
 	it := &localItem{key: key, name: name, value: e.value, cost: cost, e: *e,
-		until: now.Add(min(left, t.ttl)), base: now.Add(-age)}
+		until: now.Add(min(left, t.ttl)), base: now.Add(-age), stale: stale}
 	t.insert(it)
 }
 
@@ -271,14 +281,47 @@ func (t *localTier) insert(it *localItem) {
 	}
 }
 
-// evict drops the least recently used item it, with mu held. A mark
-// evicted refuses the replies already sent of its entry, which it
-// refused.
+// evict drops the least recently used item it, with mu held. What it
+// recorded (its version) is lost, so the replies already sent of its entry
+// are refused, and so are the values of reads others joined (current).
 func (t *localTier) evict(it *localItem) {
-	if it.mark {
-		t.stripes[t.stripe(it.name)].Add(1)
-	}
+	i := t.stripe(it.name)
+	t.erased[i].Add(1)
+	t.stripes[i].Add(1)
 	t.unlink(it)
+}
+
+// toMark turns the expired copy it into a mark of its version, with mu
+// held: the value goes, what was returned is still known (keep, current).
+func (t *localTier) toMark(it *localItem) {
+	if it.mark {
+		return
+	}
+	// A new item: callers served the copy may still read it.
+	t.unlink(it)
+	t.putMark(it.key, it.name, &it.e, nil)
+}
+
+// current reports whether the entry e of the entry named name, read with
+// ticket tk by a read another call sent and this one joined (perhaps sent
+// before this call began), may be returned to this call: no newer version
+// of it was returned since that read was sent. Every value returned leaves
+// a copy or a mark of its version, so: nothing erased what the tier knew
+// of the entry since (no report, own write, eviction, flush), and no copy
+// or mark held is newer. Without a tier there is nothing to tell by
+// (true); with one that did not listen when the read was sent, nothing is
+// known (false: the caller reads again).
+func (t *localTier) current(name string, tk ticket, e *entry) bool {
+	if t == nil {
+		return true
+	}
+	if !tk.ok || t.gen.Load() != tk.gen || t.erased[tk.stripe].Load() != tk.eseq || (tk.tagged && t.tags[tk.tag].Load() != tk.tseq) {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	it := t.byName[name]
+	return it == nil || !newer(&it.e, e)
 }
 
 // changed drops the copy of the entry named name, which changed in Redis
@@ -288,7 +331,9 @@ func (t *localTier) changed(name string) {
 	if t == nil {
 		return
 	}
-	t.stripes[t.stripe(name)].Add(1)
+	i := t.stripe(name)
+	t.erased[i].Add(1)
+	t.stripes[i].Add(1)
 	t.mu.Lock()
 	if it := t.byName[name]; it != nil {
 		t.unlink(it)
@@ -318,7 +363,9 @@ func (t *localTier) remove(key string) {
 	}
 	t.mu.Lock()
 	if it := t.byKey[key]; it != nil {
-		t.stripes[t.stripe(it.name)].Add(1)
+		i := t.stripe(it.name)
+		t.erased[i].Add(1)
+		t.stripes[i].Add(1)
 		t.unlink(it)
 	}
 	t.mu.Unlock()

@@ -41,12 +41,16 @@ func tierHistory(seed uint64) string {
 		reports  []int64 // writes whose report has not reached the tier yet
 		returned int64   // the newest version a call that ended returned
 	}
+	type joiner struct {
+		floor int64 // the newest version returned before it began
+	}
 	type read struct {
 		key      string
 		tk       ticket
 		answered bool
 		version  int64
 		floor    int64 // the newest version returned before it began
+		joiners  []joiner
 	}
 	rk := map[string]*redisKey{}
 	for _, k := range keys {
@@ -65,7 +69,7 @@ func tierHistory(seed uint64) string {
 	for range 60 + rng.IntN(60) {
 		k := keys[rng.IntN(len(keys))]
 		r := rk[k]
-		switch op := rng.IntN(10); op {
+		switch op := rng.IntN(12); op {
 		case 0, 1: // a read is sent
 			reads = append(reads, &read{key: k, tk: lt.ticket(g.names(k).entry), floor: r.returned})
 			log = append(log, "send "+k)
@@ -94,10 +98,29 @@ func tierHistory(seed uint64) string {
 					// an answer the tier does not keep (stale, negative)
 					lt.seen(rd.key, g.names(rd.key).entry, &e)
 				} else {
-					lt.keep(rd.key, g.names(rd.key).entry, rd.tk, &e, time.Hour, 0)
+					lt.keep(rd.key, g.names(rd.key).entry, rd.tk, &e, time.Hour, 0, rng.IntN(3) == 0)
 				}
 				if msg := check(rd.key, rd.version, rd.floor, "reply"); msg != "" {
 					return msg
+				}
+				// Calls that joined this read (a flight), perhaps after it
+				// was sent: the value is theirs only if current; else each
+				// reads for itself, which Redis answers at once.
+				name := g.names(rd.key).entry
+				for _, jn := range rd.joiners {
+					if lt.current(name, rd.tk, &e) {
+						if msg := check(rd.key, rd.version, jn.floor, "joined"); msg != "" {
+							return msg
+						}
+						continue
+					}
+					v := rk[rd.key].version
+					tk := lt.ticket(name)
+					e2 := entry{fence: v, written: v, value: []byte("v")}
+					lt.keep(rd.key, name, tk, &e2, time.Hour, 0, false)
+					if msg := check(rd.key, v, jn.floor, "re-read"); msg != "" {
+						return msg
+					}
 				}
 				break
 			}
@@ -117,6 +140,19 @@ func tierHistory(seed uint64) string {
 					return msg
 				}
 			}
+		case 10: // a call joins a read in flight
+			if len(reads) > 0 {
+				rd := reads[rng.IntN(len(reads))]
+				rd.joiners = append(rd.joiners, joiner{floor: rk[rd.key].returned})
+				log = append(log, "join "+rd.key)
+			}
+		case 11: // a copy reaches its LocalTTL (it is asked for past it)
+			lt.mu.Lock()
+			if it := lt.byKey[k]; it != nil {
+				lt.toMark(it)
+			}
+			lt.mu.Unlock()
+			log = append(log, "expire "+k)
 		case 9:
 			switch rng.IntN(3) {
 			case 0:

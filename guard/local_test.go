@@ -113,7 +113,7 @@ func TestLocalTierIndexes(t *testing.T) {
 		case op < 5:
 			tk := lt.ticket(name)
 			e := entry{fence: int64(i), written: int64(i), value: make([]byte, rng.IntN(64))}
-			lt.keep(k, name, tk, &e, time.Hour, 0)
+			lt.keep(k, name, tk, &e, time.Hour, 0, false)
 			check("keep " + k)
 		case op < 7:
 			lt.changed(name)
@@ -157,15 +157,15 @@ func TestLocalTierTagTicket(t *testing.T) {
 	a, b := g.names("{t}a").entry, g.names("{t}b").entry
 	e := entry{fence: 1, written: 1, value: []byte("v")}
 	ta, tb := lt.ticket(a), lt.ticket(b)
-	lt.keep("{t}a", a, ta, &e, time.Hour, 0)
-	lt.keep("{t}b", b, tb, &e, time.Hour, 0)
+	lt.keep("{t}a", a, ta, &e, time.Hour, 0, false)
+	lt.keep("{t}b", b, tb, &e, time.Hour, 0, false)
 	if lt.len() != 2 {
 		t.Fatalf("%d copies kept, want both keys' (one key's copy refused the other's)", lt.len())
 	}
 	tk := lt.ticket(a)
 	lt.changedTag(hashtag.Base("ns:", "t"))
 	e2 := entry{fence: 2, written: 2, value: []byte("w")}
-	lt.keep("{t}a", a, tk, &e2, time.Hour, 0)
+	lt.keep("{t}a", a, tk, &e2, time.Hour, 0, false)
 	if lt.len() != 0 {
 		t.Fatalf("%d copies after the tag's invalidation, want none (a read sent before kept its value)", lt.len())
 	}

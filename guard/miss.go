@@ -11,8 +11,17 @@ import (
 type missOutcome struct {
 	res     Result
 	claimed *atomic.Bool
-	owner   *call // whose load it was (see mine)
-	marker  entry // with errPassing: the pass marker read
+	owner   *call     // whose load it was (see mine)
+	marker  entry     // with errPassing: the pass marker read
+	from    valueRead // when res is a value a read found: that read
+}
+
+// valueRead is the read that found a value a flight hands its callers.
+type valueRead struct {
+	ok bool
+	e  entry
+	tk ticket
+	at time.Time // when it was sent
 }
 
 // missFlight joins the miss flight of the call's key (one per process);
@@ -22,7 +31,7 @@ func (g *Group) missFlight(ctx context.Context, c *call, x int64) (Result, error
 	ch := g.sf.DoChan("m"+c.key, func() (any, error) {
 		mo := missOutcome{claimed: new(atomic.Bool), owner: c}
 		var err error
-		mo.res, err = g.resolveMiss(detached, c, x, &mo.marker)
+		mo.res, err = g.resolveMiss(detached, c, x, &mo.marker, &mo.from)
 		return mo, err
 	})
 	select {
@@ -34,6 +43,11 @@ func (g *Group) missFlight(ctx context.Context, c *call, x int64) (Result, error
 		}
 		if err := mine(c, mo.owner, r.Err); err != r.Err {
 			return Result{}, err
+		}
+		if f := mo.from; f.ok && mo.owner != c && c.start.After(f.at) && !g.loc.current(c.nm.entry, f.tk, &f.e) {
+			// A value read before this call began, and a newer one was
+			// returned since: this call reads for itself.
+			return g.readPathOnce(ctx, c)
 		}
 		return g.claim(c.key, mo.res, mo.claimed), r.Err
 	case <-ctx.Done():
@@ -54,14 +68,16 @@ type waitState struct {
 	// woke: the wait woke at least once; notified: its last wake-up was
 	// the fill's notification (reported once, when the wait ends).
 	woke, notified bool
-	k              keep // of the last read, for the in-process tier
+	k              keep       // of the last read, for the in-process tier
+	at             time.Time  // when the last read was sent
+	from           *valueRead // set to the read whose value the wait returns
 }
 
 // resolveMiss is the body of a miss flight: wait for another node's fill
 // (woken by its notification, or by a fallback poll for lost messages and
 // expired leases), load under a lease a later read wins, or, after
 // WaitTimeout, apply WaitTimeoutPolicy.
-func (g *Group) resolveMiss(ctx context.Context, c *call, x int64, marker *entry) (Result, error) {
+func (g *Group) resolveMiss(ctx context.Context, c *call, x int64, marker *entry, from *valueRead) (Result, error) {
 	wake := make(chan struct{}, 1)
 	defer g.hub.Register(c.nm.entry, wake)()
 	// The first poll is short: a fill can land between the read and the
@@ -69,14 +85,14 @@ func (g *Group) resolveMiss(ctx context.Context, c *call, x int64, marker *entry
 	// did not decode (or it was an expired negative entry); read again at
 	// once, trying the lease.
 	w := waitState{start: time.Now(), poll: 50 * time.Millisecond,
-		holder: time.Duration(-x) * time.Millisecond, force: x == 0, marker: marker}
+		holder: time.Duration(-x) * time.Millisecond, force: x == 0, marker: marker, from: from}
 	defer func() { g.wokenHook(c.key, w.woke, w.notified, w.start) }()
 	deadline := w.start.Add(g.opts.WaitTimeout)
 	for remaining := time.Until(deadline); remaining > 0; remaining = time.Until(deadline) {
 		if !w.force {
 			g.awaitFill(ctx, c.key, &w, wake, remaining)
 		}
-		w.k = g.keepOf(c.nm.entry)
+		w.k, w.at = g.keepOf(c.nm.entry), time.Now()
 		rr, err := g.read(ctx, c.nm, w.force)
 		w.force = false
 		if err != nil {
@@ -127,9 +143,11 @@ func (g *Group) afterWait(ctx context.Context, c *call, rr readReply, w *waitSta
 		*w.marker = e
 		return Result{}, errPassing, true
 	case st == fresh:
+		*w.from = valueRead{ok: true, e: e, tk: w.k.tk, at: w.at}
 		res, err = g.served(c.key, e, rr.now, Shared, w.k)
 		return res, err, true
 	case st == stale:
+		*w.from = valueRead{ok: true, e: e, tk: w.k.tk, at: w.at}
 		res, err = g.served(c.key, e, rr.now, Stale, w.k)
 		return res, err, true
 	case st == oversized:
