@@ -2,6 +2,8 @@ package guard
 
 import (
 	"context"
+	"math"
+	"math/rand/v2"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -74,4 +76,25 @@ func TestEntryTimesFromRedis(t *testing.T) {
 			t.Fatalf("entry TTL %v (%v), want stale-until (61m)", pttl, err)
 		}
 	})
+}
+
+// TestClockEstimateNeverBehind: whatever the true offset between the local
+// and the Redis clock, the transit of a reply and where the milliseconds
+// fall, the estimate built from one sample (both clocks read in whole,
+// truncated milliseconds) is never behind Redis's clock at any later
+// local time: a copy judged by it never outlives its fresh-until.
+func TestClockEstimateNeverBehind(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 9))
+	for range 200_000 {
+		theta := rng.Float64()*2e12 - 1e12       // Redis ms - local ms, true
+		ls := rng.Float64() * 1e6                // local time the read is sent
+		lr := ls + rng.Float64()*rng.Float64()*5 // local time Redis reads its clock
+		var c redisClock
+		c.observe(int64(math.Floor(lr+theta)), int64(math.Floor(ls)))
+		lt := lr + rng.Float64()*1e4 // any later local time
+		est := int64(math.Floor(lt)) + c.offset.Load()
+		if float64(est) < lt+theta {
+			t.Fatalf("estimate %d behind Redis %.3f (offset %.3f, sent %.3f, read %.3f, asked %.3f)", est, lt+theta, theta, ls, lr, lt)
+		}
+	}
 }

@@ -41,7 +41,11 @@ type redisClock struct {
 func (c *redisClock) local() int64 { return time.Since(c.base).Milliseconds() }
 
 // observe records a Redis clock reading now taken after the local time sent.
-func (c *redisClock) observe(now, sent int64) { c.offset.Store(now - sent) }
+// Both are whole milliseconds, truncated: the true offset is below
+// now-sent+1, and the local reading now() adds to it is up to 1ms short,
+// so 2ms more make the estimate never run behind Redis's clock (a copy
+// judged by it never outlives its fresh-until).
+func (c *redisClock) observe(now, sent int64) { c.offset.Store(now - sent + 2) }
 
 // now returns the estimated Redis time in ms, and false before any sample.
 func (c *redisClock) now() (int64, bool) {
