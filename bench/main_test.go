@@ -1,10 +1,17 @@
 package bench
 
 import (
+	"os"
 	"testing"
 
 	"github.com/stampede-go/stampede/internal/redistest"
 )
 
-// TestMain lets redistest stop the shared redis-server after the run.
-func TestMain(m *testing.M) { redistest.Main(m) }
+// TestMain lets redistest stop the shared redis-server after the run; the
+// binary started again as a node of BenchmarkHTTPPeers serves instead.
+func TestMain(m *testing.M) {
+	if os.Getenv(peerNodeEnv) != "" {
+		os.Exit(runPeerNode())
+	}
+	redistest.Main(m)
+}

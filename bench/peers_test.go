@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/http/httputil"
 	"net/url"
 	"os"
 	"os/exec"
@@ -17,19 +16,14 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
-
-	"github.com/stampede-go/stampede/guard"
-	guardhttp "github.com/stampede-go/stampede/middleware/nethttp"
 )
 
 // The HTTP caches people already run, as real processes from Debian's
 // packages, beside guardhttp: three instances of each in front of one slow
 // origin, as a fleet of three servers would be. nginx with
 // proxy_cache_lock, proxy_cache_use_stale updating and
-// proxy_cache_background_update; Varnish with grace; guardhttp on three
-// Groups sharing one redis-server. Each contender is skipped when its
+// proxy_cache_background_update; Varnish with grace; guardhttp as three
+// processes (three Groups) sharing one redis-server. Each contender is skipped when its
 // binary is not installed.
 //
 //	cd bench && go test -run '^$' -bench HTTPPeers -benchtime 1x -v .
@@ -362,27 +356,6 @@ sub vcl_backend_response {
 			"-f", path, "-s", "malloc,64m", "-T", "none", "-p", "vcc_allow_inline_c=off")
 		process(tb, cmd, listen)
 		bases = append(bases, "http://"+listen)
-	}
-	return bases
-}
-
-func startGuardHTTP(tb testing.TB, origin string) []string {
-	u, _ := url.Parse(origin)
-	addr := server(tb)
-	ns := uniqueKey("peers") + ":"
-	var bases []string
-	for range 3 {
-		rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, PoolSize: 64})
-		tb.Cleanup(func() { _ = rdb.Close() })
-		g, err := guard.New(rdb, guard.Options{Namespace: ns})
-		if err != nil {
-			tb.Fatal(err)
-		}
-		tb.Cleanup(func() { _ = g.Close() })
-		proxy := httputil.NewSingleHostReverseProxy(u)
-		srv := httptest.NewServer(guardhttp.Middleware(g, guardhttp.Config{UpstreamWindows: true})(proxy))
-		tb.Cleanup(srv.Close)
-		bases = append(bases, srv.URL)
 	}
 	return bases
 }
