@@ -29,18 +29,20 @@ func (b *batch) run(idx []int) {
 	}
 	// Load first: the leases run from the read.
 	b.loadWon(p.won, p.wonF, slots, sr.at)
+	var again []int
 	for j, i := range idx {
 		if !sr.own[j] {
 			r := sr.theirs(j)
 			if !b.current(i, r) {
 				// Another batch's read, sent before this batch began,
 				// and a newer value was returned since: read again.
-				p.waits = append(p.waits, &waiter{i: i, holder: time.Millisecond})
+				again = append(again, i)
 				continue
 			}
 			b.sort(i, r, false, &p)
 		}
 	}
+	b.readOwn(again, &p)
 	if len(p.failed) > 0 {
 		b.degrade(p.failed)
 	}
@@ -48,6 +50,33 @@ func (b *batch) run(idx []int) {
 	if len(p.waits) > 0 {
 		b.wait(p.waits)
 	}
+}
+
+// readOwn reads the keys idx for this batch alone (not shared), and acts
+// on the reads as run does on the reads it owns; what is left to do (keys
+// failed, oversized or to wait for) is added to p.
+func (b *batch) readOwn(idx []int, p *plan) {
+	if len(idx) == 0 {
+		return
+	}
+	g := b.g
+	at := time.Now()
+	rs := g.readMany(b.ctx, b.pick(idx), b.pickNames(idx), nil, false)
+	var q plan
+	for k, i := range idx {
+		b.sort(i, rs[k], true, &q)
+	}
+	slots := g.tryClaim(pickAt(b.keys, q.won))
+	if refresh, fences := q.refresh, q.refreshF; len(refresh) > 0 {
+		b.background(func(bg *batch) { bg.loadChunks(refresh, fences, nil, at) })
+	}
+	if early := q.early; len(early) > 0 {
+		b.background(func(bg *batch) { bg.refreshEarly(early) })
+	}
+	b.loadWon(q.won, q.wonF, slots, at)
+	p.failed = append(p.failed, q.failed...)
+	p.over = append(p.over, q.over...)
+	p.waits = append(p.waits, q.waits...)
 }
 
 // current reports whether r, another batch's read of key i, may answer

@@ -220,14 +220,28 @@ func (b *batch) reread(ws []*waiter, resolve func(*waiter), filled bool) {
 	slots := g.tryClaim(pickAt(b.keys, won))
 	sr.publish(g)
 	b.loadWon(won, fences, slots, sr.at)
+	var again []*waiter
 	for j, w := range ws {
 		if !sr.own[j] {
 			if r := sr.theirs(j); b.current(w.i, r) {
 				settle(w, r, false)
 			} else {
-				w.holder = time.Millisecond // read again, soon (see run)
+				again = append(again, w) // read again, alone (see run)
 			}
 		}
+	}
+	if len(again) > 0 {
+		idx := make([]int, len(again))
+		for k, w := range again {
+			idx[k] = w.i
+		}
+		at, n := time.Now(), len(won)
+		rs := g.readMany(b.ctx, b.pick(idx), b.pickNames(idx), nil, filled)
+		for k, w := range again {
+			settle(w, rs[k], true)
+		}
+		slots := g.tryClaim(pickAt(b.keys, won[n:]))
+		b.loadWon(won[n:], fences[n:], slots, at)
 	}
 	if len(failed) > 0 {
 		b.degrade(failed)
