@@ -349,3 +349,89 @@ func TestLocalTierServesStale(t *testing.T) {
 		}
 	})
 }
+
+// replyHolder is a hook that, once armed, holds back the reply of the next
+// script call after Redis ran it: a read answered, whose reply is late.
+type replyHolder struct {
+	armed   atomic.Bool
+	held    chan struct{} // closed when a reply is held
+	release chan struct{}
+}
+
+func (h *replyHolder) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *replyHolder) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if (cmd.Name() == "evalsha" || cmd.Name() == "eval") && h.armed.CompareAndSwap(true, false) {
+			close(h.held)
+			<-h.release
+		}
+		return err
+	}
+}
+func (h *replyHolder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestJoinedReadNotOlder: a call that joins a read sent before it began
+// (the process's singleflight) does not take that read's value when a
+// newer one was returned since: a read of the key answers v1, its reply
+// held back; another node fills v2; a Peek on this node returns v2; then
+// a call joins the held read. Once the reply lands, the read's own caller
+// gets v1 (it began before v2 was returned) and the joiner v2.
+func TestJoinedReadNotOlder(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	ns := redistest.Key(t) + ":"
+	o := Options{Namespace: ns, LocalEntries: 1000, LocalTTL: time.Millisecond, FreshFor: time.Hour}
+	a := newGroup(t, rdb, o)
+	bc := otherClient(t, rdb)
+	h := &replyHolder{held: make(chan struct{}), release: make(chan struct{})}
+	bc.AddHook(h)
+	b := newGroup(t, bc, o)
+	waitTier(t, b)
+	key := "k"
+	value := func(v string) LoadFunc { return func(context.Context) ([]byte, error) { return []byte(v), nil } }
+	if _, err := a.Get(ctxT(t), key, value("v1")); err != nil {
+		t.Fatal(err)
+	}
+	var joined atomic.Int64
+	b.testJoined = func(string) { joined.Add(1) }
+	h.armed.Store(true)
+	first := make(chan string, 1)
+	go func() {
+		v, err := b.Get(ctxT(t), key, nil2Loader(t))
+		if err != nil {
+			t.Error(err)
+		}
+		first <- string(v)
+	}()
+	<-h.held // the read ran in Redis: it answered v1
+	if err := a.Invalidate(ctxT(t), key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Get(ctxT(t), key, value("v2")); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := b.Peek(ctxT(t), key); err != nil || string(r.Value) != "v2" {
+		t.Fatalf("Peek after the refill: %q %v", r.Value, err)
+	}
+	// Its copy lives 1 ms (LocalTTL): past it, a call reads Redis, and
+	// joins the read in flight.
+	redistest.Eventually(t, 10*time.Second, "the Peek's copy gone", func() bool { _, ok := b.loc.get(key); return !ok })
+	second := make(chan string, 1)
+	go func() {
+		v, err := b.Get(ctxT(t), key, nil2Loader(t))
+		if err != nil {
+			t.Error(err)
+		}
+		second <- string(v)
+	}()
+	redistest.Eventually(t, 10*time.Second, "the second call in the held read's flight", func() bool { return joined.Load() == 2 })
+	close(h.release)
+	if v := <-first; v != "v1" {
+		t.Errorf("the held read's own caller got %q, want v1", v)
+	}
+	if v := <-second; v != "v2" {
+		t.Errorf("a call that began after v2 was returned got %q from a read sent before it began", v)
+	}
+}
