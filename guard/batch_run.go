@@ -84,7 +84,7 @@ func (b *batch) readOwn(idx []int, p *plan) {
 // no newer value of the key was returned since it was sent (see
 // localTier.current).
 func (b *batch) current(i int, r batchRead) bool {
-	if r.err != nil || r.at.After(b.start) {
+	if r.err != nil {
 		return true
 	}
 	e := r.e
@@ -94,7 +94,7 @@ func (b *batch) current(i int, r batchRead) bool {
 			return true
 		}
 	}
-	return b.g.loc.current(b.nms[i].entry, r.k.tk, &e)
+	return b.g.joinedCurrent(b.start, r.at, b.nms[i].entry, r.k.tk, &e)
 }
 
 // loadWon loads the keys idx whose leases the read sent at leased won:

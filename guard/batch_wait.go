@@ -145,7 +145,7 @@ func (b *batch) wait(ws []*waiter) {
 		}
 	}
 	if len(late) > 0 {
-		if g.waitTimeoutPolicy(b.co) == ReturnError {
+		if b.co.waitPolicy == ReturnError {
 			for _, i := range late {
 				b.set(i, keyResult{err: ErrWaitTimeout})
 			}

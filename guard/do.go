@@ -90,7 +90,7 @@ func (g *Group) readPath(ctx context.Context, c *call) (Result, error) {
 
 func (g *Group) readPathOnce(ctx context.Context, c *call) (Result, error) {
 	lk, err := g.lookup(ctx, c)
-	if err == nil && (lk.st == fresh || lk.st == stale) && lk.owner != c && c.start.After(lk.at) && !g.loc.current(c.nm.entry, lk.k.tk, &lk.e) {
+	if err == nil && (lk.st == fresh || lk.st == stale) && lk.owner != c && !g.joinedCurrent(c.start, lk.at, c.nm.entry, lk.k.tk, &lk.e) {
 		// This call joined a read sent before it began, and a newer value
 		// has been returned since (to a call that may have ended before
 		// this one began): it reads for itself.
@@ -136,6 +136,15 @@ func (g *Group) claim(key string, res Result, claimed *atomic.Bool) Result {
 		}
 	}
 	return res
+}
+
+// joinedCurrent reports whether the entry e of the entry named name, read
+// at at with ticket tk by another call's read, may answer a call that
+// began at start and joined that read: the read was sent after the call
+// began, or no newer value was returned since it was sent
+// (localTier.current).
+func (g *Group) joinedCurrent(start, at time.Time, name string, tk ticket, e *entry) bool {
+	return !start.After(at) || g.loc.current(name, tk, e)
 }
 
 // localHit serves key from the in-process tier when it holds a copy

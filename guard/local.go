@@ -285,10 +285,17 @@ func (t *localTier) insert(it *localItem) {
 // recorded (its version) is lost, so the replies already sent of its entry
 // are refused, and so are the values of reads others joined (current).
 func (t *localTier) evict(it *localItem) {
-	i := t.stripe(it.name)
+	t.erase(it.name)
+	t.unlink(it)
+}
+
+// erase bumps the counters of the entry named name whose copy or mark is
+// about to go: replies already sent are refused (stripes), and so are the
+// values of reads others joined (erased, see current).
+func (t *localTier) erase(name string) {
+	i := t.stripe(name)
 	t.erased[i].Add(1)
 	t.stripes[i].Add(1)
-	t.unlink(it)
 }
 
 // toMark turns the expired copy it into a mark of its version, with mu
@@ -331,9 +338,7 @@ func (t *localTier) changed(name string) {
 	if t == nil {
 		return
 	}
-	i := t.stripe(name)
-	t.erased[i].Add(1)
-	t.stripes[i].Add(1)
+	t.erase(name)
 	t.mu.Lock()
 	if it := t.byName[name]; it != nil {
 		t.unlink(it)
@@ -363,9 +368,7 @@ func (t *localTier) remove(key string) {
 	}
 	t.mu.Lock()
 	if it := t.byKey[key]; it != nil {
-		i := t.stripe(it.name)
-		t.erased[i].Add(1)
-		t.stripes[i].Add(1)
+		t.erase(it.name)
 		t.unlink(it)
 	}
 	t.mu.Unlock()

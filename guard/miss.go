@@ -44,7 +44,7 @@ func (g *Group) missFlight(ctx context.Context, c *call, x int64) (Result, error
 		if err := mine(c, mo.owner, r.Err); err != r.Err {
 			return Result{}, err
 		}
-		if f := mo.from; f.ok && mo.owner != c && c.start.After(f.at) && !g.loc.current(c.nm.entry, f.tk, &f.e) {
+		if f := mo.from; f.ok && mo.owner != c && !g.joinedCurrent(c.start, f.at, c.nm.entry, f.tk, &f.e) {
 			// A value read before this call began, and a newer one was
 			// returned since: this call reads for itself.
 			return g.readPathOnce(ctx, c)
@@ -106,7 +106,7 @@ func (g *Group) resolveMiss(ctx context.Context, c *call, x int64, marker *entry
 	if w.failing {
 		return Result{}, turnTimeout(c.key)
 	}
-	if g.waitTimeoutPolicy(c.co) == ReturnError {
+	if c.co.waitPolicy == ReturnError {
 		return Result{}, ErrWaitTimeout
 	}
 	// Fence 0: stored only if nothing newer landed and nothing was

@@ -260,7 +260,7 @@ func (o Options) withDefaults() (Options, error) {
 }
 
 func (g *Group) callOptions(opts []CallOption) callOptions {
-	co := callOptions{freshFor: g.opts.FreshFor, staleFor: g.opts.StaleFor}
+	co := callOptions{freshFor: g.opts.FreshFor, staleFor: g.opts.StaleFor, waitPolicy: g.opts.WaitTimeoutPolicy}
 	for _, o := range opts {
 		o.apply(&co)
 	}
@@ -287,11 +287,8 @@ const (
 
 type callOptions struct {
 	freshFor, staleFor time.Duration
-	// waitPolicy is Options.WaitTimeoutPolicy unless WithWaitTimeoutPolicy
-	// says otherwise: policySet.
-	waitPolicy WaitTimeoutPolicy
-	policySet  bool
-	err        error // the first invalid option, returned by the call
+	waitPolicy         WaitTimeoutPolicy
+	err                error // the first invalid option, returned by the call
 }
 
 func (o CallOption) apply(c *callOptions) {
@@ -316,7 +313,7 @@ func (o CallOption) apply(c *callOptions) {
 		if o.p != LoadLocally && o.p != ReturnError && c.err == nil {
 			c.err = fmt.Errorf("guard: unknown WaitTimeoutPolicy %d", o.p)
 		}
-		c.waitPolicy, c.policySet = o.p, true
+		c.waitPolicy = o.p
 	}
 }
 
@@ -330,14 +327,6 @@ func (o CallOption) apply(c *callOptions) {
 // per node at once.
 func WithWaitTimeoutPolicy(p WaitTimeoutPolicy) CallOption {
 	return CallOption{kind: optWaitPolicy, p: p}
-}
-
-// waitTimeoutPolicy returns the policy of a call with options co.
-func (g *Group) waitTimeoutPolicy(co callOptions) WaitTimeoutPolicy {
-	if co.policySet {
-		return co.waitPolicy
-	}
-	return g.opts.WaitTimeoutPolicy
 }
 
 // WithFreshFor sets FreshFor for the value this call loads. 0 keeps the

@@ -93,12 +93,7 @@ func canonicalHost(scheme, host string) string {
 	case scheme == "https" && strings.HasSuffix(host, ":443"):
 		host = host[:len(host)-4]
 	}
-	for i := 0; i < len(host); i++ {
-		if 'A' <= host[i] && host[i] <= 'Z' {
-			return strings.ToLower(host)
-		}
-	}
-	return host
+	return strings.ToLower(host) // no copy when already lower case
 }
 
 // appendKeyInput appends the unambiguous encoding hashed by DeriveKey:
@@ -223,7 +218,7 @@ func canonicalQuery(dst []queryPair, raw string) []queryPair {
 		return pairs
 	}
 	for i := 1; i < len(pairs); i++ {
-		for j := i; j > 0 && pairLess(pairs[j], pairs[j-1]); j-- {
+		for j := i; j > 0 && pairCmp(pairs[j], pairs[j-1]) < 0; j-- {
 			pairs[j], pairs[j-1] = pairs[j-1], pairs[j]
 		}
 	}
@@ -233,22 +228,15 @@ func canonicalQuery(dst []queryPair, raw string) []queryPair {
 // shortQuery is the most pairs canonicalQuery sorts by insertion.
 const shortQuery = 16
 
+// pairCmp orders decoded pairs by name, raw pairs after them.
 func pairCmp(a, b queryPair) int {
-	switch {
-	case pairLess(a, b):
-		return -1
-	case pairLess(b, a):
-		return 1
-	}
-	return 0
-}
-
-// pairLess orders decoded pairs by name, raw pairs after them.
-func pairLess(a, b queryPair) bool {
 	if a.raw != b.raw {
-		return !a.raw
+		if a.raw {
+			return 1
+		}
+		return -1
 	}
-	return a.name < b.name
+	return strings.Compare(a.name, b.name)
 }
 
 func appendQuery(b []byte, raw string) []byte {
