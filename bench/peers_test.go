@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -91,7 +92,11 @@ type httpPeer struct {
 var httpPeers = []httpPeer{
 	{"nginx (proxy_cache_lock, use_stale updating, background_update)", "nginx", startNginx},
 	{"varnish (grace)", "varnishd", startVarnish},
-	{"stampede guardhttp", "", startGuardHTTP},
+	{"stampede guardhttp", "", peerNodes("guardhttp")},
+	// Not a cache: the ceiling of any net/http middleware (see
+	// constantNode), so that the table shows what is the cache's cost and
+	// what is net/http's.
+	{"reference (net/http, one response from memory, no cache)", "", peerNodes("nethttp")},
 }
 
 // peerRun is what one contender's run measured.
@@ -111,30 +116,39 @@ func (r peerRun) perExpiry() float64 { return float64(r.origin) / float64(max(r.
 // over them ask for the URL until 1.5 s past its max-age. Reported: origin
 // calls per expiry (a fleet-wide cache makes one, three independent caches
 // three), client latency over the run and while the origin was called.
+//
+// With -peers.rounds N every contender runs once per round, in turn, so
+// that a machine whose speed drifts (a shared VM) weighs on all of them
+// alike; compare contenders within a round.
 func BenchmarkHTTPPeers(b *testing.B) {
-	for _, c := range httpPeers {
-		b.Run(strings.Fields(c.name)[0], func(b *testing.B) {
-			if c.bin != "" {
-				if _, err := exec.LookPath(c.bin); err != nil {
-					b.Skipf("%s is not installed", c.bin)
+	for round := range *peerRounds {
+		for _, c := range httpPeers {
+			b.Run(strings.Fields(c.name)[0], func(b *testing.B) {
+				if c.bin != "" {
+					if _, err := exec.LookPath(c.bin); err != nil {
+						b.Skipf("%s is not installed", c.bin)
+					}
 				}
-			}
-			var r peerRun
-			for b.Loop() {
-				r = runPeer(b, c, peerMaxAge*time.Second+1500*time.Millisecond, 32)
-			}
-			b.ReportMetric(r.perExpiry(), "origin-calls/expiry")
-			b.ReportMetric(float64(r.p50.Microseconds())/1000, "p50-ms")
-			b.ReportMetric(float64(r.p99.Microseconds())/1000, "p99-ms")
-			b.ReportMetric(float64(r.duringP99.Microseconds())/1000, "refresh-p99-ms")
-			b.ReportMetric(float64(r.max.Microseconds())/1000, "max-ms")
-			b.ReportMetric(float64(r.errors), "errors")
-			ms := func(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }
-			b.Logf("| %s | %.2f | %d in %d expiries (%d × 304) | %s | %s | %s | %s | %s | %d of %d |", c.name, r.perExpiry(), r.origin, r.expiries, r.revalid,
-				ms(r.p50), ms(r.p99), ms(r.duringP50), ms(r.duringP99), ms(r.max), r.errors, r.requests)
-		})
+				var r peerRun
+				for b.Loop() {
+					r = runPeer(b, c, peerMaxAge*time.Second+1500*time.Millisecond, 32)
+				}
+				b.ReportMetric(r.perExpiry(), "origin-calls/expiry")
+				b.ReportMetric(float64(r.p50.Microseconds())/1000, "p50-ms")
+				b.ReportMetric(float64(r.p99.Microseconds())/1000, "p99-ms")
+				b.ReportMetric(float64(r.duringP99.Microseconds())/1000, "refresh-p99-ms")
+				b.ReportMetric(float64(r.max.Microseconds())/1000, "max-ms")
+				b.ReportMetric(float64(r.errors), "errors")
+				b.ReportMetric(float64(r.requests), "requests")
+				ms := func(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }
+				b.Logf("| %d | %s | %.2f | %d in %d expiries (%d × 304) | %s | %s | %s | %s | %s | %d of %d |", round+1, c.name, r.perExpiry(), r.origin, r.expiries, r.revalid,
+					ms(r.p50), ms(r.p99), ms(r.duringP50), ms(r.duringP99), ms(r.max), r.errors, r.requests)
+			})
+		}
 	}
 }
+
+var peerRounds = flag.Int("peers.rounds", 1, "BenchmarkHTTPPeers: how many times each contender runs, in turn")
 
 // TestHTTPPeersSmoke runs each installed contender briefly, so the
 // benchmark's set-up cannot rot: every request must be answered.
