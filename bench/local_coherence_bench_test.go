@@ -21,8 +21,8 @@ import (
 // nodes: node A changes a key (an Invalidate, then a fill of the next
 // version) 2000 times while node B's goroutines read
 // it, mostly from B's tier. For each change, how long after A's call
-// returned B still served the version it replaced (0: never); the
-// property the tier keeps is that this ends within milliseconds. On one
+// returned B still served the version it replaced (0: never, which the
+// tier's fence keeps over plain TCP; without it, up to milliseconds). On one
 // redis-server and on the 3-master cluster, each Group with its own
 // client, as two processes would be.
 //

@@ -122,10 +122,14 @@
 // so Redis reports every change of an entry under the Namespace, whoever
 // made it: another node's fill, refresh, Invalidate or InvalidateTag, an
 // expiry, an eviction, a DEL by hand. A report drops the copy; it leaves
-// Redis with the writer's reply and never crosses the cluster bus, so a
-// copy another node replaced is dropped within milliseconds (see
-// BenchmarkLocalCoherence in the bench module). It costs each master one
-// message per change and listening Group, and nothing per hit.
+// Redis before the writer's reply and never crosses the cluster bus. The
+// tier serves a copy only while every report that reached this host has
+// been applied (its fence: one getsockopt per master and hit, on Linux
+// over plain TCP), so once a change has returned on any node, no call
+// that begins after gets the copy it replaced (over TLS or a Unix socket,
+// the copy goes when the report is applied, within milliseconds). It costs
+// each master one message per change and listening Group, and nothing is
+// sent per hit.
 //
 // Late replies are kept out: a read takes a ticket before it is sent, and
 // its value is kept only if no change to its entry was seen since; a call
@@ -140,9 +144,9 @@
 // served as Stale for 250ms at a time (then Redis is read again, which is
 // what retries the refresh lease), never past its stale-until, and the
 // refresh's fill drops it. Where the guard
-// cannot follow changes (a *redis.Ring, a server before Redis 6.0, an ACL
-// that refuses CLIENT TRACKING) the tier stays off and every hit is a
-// Redis read. Options.LocalEntries = Disabled turns it off.
+// cannot follow changes (a *redis.Ring, a cluster client that reads from
+// replicas, a server before Redis 6.0, an ACL that refuses CLIENT
+// TRACKING) the tier stays off and every hit is a Redis read. Options.LocalEntries = Disabled turns it off.
 //
 // go-redis client-side caching (a *redis.Client with Protocol 3 and
 // ClientSideCacheConfig, experimental there) also works under the guard:

@@ -41,8 +41,8 @@ import (
 // So a caller never gets a value older than one a call that ended before
 // it began already returned (the tier holds a copy only while no later
 // value was seen), and a copy of an entry that changed in Redis is dropped
-// once the change's report arrives (within milliseconds; see
-// BenchmarkLocalCoherence).
+// when the change's report is applied, and not served while a report that
+// reached this host waits to be (the fence, fence.go).
 
 // localStripes is the number of change counters: entries share one when
 // their names hash alike, which only makes a late reply's rejection more
@@ -79,6 +79,10 @@ type localTier struct {
 	// of another generation keeps nothing.
 	gen  atomic.Uint64
 	live atomic.Bool // every report connection confirmed: serve and keep
+	// fence reports whether every report that reached this host was
+	// applied (fence.go); set before the tier is used, nil in tests of
+	// the tier alone.
+	fence func() bool
 
 	mu     sync.Mutex
 	byKey  map[string]*localItem
@@ -172,7 +176,9 @@ func (t *localTier) ticket(name string) ticket {
 
 // get returns the copy of key while it may be served.
 func (t *localTier) get(key string) (*localItem, bool) {
-	if t == nil || !t.live.Load() {
+	// The fence first: a report it finds applied dropped its copy before
+	// the lookup below.
+	if t == nil || !t.live.Load() || t.fence != nil && !t.fence() {
 		return nil, false
 	}
 	t.mu.Lock()

@@ -110,15 +110,18 @@ type Options struct {
 
 	// LocalEntries bounds the in-process tier: fresh values kept in
 	// memory, so that a hot key's hit costs no round trip. The tier is
-	// coherent: another node's fill, refresh or Invalidate of a key drops
-	// its copy here within milliseconds (Redis reports each change to a
-	// connection the Group keeps on every master: see the package doc,
-	// "The in-process tier"), a copy is served up to its value's
+	// coherent: once another node's fill, refresh or Invalidate of a key
+	// has returned, no call that begins here gets the copy it replaced
+	// (Redis reports each change to a connection the Group keeps on every
+	// master, and a copy is served only while every report that reached
+	// this host was applied: see the package doc, "The in-process tier"),
+	// a copy is served up to its value's
 	// fresh-until and never after, and no caller gets a value older than
 	// one a call that ended before it began already returned. On a client
 	// the guard cannot follow changes on (a *redis.Ring or another
 	// UniversalClient that is neither a *redis.Client nor a
-	// *redis.ClusterClient), or while Redis refuses the report connection
+	// *redis.ClusterClient; a cluster client with ReadOnly,
+	// RouteByLatency or RouteRandomly, which reads from replicas), or while Redis refuses the report connection
 	// (a server before 6.0, an ACL without CLIENT TRACKING), the tier
 	// stays off. Default: 10000. Disabled: off.
 	LocalEntries int

@@ -289,8 +289,9 @@ func guardCycle(t *testing.T, rdbA, rdbB redis.UniversalClient, key string) {
 		t.Fatalf("Invalidate: %v", err)
 	}
 	// The second node's in-process tier drops its copy when Redis's report
-	// of the Invalidate arrives, within milliseconds; until then it serves
-	// the copy.
+	// of the Invalidate is applied, and serves nothing while the report
+	// waits (its fence); Eventually stays for a connection it cannot
+	// fence (TLS).
 	redistest.Eventually(t, waitLimit, "the Invalidate to reach the second node", func() bool {
 		res, err = b.g.Do(ctx, key, l.of("v3"))
 		return err != nil || res.Status != guard.Hit || string(res.Value) != "v2"

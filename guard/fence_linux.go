@@ -1,0 +1,43 @@
+package guard
+
+import (
+	"sync"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// tcpInfoWorks: Linux reports the bytes a TCP socket received (since 4.1).
+const tcpInfoWorks = true
+
+// tcpInfoCall is one getsockopt(TCP_INFO): its buffer and the function
+// RawConn.Control runs, made once, so that a hit allocates nothing.
+type tcpInfoCall struct {
+	info unix.TCPInfo
+	ok   bool
+	fn   func(fd uintptr)
+}
+
+var tcpInfoCalls = sync.Pool{New: func() any {
+	c := new(tcpInfoCall)
+	c.fn = func(fd uintptr) {
+		n := uint32(unsafe.Sizeof(c.info))
+		_, _, errno := unix.Syscall6(unix.SYS_GETSOCKOPT, fd, unix.IPPROTO_TCP, unix.TCP_INFO,
+			uintptr(unsafe.Pointer(&c.info)), uintptr(unsafe.Pointer(&n)), 0)
+		// A kernel before 4.1 returns a shorter struct, without the count.
+		c.ok = errno == 0 && uintptr(n) >= unsafe.Offsetof(c.info.Bytes_received)+unsafe.Sizeof(c.info.Bytes_received)
+	}
+	return c
+}}
+
+// bytesReceived returns the bytes the kernel received on rc's socket
+// (tcpi_bytes_received), and false when it cannot tell.
+func bytesReceived(rc syscall.RawConn) (uint64, bool) {
+	c := tcpInfoCalls.Get().(*tcpInfoCall)
+	c.ok = false
+	err := rc.Control(c.fn)
+	got, ok := c.info.Bytes_received, err == nil && c.ok
+	tcpInfoCalls.Put(c)
+	return got, ok
+}
