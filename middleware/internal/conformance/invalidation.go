@@ -252,7 +252,8 @@ func invalidationReadYourWrites(t *testing.T, a Adapter, top topology) {
 // invalidationSpellings: an unsafe request invalidates its target however
 // the target is spelled (RFC 9110 §7.1: the same target URI), in either
 // direction: an absolute-form request line and an origin-form one, the Host
-// in another case or with its default port; and a Location naming the site
+// in another case or with its default port, a path whose percent-encodings
+// differ (RFC 3986 §6.2.2: "/%75sers" is "/users"); and a Location naming the site
 // by the public name Config.KeyHost keys, or its host in upper case.
 func invalidationSpellings(t *testing.T, a Adapter, top topology) {
 	noLeaks(t)
@@ -283,6 +284,12 @@ func invalidationSpellings(t *testing.T, a Adapter, top topology) {
 			"GET /u HTTP/1.1\r\nHost: site.example:80", "DELETE /u HTTP/1.1\r\nHost: site.example"},
 		{"Location in upper case", strict,
 			"GET /items/1 HTTP/1.1\r\nHost: site.example", "POST /items HTTP/1.1\r\nHost: site.example\r\nX-Location: http://SITE.EXAMPLE/items/1\r\nContent-Length: 0"},
+		{"an unreserved character percent-encoded", strict,
+			"GET /%75sers/42 HTTP/1.1\r\nHost: site.example", "PUT /users/42 HTTP/1.1\r\nHost: site.example\r\nContent-Length: 0"},
+		{"the plain spelling read, the encoded one written", strict,
+			"GET /users/42 HTTP/1.1\r\nHost: site.example", "DELETE /%75sers/42 HTTP/1.1\r\nHost: site.example"},
+		{"percent-encoding in lower-case hex", strict,
+			"GET /caf%C3%A9 HTTP/1.1\r\nHost: site.example", "DELETE /caf%c3%a9 HTTP/1.1\r\nHost: site.example"},
 		{"Location by the KeyHost name", Config{KeyHost: "www.example.com"},
 			"GET /items/1 HTTP/1.1\r\nHost: 10.0.0.7:8080", "POST /items HTTP/1.1\r\nHost: 10.0.0.7:8080\r\nX-Location: http://www.example.com/items/1\r\nContent-Length: 0"},
 	} {

@@ -12,11 +12,12 @@ import (
 
 // keyVersion follows the URL's hash tag in every derived key; bump it when
 // the derivation changes, so old entries are never read under new rules.
-// h4: the URL's hash tag names the URL as the origin sees it (the host in
-// lower case without its default port, the path and query as sent,
-// whatever the target's form), so that one invalidation reaches every
-// spelling of it; h3 tagged the request target as sent.
-const keyVersion = "h4:"
+// h5: the URL's hash tag names the URL as the origin sees it (the host in
+// lower case without its default port, the path with its percent-encodings
+// normalised, the query canonical, whatever the target's form), so that one
+// invalidation reaches every spelling of it; h4 tagged the path as sent, h3
+// the request target as sent.
+const keyVersion = "h5:"
 
 // userKeyPrefix prefixes keys made by a custom key func, so they never meet
 // a derived key.
@@ -57,7 +58,7 @@ func deriveKey(r *http.Request, host string, headers []string, forwarding bool) 
 // urlTag is the hash tag every key of one URL carries (its variants by
 // KeyHeaders, forwarding headers and Vary included, and the keys of its
 // other spellings: absolute-form targets, the Host in other cases or with
-// its default port), so that an unsafe request drops them all at once
+// its default port, the path's percent-encodings in other forms), so that an unsafe request drops them all at once
 // (guard.Group.InvalidateTag): 16 bytes of the SHA-256 of appendURLInput,
 // base64.
 func urlTag(tls bool, host string, u *url.URL) string {
@@ -68,12 +69,13 @@ func urlTag(tls bool, host string, u *url.URL) string {
 
 // appendURLInput appends what names a URL as the origin sees it,
 // unambiguously: the scheme, the host (lower case, without the scheme's
-// default port), the path as sent and the canonical query. The other parts
+// default port), the path as sent with its percent-encodings normalised
+// (normPath) and the canonical query. The other parts
 // of an absolute-form target are left out: such a request names the same
 // resource as its origin-form twin (RFC 9110 §7.1), which the full key
 // still tells apart (a handler may read them).
 func appendURLInput(b []byte, tls bool, host string, u *url.URL) []byte {
-	b = append(b, 4) // input format version
+	b = append(b, 5) // input format version
 	scheme := "http"
 	if tls {
 		scheme = "https"
@@ -81,8 +83,66 @@ func appendURLInput(b []byte, tls bool, host string, u *url.URL) []byte {
 	b = appendStr(b, scheme)
 	b = appendStr(b, canonicalHost(scheme, host))
 	b = appendStr(b, u.Opaque)
-	b = appendStr(b, rawPath(u))
+	b = appendStr(b, normPath(rawPath(u)))
 	return appendQuery(b, u.RawQuery)
+}
+
+// normPath returns the escaped path p with its percent-encodings
+// normalised as RFC 3986 §6.2.2 has it: an unreserved character (a letter,
+// a digit, "-", ".", "_", "~") decoded, any other in upper-case hex. So
+// "/%75sers" and "/users", "/caf%c3%a9" and "/caf%C3%A9" are one path, as
+// the handler reads them; "/a%2Fb" stays apart from "/a/b". Without a '%',
+// p itself (no copy).
+func normPath(p string) string {
+	i := strings.IndexByte(p, '%')
+	if i < 0 {
+		return p
+	}
+	b := make([]byte, 0, len(p))
+	b = append(b, p[:i]...)
+	for ; i < len(p); i++ {
+		c := p[i]
+		if c != '%' || i+2 >= len(p) || !isHex(p[i+1]) || !isHex(p[i+2]) {
+			b = append(b, c)
+			continue
+		}
+		d := unhex(p[i+1])<<4 | unhex(p[i+2])
+		if isUnreserved(d) {
+			b = append(b, d)
+		} else {
+			b = append(b, '%', upperHex(p[i+1]), upperHex(p[i+2]))
+		}
+		i += 2
+	}
+	return string(b)
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c >= 'a':
+		return c - 'a' + 10
+	default:
+		return c - 'A' + 10
+	}
+}
+
+func upperHex(c byte) byte {
+	if 'a' <= c && c <= 'f' {
+		return c - 'a' + 'A'
+	}
+	return c
+}
+
+// isUnreserved reports whether c is unreserved in a URI (RFC 3986 §2.3).
+func isUnreserved(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+		c == '-' || c == '.' || c == '_' || c == '~'
 }
 
 // canonicalHost is host in lower case, without scheme's default port.

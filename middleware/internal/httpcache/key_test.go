@@ -250,3 +250,62 @@ func TestCanonicalQuerySorts(t *testing.T) {
 		t.Fatal("a 100,000-pair query in reverse order took over 20s to sort (quadratic)")
 	}
 }
+
+// TestURLTagSpellings: a path spelled with unreserved characters
+// percent-encoded, or with its percent-encodings' hex digits in either
+// case, tags as the path does (RFC 3986 §6.2.2), so that an invalidation
+// through one spelling reaches the others; an encoded reserved character
+// ("%2F", "%3B") stays apart from the character. Generated spellings.
+func TestURLTagSpellings(t *testing.T) {
+	rng := rand.New(rand.NewPCG(23, 1))
+	hex := func(c byte, upper bool) string {
+		const lo, up = "0123456789abcdef", "0123456789ABCDEF"
+		digits := lo
+		if upper {
+			digits = up
+		}
+		return "%" + string(digits[c>>4]) + string(digits[c&15])
+	}
+	tag := func(path string) string {
+		u, err := url.Parse("http://site.example" + path)
+		if err != nil {
+			t.Fatalf("parse %q: %v", path, err)
+		}
+		return urlTag(false, "site.example", u)
+	}
+	const unreserved = "azAZ09-._~"
+	for range 2000 {
+		var canon, spelled strings.Builder
+		for range 1 + rng.IntN(12) {
+			switch k := rng.IntN(4); {
+			case k < 2: // an unreserved character, maybe encoded
+				c := unreserved[rng.IntN(len(unreserved))]
+				canon.WriteByte(c)
+				if rng.IntN(3) == 0 {
+					spelled.WriteString(hex(c, rng.IntN(2) == 0))
+				} else {
+					spelled.WriteByte(c)
+				}
+			case k == 2: // a segment boundary
+				canon.WriteByte('/')
+				spelled.WriteByte('/')
+			default: // a byte that must stay encoded, in either case
+				c := []byte{0xc3, 0xa9, ' ', '%'}[rng.IntN(4)]
+				canon.WriteString(hex(c, true))
+				spelled.WriteString(hex(c, rng.IntN(2) == 0))
+			}
+		}
+		a, b := "/"+canon.String(), "/"+spelled.String()
+		if tag(a) != tag(b) {
+			t.Fatalf("%q and %q name one path but tag apart", a, b)
+		}
+	}
+	for _, c := range [][2]string{{"/a%2Fb", "/a/b"}, {"/a%3Bb", "/a;b"}, {"/a%3fb", "/a"}} {
+		if tag(c[0]) == tag(c[1]) {
+			t.Errorf("%q and %q tag alike", c[0], c[1])
+		}
+	}
+	if got := normPath("/%7e%2f%zz%4"); got != "/~%2F%zz%4" {
+		t.Errorf("normPath: %q", got)
+	}
+}
