@@ -461,3 +461,81 @@ func TestLocalTierOffWithReplicaReads(t *testing.T) {
 		})
 	}
 }
+
+// TestLocalTierSentinel: behind Sentinel (a failover client) the tier
+// serves hits from memory, its report connections are fenced (the
+// failover client's dialer returns a TCP connection), and once node A's
+// Invalidate and fill of a new version have returned, node B's next read
+// gets the new version at once, 200 times.
+func TestLocalTierSentinel(t *testing.T) {
+	st := redistest.StartSentinel(t, redistest.SentinelOptions{})
+	t.Cleanup(noLeaks(t))
+	o := Options{Namespace: redistest.Key(t) + ":", LocalEntries: 1000, LocalTTL: time.Minute, FreshFor: time.Hour}
+	a := newLocalNode(t, st.FailoverClient(t), o)
+	b := newLocalNode(t, st.FailoverClient(t), o)
+	waitLocal(t, a)
+	waitLocal(t, b)
+	for _, tr := range *b.coh.all.Load() {
+		if fc := tr.fc.Load(); fc == nil || fc == unfenced {
+			t.Errorf("B's report connection to %q is not watched by the fence behind Sentinel", tr.addr)
+		}
+	}
+	key := "hot"
+	var cur atomic.Int64
+	load := func(context.Context) ([]byte, error) { return []byte("v" + strconv.FormatInt(cur.Load(), 10)), nil }
+	for i := range 200 {
+		for range 2 { // B holds version i
+			if _, err := b.Get(ctxT(t), key, load); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cur.Store(int64(i + 1))
+		if err := a.Invalidate(ctxT(t), key); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Get(ctxT(t), key, load); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := b.Get(ctxT(t), key, load); err != nil || string(got) != "v"+strconv.Itoa(i+1) {
+			t.Fatalf("round %d: B got %q %v after A's change to v%d returned", i, got, err, i+1)
+		}
+	}
+	if n := b.local.Load(); n < 200 {
+		t.Errorf("B served %d reads from its tier, want one each round at least", n)
+	}
+}
+
+// TestLocalTierTLS: over TLS the fence cannot see the records TLS has
+// buffered, so the report connections are left unwatched and the tier
+// works as before the fence: it serves from memory, and a change made by
+// another node is dropped when its report is applied.
+func TestLocalTierTLS(t *testing.T) {
+	srv := redistest.Start(t, redistest.WithTLS())
+	t.Cleanup(noLeaks(t))
+	o := Options{Namespace: redistest.Key(t) + ":", LocalEntries: 1000, LocalTTL: time.Minute, FreshFor: time.Hour}
+	a := newLocalNode(t, srv.Client(t), o)
+	b := newLocalNode(t, srv.Client(t), o)
+	waitLocal(t, a)
+	waitLocal(t, b)
+	for _, tr := range *b.coh.all.Load() {
+		if fc := tr.fc.Load(); fc != unfenced {
+			t.Errorf("B's report connection over TLS is watched by the fence (%v)", fc)
+		}
+	}
+	key := "hot"
+	var cur atomic.Int64
+	load := func(context.Context) ([]byte, error) { return []byte("v" + strconv.FormatInt(cur.Load(), 10)), nil }
+	for range 2 {
+		if _, err := b.Get(ctxT(t), key, load); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cur.Store(1)
+	if err := a.Invalidate(ctxT(t), key); err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, 5*time.Second, "B to drop its copy", func() bool {
+		got, err := b.Get(ctxT(t), key, load)
+		return err == nil && string(got) == "v1"
+	})
+}
