@@ -717,7 +717,7 @@ func (h *tHarness) servable(tc TCase, r tRequest, got tAnswer, full, reval map[b
 			if stored.err || stored.status == http.StatusNotModified || !resp.shareable(tc.MaxBody, stored.status) {
 				continue
 			}
-			for _, f := range revalidated(stored, reval) {
+			for _, f := range revalidated(stored, reval, tc.Behaviour) {
 				if matches(r, got, f) {
 					return true
 				}
@@ -732,10 +732,12 @@ func (h *tHarness) servable(tc TCase, r tRequest, got tAnswer, full, reval map[b
 // started it, and a 304 (reval holds the handler's answers to that
 // request) selects f when its entity tag, if any, weakly matches f's (RFC
 // 9111 §4.3.4); its fields then replace f's, but those a cache never
-// stores.
-func revalidated(f tAnswer, reval map[bool]tAnswer) []tAnswer {
+// stores. The cache reads the 304 as the handler wrote it, so a
+// Content-Type the handler set on it, which net/http drops on the wire
+// (reval does not show it), updates f too.
+func revalidated(f tAnswer, reval map[bool]tAnswer, b tBehaviour) []tAnswer {
 	out := []tAnswer{f}
-	for _, nm := range reval {
+	for trig, nm := range reval {
 		if nm.err || nm.status != http.StatusNotModified {
 			continue
 		}
@@ -748,6 +750,15 @@ func revalidated(f tAnswer, reval map[bool]tAnswer) []tAnswer {
 			if !ignored[k] && k != "Set-Cookie" && k != tConnectionHeader {
 				u.header[k] = v
 			}
+		}
+		var ct []string
+		for _, fl := range b.of(tRequest{Trigger: trig}).Header {
+			if fl[0] == "Content-Type" {
+				ct = append(ct, fl[1])
+			}
+		}
+		if ct != nil {
+			u.header["Content-Type"] = ct
 		}
 		out = append(out, u)
 	}
