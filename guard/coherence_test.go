@@ -510,6 +510,7 @@ func TestLocalTierSentinel(t *testing.T) {
 // works as before the fence: it serves from memory, and a change made by
 // another node is dropped when its report is applied.
 func TestLocalTierTLS(t *testing.T) {
+	redistest.NeedTLS(t) // the CI matrix's servers are built without it
 	srv := redistest.Start(t, redistest.WithTLS())
 	t.Cleanup(noLeaks(t))
 	o := Options{Namespace: redistest.Key(t) + ":", LocalEntries: 1000, LocalTTL: time.Minute, FreshFor: time.Hour}

@@ -15,6 +15,9 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"sync"
+	"testing"
 	"time"
 )
 
@@ -204,4 +207,31 @@ func writePEM(dir, name, kind string, der []byte, perm os.FileMode) error {
 		return errors.New("encoding " + name)
 	}
 	return os.WriteFile(filepath.Join(dir, name), data, perm)
+}
+
+// tlsBuilds records, by server binary, whether it was built without TLS.
+var tlsBuilds sync.Map // path -> bool (true: no TLS)
+
+// NeedTLS skips t when the redis-server in use ([ServerPath]) was built
+// without TLS, as the CI matrix builds its servers: such a server refuses
+// to start with a TLS port. It starts one TLS server per binary to find
+// out. A server that fails to start for another reason does not skip t.
+func NeedTLS(t testing.TB) {
+	t.Helper()
+	Need(t)
+	path, _ := ServerPath()
+	v, ok := tlsBuilds.Load(path)
+	if !ok {
+		noTLS := false
+		s, err := startServer(newConfig([]Option{WithTLS()}))
+		if err == nil {
+			_ = s.shutdown()
+		} else {
+			noTLS = strings.Contains(err.Error(), "TLS support")
+		}
+		v, _ = tlsBuilds.LoadOrStore(path, noTLS)
+	}
+	if v.(bool) {
+		t.Skipf("redistest: %s was built without TLS", path)
+	}
 }
