@@ -30,7 +30,7 @@ import (
 // tier). The report leaves Redis in the same event-loop turn as the
 // writer's reply, and never crosses the cluster bus: it comes from the
 // master that holds the key. A report that reached this host stops the
-// tier from serving until it is applied (the fence, fence.go). It costs each master one message per change
+// tier from serving until it is applied (the fence, tierfence.go). It costs each master one message per change
 // and listening Group (Redis batches the names of one turn into one
 // message), and nothing per hit; a GET, which changes nothing, is not
 // reported. RESP2 with a redirect to itself works on every Redis from 6.0
@@ -90,7 +90,7 @@ type tracker struct {
 	rdb  *redis.Client
 	quit chan struct{}
 	up   bool // confirmed; guarded by coherence.mu
-	// fc watches the connection dialled last, for the fence (fence.go);
+	// fc watches the connection dialled last, for the fence (tierfence.go);
 	// nil before the first.
 	fc atomic.Pointer[fenceConn]
 
@@ -171,7 +171,7 @@ func (c *coherence) update() {
 }
 
 // fenced reports whether every report that reached this host has been
-// applied (fence.go): the tier serves only then. (Letting concurrent hits
+// applied (tierfence.go): the tier serves only then. (Letting concurrent hits
 // share a check that began after them saved nothing measurable on two
 // cores and cost every hit two atomic writes, so each hit checks.)
 func (c *coherence) fenced() bool {

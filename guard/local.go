@@ -42,7 +42,7 @@ import (
 // it began already returned (the tier holds a copy only while no later
 // value was seen), and a copy of an entry that changed in Redis is dropped
 // when the change's report is applied, and not served while a report that
-// reached this host waits to be (the fence, fence.go).
+// reached this host waits to be (the fence, tierfence.go).
 
 // localStripes is the number of change counters: entries share one when
 // their names hash alike, which only makes a late reply's rejection more
@@ -80,7 +80,7 @@ type localTier struct {
 	gen  atomic.Uint64
 	live atomic.Bool // every report connection confirmed: serve and keep
 	// fence reports whether every report that reached this host was
-	// applied (fence.go); set before the tier is used, nil in tests of
+	// applied (tierfence.go); set before the tier is used, nil in tests of
 	// the tier alone.
 	fence func() bool
 

@@ -4,7 +4,7 @@ package guard
 
 import "syscall"
 
-// tcpInfoWorks: elsewhere the fence does not watch (see fence.go).
+// tcpInfoWorks: elsewhere the fence does not watch (see tierfence.go).
 const tcpInfoWorks = false
 
 func bytesReceived(syscall.RawConn) (uint64, bool) { return 0, false }
