@@ -20,7 +20,7 @@ import (
 //	closed ──threshold failures in a row──▶ open
 //	open ──cooldown passed, a call asks──▶ half-open (one probe out)
 //	half-open ──success──▶ closed
-//	half-open ──failure──▶ open (a new cooldown)
+//	half-open ──failure──▶ open (a new cooldown; not reported again)
 //	half-open ──probe ends without a verdict──▶ open, cooldown passed
 //	                                           (the next call probes)
 //
@@ -87,7 +87,9 @@ func (b *breaker) success() {
 func (b *breaker) failure() {
 	b.mu.Lock()
 	b.fails++
-	opened := b.fails == b.threshold || (b.fails > b.threshold && b.probe != 0)
+	// Only the crossing opens it: a failed probe leaves it open, which is
+	// no transition to report.
+	opened := b.fails == b.threshold
 	if b.fails >= b.threshold {
 		b.openUntil = time.Now().Add(b.cooldown)
 		b.probe = 0

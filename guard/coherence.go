@@ -65,6 +65,7 @@ type coherence struct {
 	ns     string
 	prefix string                     // ns + "{": how every entry name starts
 	hook   func(op string, err error) // Hooks.RedisError
+	state  func(on bool, why string)  // Hooks.LocalTier
 
 	single *redis.Options       // a *redis.Client's options (standalone, Sentinel)
 	cc     *redis.ClusterClient // or a cluster's
@@ -77,6 +78,8 @@ type coherence struct {
 	down    int  // trackers not confirmed yet
 	pending bool // a cluster's masters not reconciled since a new node
 	live    bool
+	why     string // why the tier is off (tierConnecting...), for state
+	shown   string // what state was last told: "on", or a why
 	closed  bool
 
 	wg   sync.WaitGroup
@@ -103,6 +106,7 @@ type tracker struct {
 // that reads from replicas): the tier then stays off.
 func newCoherence(rdb redis.UniversalClient, tier *localTier, o Options) *coherence {
 	c := &coherence{tier: tier, ns: o.Namespace, prefix: o.Namespace + "{", hook: o.Hooks.RedisError,
+		state: o.Hooks.LocalTier, why: tierConnecting,
 		trackers: map[string]*tracker{}, kick: make(chan struct{}, 1), quit: make(chan struct{})}
 	tier.fence = c.fenced
 	switch r := rdb.(type) {
@@ -134,6 +138,9 @@ func newCoherence(rdb redis.UniversalClient, tier *localTier, o Options) *cohere
 	default:
 		return nil
 	}
+	c.mu.Lock()
+	c.tell() // connecting, until every report connection is confirmed
+	c.mu.Unlock()
 	return c
 }
 
@@ -168,6 +175,39 @@ func (c *coherence) update() {
 		c.live = live
 		c.tier.setLive(live)
 	}
+	c.tell()
+}
+
+// Why the tier is off, as Hooks.LocalTier tells it.
+const (
+	tierDisabled    = "disabled"    // Options.LocalEntries is Disabled
+	tierUnsupported = "unsupported" // a client whose changes cannot be followed
+	tierConnecting  = "connecting"  // a report connection not confirmed yet
+	tierLost        = "lost"        // a report connection lost or silent
+	tierRefused     = "refused"     // Redis refused tracking (ACL, version)
+	tierClosed      = "closed"      // the Group is closed
+)
+
+// setWhy records why the tier is off from now on, mu held.
+func (c *coherence) setWhy(why string) {
+	c.why = why
+	c.tell()
+}
+
+// tell reports the tier's state to Hooks.LocalTier when it changed, mu
+// held (so the reports come in the order of the changes).
+func (c *coherence) tell() {
+	now := "on"
+	if !c.live {
+		now = c.why
+	}
+	if now == c.shown {
+		return
+	}
+	c.shown = now
+	if c.state != nil {
+		c.state(c.live, c.why)
+	}
 }
 
 // fenced reports whether every report that reached this host has been
@@ -193,6 +233,7 @@ func (c *coherence) newNode() {
 	c.mu.Lock()
 	if !c.closed {
 		c.pending = true
+		c.why = tierConnecting
 		c.update()
 	}
 	c.mu.Unlock()
@@ -265,7 +306,14 @@ func (c *coherence) run(t *tracker) {
 			return
 		default:
 		}
-		c.setUp(t, false)
+		if isFlush(err) {
+			// FLUSHALL or FLUSHDB: every copy goes (the tier stops until
+			// the connection go-redis makes anew is confirmed). An event
+			// of the data, not a fault: nothing is reported.
+			c.setDown(t, tierConnecting)
+			continue
+		}
+		c.setDown(t, whyLost(err))
 		if c.cc != nil {
 			// A master lost may have failed over: look at the map again.
 			c.cc.ReloadState(context.Background())
@@ -292,6 +340,23 @@ func (c *coherence) run(t *tracker) {
 type trackState struct {
 	backoff  time.Duration // before the next attempt
 	reported bool          // this outage was reported
+}
+
+// isFlush reports whether err is how go-redis reads Redis's report of a
+// flush: an invalidation message whose payload is null (RESP2), which it
+// does not parse.
+func isFlush(err error) bool {
+	return err != nil && strings.HasSuffix(err.Error(), "unsupported pubsub message payload: <nil>")
+}
+
+// whyLost tells a refusal (Redis answered with an error: an ACL without
+// CLIENT TRACKING, a server without it) from a lost connection.
+func whyLost(err error) string {
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		return tierRefused
+	}
+	return tierLost
 }
 
 // errSilent is how a report connection that stopped answering is lost.
@@ -324,8 +389,8 @@ func (c *coherence) listen(t *tracker, ts *trackState) error {
 			return errSilent
 		default:
 			// Lost, refused (the ACL, a server without tracking), or a
-			// report go-redis does not parse: a flush (FLUSHALL) reports
-			// no names. Each means the tier cannot know what changed.
+			// flush (FLUSHALL), whose report go-redis does not parse (see
+			// isFlush). Each means the tier cannot know what changed.
 			return err
 		}
 		probed = false
@@ -359,10 +424,26 @@ func (c *coherence) changed(name string) {
 	}
 }
 
+// setDown marks t's connection lost, for why.
+func (c *coherence) setDown(t *tracker, why string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.trackers[t.addr] != t {
+		return
+	}
+	c.why = why
+	c.setUpLocked(t, false)
+}
+
 func (c *coherence) setUp(t *tracker, up bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.setUpLocked(t, up)
+}
+
+func (c *coherence) setUpLocked(t *tracker, up bool) {
 	if c.trackers[t.addr] != t || t.up == up {
+		c.tell()
 		return
 	}
 	t.up = up
@@ -381,6 +462,7 @@ func (c *coherence) close() {
 	}
 	c.mu.Lock()
 	c.closed = true
+	c.why = tierClosed
 	for _, t := range c.trackers {
 		t.stop()
 	}

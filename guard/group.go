@@ -118,7 +118,12 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 		g.loc = newLocalTier(o)
 		if g.coh = newCoherence(rdb, g.loc, o); g.coh == nil {
 			g.loc = nil // a client whose changes cannot be followed
+			if h := o.Hooks.LocalTier; h != nil {
+				h(false, tierUnsupported)
+			}
 		}
+	} else if h := o.Hooks.LocalTier; h != nil {
+		h(false, tierDisabled)
 	}
 	// Subscribe the fill channel now, so the first waiter finds it ready.
 	// A failure here (Redis down) is retried by the hub's dispatcher.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync/atomic"
 	"time"
 )
 
@@ -28,6 +29,7 @@ func MergeHooks(hs ...Hooks) Hooks {
 		m.Batch = chain1(m.Batch, h.Batch)
 		m.BatchLoad = chain1(m.BatchLoad, h.BatchLoad)
 		m.Unready = chain1(m.Unready, h.Unready)
+		m.LocalTier = chain2(m.LocalTier, h.LocalTier)
 	}
 	return m
 }
@@ -62,16 +64,23 @@ func chain3[A, B, C any](f, g func(A, B, C)) func(A, B, C) {
 	return func(a A, b B, c C) { f(a, b, c); g(a, b, c) }
 }
 
-// LogHooks returns Hooks that log the few events worth a line to l: a
-// failed background refresh and a failed load (warn), the breaker opening
-// (error) and closing (info), a corrupt entry or foreign data (warn), a
-// value too large to store (warn) and a failed Redis
-// call (warn; while Redis is down the breaker keeps these few). Keys are
-// not logged,
-// only their length: they may carry user data. Combine with metrics hooks
-// through MergeHooks. Nothing is logged unless these hooks are installed.
+// LogHooks returns Hooks that log the events worth a line to l, one line
+// per change of state rather than per attempt: the breaker opening (error)
+// and closing (info, with how many Redis calls failed while it was open,
+// which are not logged one by one), the in-process tier stopping (warn when
+// its connection was lost or refused, info otherwise) and starting (info),
+// a failed background refresh or load (warn), a corrupt entry or foreign
+// data (warn), a value too large to store (warn) and a failed Redis call
+// while the breaker is closed (warn). Keys are not logged, only their
+// length: they may carry user data. Combine with metrics hooks through
+// MergeHooks. Nothing is logged unless these hooks are installed.
 func LogHooks(l *slog.Logger) Hooks {
 	ctx := context.Background()
+	// While the breaker is open, the probes' failures are not logged:
+	// one line says the breaker opened, one that it closed, with how many
+	// calls failed between.
+	var open atomic.Bool
+	var quiet atomic.Int64
 	return Hooks{
 		Load: func(key string, d time.Duration, err error) {
 			if err != nil && !isQuiet(err) {
@@ -83,11 +92,24 @@ func LogHooks(l *slog.Logger) Hooks {
 			l.LogAttrs(ctx, slog.LevelWarn, "stampede: refresh failed, serving stale",
 				slog.Int("key_len", len(key)), slog.Any("err", err))
 		},
-		Breaker: func(open bool) {
-			if open {
-				l.LogAttrs(ctx, slog.LevelError, "stampede: Redis breaker open; serving through in-process singleflight")
+		LocalTier: func(on bool, why string) {
+			switch {
+			case on:
+				l.LogAttrs(ctx, slog.LevelInfo, "stampede: in-process tier on")
+			case why == tierLost || why == tierRefused:
+				l.LogAttrs(ctx, slog.LevelWarn, "stampede: in-process tier off; every hit reads Redis", slog.String("why", why))
+			default:
+				l.LogAttrs(ctx, slog.LevelInfo, "stampede: in-process tier off", slog.String("why", why))
+			}
+		},
+		Breaker: func(opened bool) {
+			open.Store(opened)
+			if opened {
+				quiet.Store(0)
+				l.LogAttrs(ctx, slog.LevelError, "stampede: Redis breaker open; serving through this node alone")
 			} else {
-				l.LogAttrs(ctx, slog.LevelInfo, "stampede: Redis breaker closed; coordination resumed")
+				l.LogAttrs(ctx, slog.LevelInfo, "stampede: Redis breaker closed; coordination resumed",
+					slog.Int64("failed_while_open", quiet.Load()))
 			}
 		},
 		Corrupt: func(key string, err error) {
@@ -99,6 +121,10 @@ func LogHooks(l *slog.Logger) Hooks {
 				slog.Int("key_len", len(key)), slog.Int("size", size))
 		},
 		RedisError: func(op string, err error) {
+			if open.Load() {
+				quiet.Add(1)
+				return
+			}
 			l.LogAttrs(ctx, slog.LevelWarn, "stampede: Redis call failed", slog.String("op", op), slog.Any("err", err))
 		},
 	}

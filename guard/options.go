@@ -405,4 +405,15 @@ type Hooks struct {
 	// work, never after Close. The Group serves its callers meanwhile,
 	// degraded; Ready says when it coordinates again.
 	Unready func(err error)
+
+	// LocalTier: the in-process tier started serving (on) or stopped. It
+	// is called once from New with the first state, then at each change.
+	// why is "" when on; when off it is "disabled" (LocalEntries is
+	// Disabled), "unsupported" (a client whose changes the guard cannot
+	// follow), "connecting" (a report connection not yet confirmed: at
+	// start, after a flush or a cluster's new node), "lost" (a report
+	// connection lost or silent), "refused" (Redis refused client
+	// tracking: an ACL, an old server) or "closed". Only the states of a
+	// tier that should be on and is not call for an operator.
+	LocalTier func(on bool, why string)
 }
