@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/stampede-go/stampede/guard/internal/entry"
 )
 
 // Batches: many keys per call. A batch is read in one pipeline (one round
@@ -337,7 +339,7 @@ func (b *batch) set(i int, r keyResult) {
 }
 
 // serve answers key i from a decoded entry read as r (see served).
-func (b *batch) serve(i int, e entry, r batchRead, st Status) {
+func (b *batch) serve(i int, e entry.Entry, r batchRead, st Status) {
 	res, err := b.g.served(b.keys[i], e, r.rr.now, st, r.k)
 	b.set(i, keyResult{v: res.Value, st: st, err: err})
 }

@@ -7,9 +7,13 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/stampede-go/stampede/internal/lua"
 
-	"github.com/stampede-go/stampede/scripts"
+	"github.com/stampede-go/stampede/guard/internal/breaker"
+
+	"github.com/stampede-go/stampede/guard/internal/entry"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // The Redis side of batches: the same scripts as the single-key path, sent
@@ -20,60 +24,17 @@ import (
 // batchRead is the outcome of reading one key of a batch.
 type batchRead struct {
 	rr  readReply
-	hit bool  // the fast path's GET found e clearly fresh (rr is unset)
-	e   entry // when hit
+	hit bool        // the fast path's GET found e clearly fresh (rr is unset)
+	e   entry.Entry // when hit
 	err error
 	k   keep      // where a fresh value may go in the in-process tier
 	at  time.Time // when it was sent (a batch sharing it may have begun later)
 }
 
-// scriptCall is one script call of a pipeline.
-type scriptCall struct {
-	keys []string
-	args []any
-}
-
-// pipeline sends, in one pipeline, a GET of each name in gets and a call of
-// s for each of calls. EVALSHA that the server answers NOSCRIPT (its script
-// cache is empty: a restart, a failover) is sent again as EVAL in a second
-// pipeline, once per server.
-func (g *Group) pipeline(ctx context.Context, gets []string, s *redis.Script, calls []scriptCall) ([]*redis.StringCmd, []*redis.Cmd) {
-	return pipelineWith(ctx, g.rdb, gets, s, calls)
-}
-
-// pipelineScripts calls s once for each of calls, in one pipeline.
-func pipelineScripts(ctx context.Context, rdb redis.UniversalClient, s *redis.Script, calls []scriptCall) []*redis.Cmd {
-	_, cmds := pipelineWith(ctx, rdb, nil, s, calls)
-	return cmds
-}
-
-// pipelineWith is pipeline on rdb: EVALSHA for every call, then EVAL for
-// those a server did not know the script for.
-func pipelineWith(ctx context.Context, rdb redis.UniversalClient, gets []string, s *redis.Script, calls []scriptCall) ([]*redis.StringCmd, []*redis.Cmd) {
-	pipe := rdb.Pipeline()
-	getCmds := make([]*redis.StringCmd, len(gets))
-	for i, name := range gets {
-		getCmds[i] = pipe.Get(ctx, name)
-	}
-	callCmds := make([]*redis.Cmd, len(calls))
-	for i, c := range calls {
-		callCmds[i] = s.EvalSha(ctx, pipe, c.keys, c.args...)
-	}
-	_, _ = pipe.Exec(ctx) // errors are read per command
-	var again []int
-	for i, c := range callCmds {
-		if redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
-			again = append(again, i)
-		}
-	}
-	if len(again) > 0 {
-		pipe := rdb.Pipeline()
-		for _, i := range again {
-			callCmds[i] = s.Eval(ctx, pipe, calls[i].keys, calls[i].args...)
-		}
-		_, _ = pipe.Exec(ctx)
-	}
-	return getCmds, callCmds
+// pipeline sends a GET of each name in gets and a call of s for each of
+// calls in one pipeline (see lua.Pipeline).
+func (g *Group) pipeline(ctx context.Context, gets []string, s *redis.Script, calls []lua.Call) ([]*redis.StringCmd, []*redis.Cmd) {
+	return lua.Pipeline(ctx, g.rdb, gets, s, calls)
 }
 
 // settle reports a pipeline's health to the breaker once (not once per
@@ -83,7 +44,7 @@ func (g *Group) settle(op string, err error) {
 		g.redisFailed(op, err)
 		return
 	}
-	g.br.success()
+	g.br.Success()
 }
 
 // readMany reads keys (named nms) in one pipeline: a GET for each key the
@@ -123,18 +84,18 @@ func (g *Group) readMany(ctx context.Context, keys []string, nms []names, force 
 	}
 	at := time.Now()
 	var failed error
-	calls := make([]scriptCall, len(callIdx))
+	calls := make([]lua.Call, len(callIdx))
 	for j, i := range callIdx {
 		calls[j] = g.readCall(nms[i], force != nil && force[i])
 	}
 	sent := g.clk.local()
-	getCmds, callCmds := g.pipeline(rctx, gets, scripts.GuardRead(), calls)
+	getCmds, callCmds := g.pipeline(rctx, gets, lua.GuardRead, calls)
 	var retry []int
 	for j, c := range getCmds {
 		i := getIdx[j]
 		s, err := c.Result()
 		switch {
-		case errors.Is(err, redis.Nil) || (err != nil && !unwell(err)):
+		case errors.Is(err, redis.Nil) || (err != nil && !breaker.Unwell(err)):
 			// Missing, or another type under the entry's name (the read
 			// script drops and reports it).
 			g.hints.c.Remove(keys[i])
@@ -144,10 +105,10 @@ func (g *Group) readMany(ctx context.Context, keys []string, nms []names, force 
 			out[i].err, failed = err, err
 			continue
 		}
-		e, derr := decodeEntry(unsafe.Slice(unsafe.StringData(s), len(s)))
+		e, derr := entry.Decode(unsafe.Slice(unsafe.StringData(s), len(s)))
 		now, _ := g.clk.now()
-		if derr != nil || e.marker() || e.freshUntil-now <= fastMargin.Milliseconds() || (getFU[j] != 0 && e.freshUntil != getFU[j]) ||
-			(e.oversize && !g.overValue(keys[i], &e, now)) {
+		if derr != nil || e.Marker() || e.FreshUntil-now <= fastMargin.Milliseconds() || (getFU[j] != 0 && e.FreshUntil != getFU[j]) ||
+			(e.Oversize && !g.overValue(keys[i], &e, now)) {
 			g.hints.c.Remove(keys[i])
 			retry = append(retry, i)
 			continue
@@ -160,12 +121,12 @@ func (g *Group) readMany(ctx context.Context, keys []string, nms []names, force 
 		g.keyRead(out[i].err, &failed)
 	}
 	if len(retry) > 0 && failed == nil {
-		calls := make([]scriptCall, len(retry))
+		calls := make([]lua.Call, len(retry))
 		for j, i := range retry {
 			calls[j] = g.readCall(nms[i], false)
 		}
 		sent := g.clk.local()
-		_, callCmds := g.pipeline(rctx, nil, scripts.GuardRead(), calls)
+		_, callCmds := g.pipeline(rctx, nil, lua.GuardRead, calls)
 		for j, c := range callCmds {
 			i := retry[j]
 			out[i] = g.readResult(c, nms[i], sent)
@@ -189,7 +150,7 @@ func (g *Group) readMany(ctx context.Context, keys []string, nms []names, force 
 func (g *Group) keyRead(err error, failed *error) {
 	switch {
 	case err == nil:
-	case unwell(err):
+	case breaker.Unwell(err):
 		*failed = err
 	default:
 		if h := g.opts.Hooks.RedisError; h != nil {
@@ -198,12 +159,12 @@ func (g *Group) keyRead(err error, failed *error) {
 	}
 }
 
-func (g *Group) readCall(nm names, force bool) scriptCall {
+func (g *Group) readCall(nm names, force bool) lua.Call {
 	f := "0"
 	if force {
 		f = "1"
 	}
-	return scriptCall{nm.readKeys(), []any{g.leaseArg, g.chanArg, g.waitArg, g.keepArg, f}}
+	return lua.Call{Keys: nm.readKeys(), Args: []any{g.leaseArg, g.chanArg, g.waitArg, g.keepArg, f}}
 }
 
 // readResult decodes one reply of guard_read.lua (see read).
@@ -231,21 +192,21 @@ func (g *Group) storeMany(ctx context.Context, items []fillItem) {
 	if len(items) == 0 {
 		return
 	}
-	var unsettled []scriptCall
-	calls := make([]scriptCall, len(items))
+	var unsettled []lua.Call
+	calls := make([]lua.Call, len(items))
 	for i, it := range items {
 		f := it.f
 		fresh := f.fresh
 		if f.mode == "-" {
 			fresh = time.Millisecond // windows are not used, but must be valid
 		}
-		calls[i] = scriptCall{it.nm.keys, []any{f.fence, f.value, ms(fresh), ms(f.stale),
+		calls[i] = lua.Call{Keys: it.nm.keys, Args: []any{f.fence, f.value, ms(fresh), ms(f.stale),
 			f.loadDur.Microseconds(), f.flags, f.mode, ms(f.keepLease), it.nm.entry, g.keepArg}}
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.opts.RedisTimeout)
 	defer cancel()
 	sent := g.clk.local()
-	_, cmds := g.pipeline(rctx, nil, scripts.GuardFill(), calls)
+	_, cmds := g.pipeline(rctx, nil, lua.GuardFill, calls)
 	for _, it := range items {
 		if it.f.mode != "-" {
 			g.loc.changed(it.nm.entry) // as store does
@@ -257,7 +218,7 @@ func (g *Group) storeMany(ctx context.Context, items []fillItem) {
 		if err != nil {
 			failed = err
 			if f := items[i].f.fence; f > 0 {
-				unsettled = append(unsettled, scriptCall{items[i].nm.keys[1:2], []any{f, 0}})
+				unsettled = append(unsettled, lua.Call{Keys: items[i].nm.keys[1:2], Args: []any{f, 0}})
 			}
 			continue
 		}
@@ -268,7 +229,7 @@ func (g *Group) storeMany(ctx context.Context, items []fillItem) {
 	if len(unsettled) > 0 {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.opts.RedisTimeout)
 		defer cancel()
-		_, cmds := g.pipeline(rctx, nil, scripts.GuardLease(), unsettled)
+		_, cmds := g.pipeline(rctx, nil, lua.GuardLease, unsettled)
 		for _, c := range cmds {
 			if err := c.Err(); err != nil {
 				g.redisFailed("release", err)
@@ -316,12 +277,12 @@ func (g *Group) renewLeases(nms []names, fences []int64, leased time.Time) (stop
 			case <-t.C:
 			}
 			t.Reset(max(g.opts.LockTTL/3, time.Millisecond))
-			calls := make([]scriptCall, len(held))
+			calls := make([]lua.Call, len(held))
 			for j, i := range held {
-				calls[j] = scriptCall{nms[i].keys[1:2], []any{fences[i], ms(g.opts.LockTTL)}}
+				calls[j] = lua.Call{Keys: nms[i].keys[1:2], Args: []any{fences[i], ms(g.opts.LockTTL)}}
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), g.opts.RedisTimeout)
-			_, cmds := g.pipeline(ctx, nil, scripts.GuardLease(), calls)
+			_, cmds := g.pipeline(ctx, nil, lua.GuardLease, calls)
 			cancel()
 			kept := held[:0]
 			var failed error

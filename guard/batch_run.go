@@ -2,6 +2,8 @@ package guard
 
 import (
 	"time"
+
+	"github.com/stampede-go/stampede/guard/internal/entry"
 )
 
 // run resolves the keys idx: one read, then loads, waits and refreshes.
@@ -131,8 +133,8 @@ func (b *batch) sort(i int, r batchRead, own bool, p *plan) {
 		p.failed = append(p.failed, i)
 		return
 	}
-	early := func(e entry, now int64) bool {
-		return own && g.opts.EarlyRefreshBeta > 0 && !e.negative && !e.errMark && g.earlyRefresh(e, now)
+	early := func(e entry.Entry, now int64) bool {
+		return own && g.opts.EarlyRefreshBeta > 0 && !e.Negative && !e.ErrMark && g.earlyRefresh(e, now)
 	}
 	if r.hit {
 		if early(r.e, r.rr.now) {
@@ -145,7 +147,7 @@ func (b *batch) sort(i int, r batchRead, own bool, p *plan) {
 	switch {
 	case st == fresh:
 		if own {
-			g.hint(key, b.nms[i], e.freshUntil)
+			g.hint(key, b.nms[i], e.FreshUntil)
 		}
 		if early(e, r.rr.now) {
 			p.early = append(p.early, i)

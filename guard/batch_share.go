@@ -62,7 +62,7 @@ func (b *batch) readShared(idx []int, force []bool, probe, filled bool) *sharedR
 		return s
 	}
 	if probe {
-		p, ok := g.br.allow()
+		p, ok := g.br.Allow()
 		if !ok {
 			for _, j := range ownJ {
 				s.reads[j].err = errBreakerOpen
@@ -70,7 +70,7 @@ func (b *batch) readShared(idx []int, force []bool, probe, filled bool) *sharedR
 			return s
 		}
 		// Settles a probe this read carries however it ends.
-		defer g.br.release(p)
+		defer g.br.Release(p)
 	}
 	var f []bool
 	if force != nil {

@@ -11,11 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stampede-go/stampede/internal/lua"
+
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
 	"github.com/stampede-go/stampede/internal/redistest"
-	"github.com/stampede-go/stampede/scripts"
 )
 
 // idOrigin is a batch loader over int ids that counts the loads of each id
@@ -230,7 +231,7 @@ func TestGetManyRoundTrips(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := &rtCounter{}
 			rdb := tc.client(t, h)
-			for name, s := range scripts.All() {
+			for name, s := range lua.All() {
 				if err := s.Load(ctxT(t), rdb).Err(); err != nil {
 					t.Fatalf("load %s: %v", name, err)
 				}
@@ -239,7 +240,7 @@ func TestGetManyRoundTrips(t *testing.T) {
 				// Load the scripts on every master: EVALSHA falls back to
 				// EVAL once per server, which is not the steady state.
 				err := cc.ForEachMaster(ctxT(t), func(ctx context.Context, c *redis.Client) error {
-					for _, s := range scripts.All() {
+					for _, s := range lua.All() {
 						if err := s.Load(ctx, c).Err(); err != nil {
 							return err
 						}

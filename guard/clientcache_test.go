@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stampede-go/stampede/guard/internal/entry"
 	"github.com/stampede-go/stampede/internal/redistest"
 )
 
@@ -136,16 +137,16 @@ func TestClientSideCachingRefresh(t *testing.T) {
 	o := Options{FreshFor: 300 * time.Millisecond, StaleFor: 400 * time.Millisecond, Jitter: Disabled, ErrorBackoff: 50 * time.Millisecond}
 	a, b := newCSCNode(t, o), newCSCNode(t, o)
 	key := redistest.Key(t)
-	entry := a.g.names(key).entry
+	name := a.g.names(key).entry
 	if _, err := a.g.Do(ctxT(t), key, valueOf("v1")); err != nil {
 		t.Fatal(err)
 	}
 	plain := redistest.Shared(t).Client(t) // reads Redis, not a client cache
-	raw, err := plain.Get(ctxT(t), entry).Bytes()
+	raw, err := plain.Get(ctxT(t), name).Bytes()
 	if err != nil {
 		t.Fatal(err)
 	}
-	e1, err := decodeEntry(raw)
+	e1, err := entry.Decode(raw)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,10 +162,10 @@ func TestClientSideCachingRefresh(t *testing.T) {
 			t.Fatal(err)
 		}
 		r, err := b.g.Do(ctxT(t), key, down)
-		if now.UnixMilli() >= e1.staleUntil {
+		if now.UnixMilli() >= e1.StaleUntil {
 			afterSeen++
 			if string(r.Value) == "v:v1" {
-				t.Fatalf("v1 served %dms past its stale-until (%v)", now.UnixMilli()-e1.staleUntil, r.Status)
+				t.Fatalf("v1 served %dms past its stale-until (%v)", now.UnixMilli()-e1.StaleUntil, r.Status)
 			}
 			continue
 		}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stampede-go/stampede/guard/internal/entry"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stampede-go/stampede/internal/redistest"
@@ -34,11 +36,11 @@ func TestFreshnessOnRedisClock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := decodeEntry(raw)
+	e, err := entry.Decode(raw)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := time.UnixMilli(e.freshUntil).UTC().Year(); got != 2000 {
+	if got := time.UnixMilli(e.FreshUntil).UTC().Year(); got != 2000 {
 		t.Fatalf("fresh-until in year %d, want the Redis clock's 2000", got)
 	}
 }
@@ -61,15 +63,15 @@ func TestEntryTimesFromRedis(t *testing.T) {
 			t.Fatal(err)
 		}
 		raw, _ := rdb.Get(ctxT(t), g.names(key).entry).Bytes()
-		e, err := decodeEntry(raw)
+		e, err := entry.Decode(raw)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if e.written < before.UnixMilli() || e.written > after.UnixMilli() {
-			t.Fatalf("written %d outside the Redis clock's [%d, %d]", e.written, before.UnixMilli(), after.UnixMilli())
+		if e.Written < before.UnixMilli() || e.Written > after.UnixMilli() {
+			t.Fatalf("written %d outside the Redis clock's [%d, %d]", e.Written, before.UnixMilli(), after.UnixMilli())
 		}
-		if e.freshUntil != e.written+60_000 || e.staleUntil != e.freshUntil+3_600_000 {
-			t.Fatalf("windows %d/%d from written %d, want +1m and +1h", e.freshUntil, e.staleUntil, e.written)
+		if e.FreshUntil != e.Written+60_000 || e.StaleUntil != e.FreshUntil+3_600_000 {
+			t.Fatalf("windows %d/%d from written %d, want +1m and +1h", e.FreshUntil, e.StaleUntil, e.Written)
 		}
 		pttl, err := rdb.PTTL(ctxT(t), g.names(key).entry).Result()
 		if err != nil || pttl < 61*time.Minute-time.Second || pttl > 61*time.Minute {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
+
+	"github.com/stampede-go/stampede/guard/internal/entry"
 )
 
 // Get returns the value of key, loading it with load when no usable value
@@ -39,14 +41,14 @@ func (g *Group) Do(ctx context.Context, key string, load LoadFunc, opts ...CallO
 		}
 		return g.localResult(key, it), nil
 	}
-	probe, ok := g.br.allow()
+	probe, ok := g.br.Allow()
 	if !ok {
 		return g.degraded(ctx, g.newCall(key, load, co))
 	}
 	// Settles a probe this call carries however the call ends: a caller
 	// that leaves before Redis answered must not leave the breaker
 	// half-open for good.
-	defer g.br.release(probe)
+	defer g.br.Release(probe)
 	if e, ok := g.passHint(key); ok {
 		return g.passLoad(ctx, g.newCall(key, load, co), e)
 	}
@@ -143,7 +145,7 @@ func (g *Group) claim(key string, res Result, claimed *atomic.Bool) Result {
 // began at start and joined that read: the read was sent after the call
 // began, or no newer value was returned since it was sent
 // (localTier.current).
-func (g *Group) joinedCurrent(start, at time.Time, name string, tk ticket, e *entry) bool {
+func (g *Group) joinedCurrent(start, at time.Time, name string, tk ticket, e *entry.Entry) bool {
 	return !start.After(at) || g.loc.current(name, tk, e)
 }
 
@@ -170,9 +172,9 @@ func (g *Group) localResult(key string, it *localItem) Result {
 	}
 	var fresh time.Duration
 	if now, known := g.clk.now(); known {
-		fresh = time.Duration(it.e.freshUntil-now) * time.Millisecond
+		fresh = time.Duration(it.e.FreshUntil-now) * time.Millisecond
 	}
-	return Result{Value: it.e.value, Status: st, Age: age, Fresh: fresh}
+	return Result{Value: it.e.Value, Status: st, Age: age, Fresh: fresh}
 }
 
 // staleLocal is how long the in-process tier serves a copy of a stale
@@ -198,14 +200,14 @@ func (g *Group) keepOf(name string) keep {
 // served turns a decoded entry into the caller's answer; a fresh value is
 // offered to the in-process tier as k says, and any other entry leaves its
 // mark there (localTier.seen).
-func (g *Group) served(key string, e entry, now int64, st Status, k keep) (Result, error) {
-	age := time.Duration(max(now-e.written, 0)) * time.Millisecond
+func (g *Group) served(key string, e entry.Entry, now int64, st Status, k keep) (Result, error) {
+	age := time.Duration(max(now-e.Written, 0)) * time.Millisecond
 	g.keepLocal(key, e, now, age, k, st == Stale)
 	switch {
-	case e.negative:
+	case e.Negative:
 		return Result{Status: st, Age: age}, ErrNotFound
-	case e.errMark:
-		return Result{Status: st, Age: age}, &BackoffError{Key: key, Cause: string(e.value)}
+	case e.ErrMark:
+		return Result{Status: st, Age: age}, &BackoffError{Key: key, Cause: string(e.Value)}
 	}
 	if st == Stale {
 		if h := g.opts.Hooks.Stale; h != nil {
@@ -214,18 +216,18 @@ func (g *Group) served(key string, e entry, now int64, st Status, k keep) (Resul
 	} else if h := g.opts.Hooks.Hit; h != nil {
 		h(key, age, false)
 	}
-	fresh := time.Duration(e.freshUntil-now) * time.Millisecond
-	return Result{Value: e.value, Status: st, Age: age, Fresh: fresh, Oversize: e.oversize}, nil
+	fresh := time.Duration(e.FreshUntil-now) * time.Millisecond
+	return Result{Value: e.Value, Status: st, Age: age, Fresh: fresh, Oversize: e.Oversize}, nil
 }
 
 // keepLocal offers the fresh entry e of key, read at now (Redis ms), to
 // the in-process tier; an entry it may not keep (stale, or not a value)
 // leaves its mark.
-func (g *Group) keepLocal(key string, e entry, now int64, age time.Duration, k keep, stale bool) {
+func (g *Group) keepLocal(key string, e entry.Entry, now int64, age time.Duration, k keep, stale bool) {
 	if g.loc == nil || k.name == "" {
 		return
 	}
-	if e.negative || e.errMark || e.oversize || e.marker() || (stale && e.mustRevalidate) {
+	if e.Negative || e.ErrMark || e.Oversize || e.Marker() || (stale && e.MustRevalidate) {
 		g.loc.seen(key, k.name, &e)
 		return
 	}
@@ -236,9 +238,9 @@ func (g *Group) keepLocal(key string, e entry, now int64, age time.Duration, k k
 	if est, known := g.clk.now(); known {
 		now = max(now, est)
 	}
-	left := time.Duration(e.freshUntil-now) * time.Millisecond
+	left := time.Duration(e.FreshUntil-now) * time.Millisecond
 	if stale {
-		left = min(time.Duration(e.staleUntil-now)*time.Millisecond, staleLocal)
+		left = min(time.Duration(e.StaleUntil-now)*time.Millisecond, staleLocal)
 	}
 	if left <= 0 {
 		g.loc.seen(key, k.name, &e)

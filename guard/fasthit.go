@@ -8,6 +8,10 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/stampede-go/stampede/guard/internal/breaker"
+
+	"github.com/stampede-go/stampede/guard/internal/entry"
+
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/redis/go-redis/v9"
 )
@@ -65,7 +69,7 @@ type hint struct {
 	// the marker read, whose fence and written time a pass load's fill
 	// compares.
 	pass   bool
-	marker entry
+	marker entry.Entry
 }
 
 func newHints() hints {
@@ -83,14 +87,14 @@ func newHints() hints {
 // concurrent callers (hitQueue), so it allocates little; a failure
 // caused by ctx itself is returned without counting against Redis's
 // health.
-func (g *Group) fastHit(ctx context.Context, key string) (e entry, now int64, k keep, ok bool, err error) {
+func (g *Group) fastHit(ctx context.Context, key string) (e entry.Entry, now int64, k keep, ok bool, err error) {
 	h, hinted := g.hints.c.Peek(key)
 	if !hinted || h.pass {
-		return entry{}, 0, k, false, nil
+		return entry.Entry{}, 0, k, false, nil
 	}
 	now, known := g.clk.now()
 	if !known || h.freshUntil-now <= fastMargin.Milliseconds() {
-		return entry{}, 0, k, false, nil
+		return entry.Entry{}, 0, k, false, nil
 	}
 	g.step(ctx, "hit")
 	k = g.keepOf(h.entry)
@@ -98,23 +102,23 @@ func (g *Group) fastHit(ctx context.Context, key string) (e entry, now int64, k 
 	switch {
 	case errors.Is(err, redis.Nil):
 		g.hints.c.Remove(key)
-		return entry{}, 0, k, false, nil
+		return entry.Entry{}, 0, k, false, nil
 	case err != nil && ctx.Err() != nil:
-		return entry{}, 0, k, false, ctx.Err()
-	case err != nil && !unwell(err):
+		return entry.Entry{}, 0, k, false, ctx.Err()
+	case err != nil && !breaker.Unwell(err):
 		// A reply about this key's data (another type under its name): the
 		// read script drops it, reports it and loads.
 		g.hints.c.Remove(key)
-		return entry{}, 0, k, false, nil
+		return entry.Entry{}, 0, k, false, nil
 	case err != nil:
 		g.redisFailed("get", err)
-		return entry{}, 0, k, false, err
+		return entry.Entry{}, 0, k, false, err
 	}
-	g.br.success()
-	e, derr := decodeEntry(unsafe.Slice(unsafe.StringData(s), len(s)))
+	g.br.Success()
+	e, derr := entry.Decode(unsafe.Slice(unsafe.StringData(s), len(s)))
 	now, _ = g.clk.now()
-	if derr != nil || e.marker() || e.freshUntil-now <= fastMargin.Milliseconds() || e.freshUntil != h.freshUntil ||
-		tagDropped(&e, tinv) || (e.oversize && !g.overValue(key, &e, now)) {
+	if derr != nil || e.Marker() || e.FreshUntil-now <= fastMargin.Milliseconds() || e.FreshUntil != h.freshUntil ||
+		tagDropped(&e, tinv) || (e.Oversize && !g.overValue(key, &e, now)) {
 		// Undecodable, a failing or pass marker, no longer clearly fresh,
 		// not the entry the hint was taken from (another node's refill,
 		// or a value another writer put there, which may lack the TTL
@@ -123,7 +127,7 @@ func (g *Group) fastHit(ctx context.Context, key string) (e entry, now int64, k 
 		// script judge (and report a corrupt entry, or delete one the
 		// invalidation missed).
 		g.hints.c.Remove(key)
-		return entry{}, 0, k, false, nil
+		return entry.Entry{}, 0, k, false, nil
 	}
 	return e, now, k, true, nil
 }
@@ -135,12 +139,12 @@ func (g *Group) fastHit(ctx context.Context, key string) (e entry, now int64, k 
 // tinv that is not a decimal is foreign data, which the script drops and
 // reports. The rule is guard_read.lua's: filled under a fence minted
 // before the invalidation, or written in an earlier millisecond.
-func tagDropped(e *entry, tinv string) bool {
+func tagDropped(e *entry.Entry, tinv string) bool {
 	if tinv == "" {
 		return false
 	}
 	t, err := strconv.ParseInt(tinv, 10, 64)
-	return err != nil || e.fence < t || (e.written+1)*1000 <= t
+	return err != nil || e.Fence < t || (e.Written+1)*1000 <= t
 }
 
 // hint records that key, whose names are nm, is fresh until fu (Redis ms).
@@ -153,8 +157,8 @@ func (g *Group) hint(key string, nm names, fu int64) {
 // Another node's value ending the window early is seen once the hint ends
 // (passHintMax at most): until then this node's calls load for themselves,
 // which serves nobody a wrong value.
-func (g *Group) hintPass(key, entry string, e entry) {
-	until := e.freshUntil
+func (g *Group) hintPass(key, entry string, e entry.Entry) {
+	until := e.FreshUntil
 	if now, known := g.clk.now(); known {
 		until = min(until, now+passHintMax.Milliseconds())
 	}
@@ -166,14 +170,14 @@ func (g *Group) hintPass(key, entry string, e entry) {
 const passHintMax = time.Second
 
 // passHint returns the pass marker a hint holds for key, while it lasts.
-func (g *Group) passHint(key string) (entry, bool) {
+func (g *Group) passHint(key string) (entry.Entry, bool) {
 	h, ok := g.hints.c.Peek(key)
 	if !ok || !h.pass {
-		return entry{}, false
+		return entry.Entry{}, false
 	}
 	if now, known := g.clk.now(); !known || now >= h.freshUntil {
 		g.hints.c.Remove(key)
-		return entry{}, false
+		return entry.Entry{}, false
 	}
 	return h.marker, true
 }

@@ -5,12 +5,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/stampede-go/stampede/guard/internal/entry"
 )
 
 // lookup is the outcome of one read of a key, shared by the callers of the
 // process that asked for the key while it ran.
 type lookup struct {
-	e   entry
+	e   entry.Entry
 	st  state
 	now int64     // Redis clock, ms
 	x   int64     // the read's lease outcome (see readReply)
@@ -123,7 +125,7 @@ func (g *Group) readOnce(ctx context.Context, c *call, fl *flight) (lookup, erro
 	e, st := g.classify(c.key, rr)
 	switch {
 	case st == fresh:
-		g.hint(c.key, c.nm, e.freshUntil)
+		g.hint(c.key, c.nm, e.FreshUntil)
 		if g.earlyRefreshDue(e, rr.now) {
 			g.refreshEarly(ctx, c)
 		}
@@ -146,49 +148,49 @@ func (g *Group) readOnce(ctx context.Context, c *call, fl *flight) (lookup, erro
 
 // classify decodes a read. A corrupt entry is reported and treated as
 // missing (the read script treats it so too).
-func (g *Group) classify(key string, rr readReply) (entry, state) {
+func (g *Group) classify(key string, rr readReply) (entry.Entry, state) {
 	if !rr.present {
-		return entry{}, missing
+		return entry.Entry{}, missing
 	}
-	e, err := decodeEntry(rr.raw)
+	e, err := entry.Decode(rr.raw)
 	if err != nil {
 		if h := g.opts.Hooks.Corrupt; h != nil {
 			h(key, err)
 		}
-		return entry{}, missing
+		return entry.Entry{}, missing
 	}
-	if e.oversize && !g.overValue(key, &e, rr.now) {
+	if e.Oversize && !g.overValue(key, &e, rr.now) {
 		// No copy of the value behind the marker: a fresh one is loaded
 		// by this node alone; a stale one waits for its refresh.
-		if rr.now < e.freshUntil {
+		if rr.now < e.FreshUntil {
 			return e, oversized
 		}
-		return entry{}, missing
+		return entry.Entry{}, missing
 	}
 	switch {
-	case e.failing:
+	case e.Failing:
 		// No value: its callers take turns (Private).
 		return e, missing
-	case e.pass && rr.now < e.freshUntil:
+	case e.Pass && rr.now < e.FreshUntil:
 		return e, passing
-	case e.pass:
-		return entry{}, missing
-	case rr.now < e.freshUntil:
+	case e.Pass:
+		return entry.Entry{}, missing
+	case rr.now < e.FreshUntil:
 		return e, fresh
-	case rr.now < e.staleUntil && e.mustRevalidate:
+	case rr.now < e.StaleUntil && e.MustRevalidate:
 		// Never served stale: missing to its callers, kept for the load
 		// that revalidates it (see kept).
 		return e, missing
-	case rr.now < e.staleUntil && !e.negative && !e.errMark:
+	case rr.now < e.StaleUntil && !e.Negative && !e.ErrMark:
 		return e, stale
 	}
-	return entry{}, missing
+	return entry.Entry{}, missing
 }
 
 // kept returns the entry classify found missing yet kept for revalidation,
 // as the previous value of the load that replaces it, or nil.
-func kept(e entry) *entry {
-	if !e.mustRevalidate {
+func kept(e entry.Entry) *entry.Entry {
+	if !e.MustRevalidate {
 		return nil
 	}
 	return &e

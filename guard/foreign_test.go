@@ -2,13 +2,12 @@ package guard
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/stampede-go/stampede/guard/internal/entry"
 
 	"github.com/stampede-go/stampede/internal/redistest"
 )
@@ -99,41 +98,6 @@ func TestForeignDataStaysWithItsKey(t *testing.T) {
 	}
 }
 
-// TestBreakerCountsOnlyUnwell: the breaker counts the failures that say
-// Redis itself is unwell, never an error reply about one key's data.
-func TestBreakerCountsOnlyUnwell(t *testing.T) {
-	for _, c := range []struct {
-		err    error
-		counts bool
-	}{
-		{proto("ERR value is not an integer or out of range script: abc, on @user_script:12."), false},
-		{proto("ERR increment or decrement would overflow"), false},
-		{proto("WRONGTYPE Operation against a key holding the wrong kind of value"), false},
-		{proto("ERR user_script:1: Script attempted to access nonexistent global variable"), false},
-		{proto("NOPERM this user has no permissions to access one of the keys used as arguments"), true},
-		{proto("LOADING Redis is loading the dataset in memory"), true},
-		{proto("BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."), true},
-		{proto("MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'."), true},
-		{proto("CLUSTERDOWN The cluster is down"), true},
-		{proto("TRYAGAIN Multiple keys request during rehashing of slot"), true},
-		{proto("READONLY You can't write against a read only replica."), true},
-		{proto("OOM command not allowed when used memory > 'maxmemory'."), true},
-		{proto("NOREPLICAS Not enough good replicas to write."), true},
-		{proto("MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist to disk."), true},
-		{proto("ERR max number of clients reached"), true},
-		{proto("ERR The user executing the script can't run this command or subcommand script: 71, on @user_script:11."), true},
-		{context.DeadlineExceeded, true},
-		{errors.New("dial tcp 127.0.0.1:1: connect: connection refused"), true},
-		{redis.ErrClosed, true},
-	} {
-		b := breaker{threshold: 1, cooldown: time.Hour}
-		b.record(c.err, nil)
-		if got := b.open(); got != c.counts {
-			t.Errorf("%v: breaker open %v; want %v", c.err, got, c.counts)
-		}
-	}
-}
-
 // TestForeignInvalidationMarkerHeals: a string under a key's invalidation
 // name that is not a fence (no TTL, so it would never expire) is dropped
 // and reported, and the key is stored again at its next fill. Before the
@@ -187,7 +151,7 @@ func TestForeignEntryWithoutTTL(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			forged := encodeEntry(entry{freshUntil: 99_999_999_999_999, staleUntil: 99_999_999_999_999, written: 1, fence: 1 << 40, value: []byte("FORGED")})
+			forged := entry.Encode(entry.Entry{FreshUntil: 99_999_999_999_999, StaleUntil: 99_999_999_999_999, Written: 1, Fence: 1 << 40, Value: []byte("FORGED")})
 			if err := rdb.Set(ctxT(t), g.names(key).entry, forged, 0).Err(); err != nil {
 				t.Fatal(err)
 			}

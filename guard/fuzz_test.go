@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stampede-go/stampede/guard/internal/entry"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stampede-go/stampede/internal/redistest"
@@ -150,7 +152,7 @@ func FuzzKeyValue(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if e, err := decodeEntry(raw); err != nil || !bytes.Equal(e.value, value) {
+		if e, err := entry.Decode(raw); err != nil || !bytes.Equal(e.Value, value) {
 			t.Fatalf("key %.40q: stored entry does not hold the value (%v)", key, err)
 		}
 		if err := a.Invalidate(ctx, key); err != nil {
@@ -201,7 +203,7 @@ func FuzzKeyValue(f *testing.F) {
 				t.Fatalf("key %.40q: oversized value left its lease", key)
 			}
 			raw, err := rdb.Get(ctx, snm.keys[0]).Bytes()
-			if e, derr := decodeEntry(raw); err != nil || derr != nil || !e.oversize || len(e.value) != 0 {
+			if e, derr := entry.Decode(raw); err != nil || derr != nil || !e.Oversize || len(e.Value) != 0 {
 				t.Fatalf("key %.40q: oversized value stored %q (%v, %v); want a marker", key, raw, err, derr)
 			}
 			expect(small, "oversized value again", Hit)

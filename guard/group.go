@@ -10,11 +10,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/stampede-go/stampede/internal/lua"
+
+	"github.com/stampede-go/stampede/guard/internal/breaker"
+
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/singleflight"
 
 	"github.com/stampede-go/stampede/internal/notify"
-	"github.com/stampede-go/stampede/scripts"
 )
 
 // Group guards the keys of one namespace. It is safe for concurrent use.
@@ -24,7 +27,7 @@ type Group struct {
 	opts Options
 	hub  *notify.Hub
 	sf   singleflight.Group
-	br   breaker
+	br   breaker.Breaker
 	loc  *localTier // the in-process tier; nil when off
 	coh  *coherence // keeps loc told of changes
 	over overStore  // this node's copies of values over MaxValueBytes
@@ -97,11 +100,11 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 		inv:     invRetry{stop: make(chan struct{})},
 		hints:   newHints(),
 		over:    newOverStore(),
-		br:      breaker{threshold: o.BreakerFailures, cooldown: o.BreakerCooldown, hook: o.Hooks.Breaker},
+		br:      breaker.Breaker{Threshold: o.BreakerFailures, Cooldown: o.BreakerCooldown, Hook: o.Hooks.Breaker},
 	}
 	g.hq = newHitQueue(rdb, o)
-	g.readQ = newScriptQueue(rdb, scripts.GuardRead, o)
-	g.fillQ = newScriptQueue(rdb, scripts.GuardFill, o)
+	g.readQ = newScriptQueue(rdb, lua.GuardRead, o)
+	g.fillQ = newScriptQueue(rdb, lua.GuardFill, o)
 	g.firstLease = min(o.LockTTL, leaseGrace)
 	g.leaseArg = ms(g.firstLease)
 	g.chanArg = g.hub.Channel()

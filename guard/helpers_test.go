@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stampede-go/stampede/guard/internal/entry"
+
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
@@ -96,8 +98,8 @@ func putEntry(t *testing.T, rdb redis.UniversalClient, g *Group, key, value stri
 		t.Fatal(err)
 	}
 	n := now.UnixMilli()
-	e := entry{freshUntil: n + freshMS, staleUntil: n + staleMS, written: n - 1000, fence: fence, value: []byte(value), loadDur: 10 * time.Millisecond}
-	if err := rdb.Set(ctxT(t), g.names(key).entry, encodeEntry(e), time.Duration(staleMS)*time.Millisecond).Err(); err != nil {
+	e := entry.Entry{FreshUntil: n + freshMS, StaleUntil: n + staleMS, Written: n - 1000, Fence: fence, Value: []byte(value), LoadDur: 10 * time.Millisecond}
+	if err := rdb.Set(ctxT(t), g.names(key).entry, entry.Encode(e), time.Duration(staleMS)*time.Millisecond).Err(); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -137,7 +139,7 @@ func baseline(t *testing.T, g *Group, rdb redis.UniversalClient, key string, d t
 			why = fmt.Sprintf("%d load slots", loads)
 		case g.hub.Waiters(nm.entry) != 0:
 			why = "a waiter registered"
-		case g.br.open():
+		case g.br.Open():
 			why = "the breaker open"
 		case err != nil || lease != 0:
 			why = fmt.Sprintf("the lease held (%v)", err)
@@ -163,21 +165,21 @@ func nil2Loader(t *testing.T) LoadFunc {
 func wantWindows(t *testing.T, rdb redis.UniversalClient, g *Group, key string, fresh, stale time.Duration) {
 	t.Helper()
 	e := entryOf(t, rdb, g, key)
-	gotFresh := time.Duration(e.freshUntil-e.written) * time.Millisecond
-	gotStale := time.Duration(e.staleUntil-e.freshUntil) * time.Millisecond
+	gotFresh := time.Duration(e.FreshUntil-e.Written) * time.Millisecond
+	gotStale := time.Duration(e.StaleUntil-e.FreshUntil) * time.Millisecond
 	if gotFresh != fresh || gotStale != stale {
 		t.Fatalf("stored windows fresh %v, stale %v; want %v, %v", gotFresh, gotStale, fresh, stale)
 	}
 }
 
 // entryOf reads and decodes key's entry.
-func entryOf(t *testing.T, rdb redis.UniversalClient, g *Group, key string) entry {
+func entryOf(t *testing.T, rdb redis.UniversalClient, g *Group, key string) entry.Entry {
 	t.Helper()
 	raw, err := rdb.Get(ctxT(t), g.names(key).entry).Bytes()
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := decodeEntry(raw)
+	e, err := entry.Decode(raw)
 	if err != nil {
 		t.Fatal(err)
 	}

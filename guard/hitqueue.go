@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/stampede-go/stampede/guard/internal/breaker"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stampede-go/stampede/internal/hashtag"
@@ -239,7 +241,7 @@ func (q *hitQueue) mgetSlots(ctx context.Context, batch []*getReq) {
 	var again []*getReq
 	for j, sl := range slots {
 		vals, err := cmds[j].Result()
-		if err != nil && (!unwell(err) || redis.HasErrorPrefix(err, "TRYAGAIN")) {
+		if err != nil && (!breaker.Unwell(err) || redis.HasErrorPrefix(err, "TRYAGAIN")) {
 			again = append(again, bySlot[sl]...)
 			continue
 		}

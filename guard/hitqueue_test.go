@@ -219,8 +219,8 @@ func TestHitBatchCallersLeave(t *testing.T) {
 		}
 		close(h.gate)
 		wg.Wait()
-		if g.br.open() || redisErrs.Load() != 0 {
-			t.Fatalf("callers that left counted against Redis: breaker open %v, %d Redis errors", g.br.open(), redisErrs.Load())
+		if g.br.Open() || redisErrs.Load() != 0 {
+			t.Fatalf("callers that left counted against Redis: breaker open %v, %d Redis errors", g.br.Open(), redisErrs.Load())
 		}
 		for _, key := range keys {
 			if r, err := g.Do(ctxT(t), key, nil2); err != nil || r.Status != Hit {
@@ -485,7 +485,7 @@ func TestHitBatchTryAgain(t *testing.T) {
 	queued(t, g, n-1)
 	close(gate.gate)
 	wg.Wait()
-	if ta.n.Load() == 0 || redisErrs.Load() != 0 || g.br.open() {
-		t.Errorf("%d MGETs refused, %d Redis errors, breaker open %v; want refusals, no errors", ta.n.Load(), redisErrs.Load(), g.br.open())
+	if ta.n.Load() == 0 || redisErrs.Load() != 0 || g.br.Open() {
+		t.Errorf("%d MGETs refused, %d Redis errors, breaker open %v; want refusals, no errors", ta.n.Load(), redisErrs.Load(), g.br.Open())
 	}
 }

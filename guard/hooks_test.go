@@ -12,10 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stampede-go/stampede/internal/lua"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stampede-go/stampede/internal/redistest"
-	"github.com/stampede-go/stampede/scripts"
 )
 
 func TestMergeHooks(t *testing.T) {
@@ -165,4 +166,4 @@ func TestWokenOncePerWait(t *testing.T) {
 	}
 }
 
-func guardReadSHA() string { return scripts.GuardRead().Hash() }
+func guardReadSHA() string { return lua.GuardRead.Hash() }

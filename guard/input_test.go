@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stampede-go/stampede/guard/internal/entry"
+
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
@@ -238,11 +240,11 @@ func TestCorruptEntryKinds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Close()
-	for _, c := range corruptEntries {
-		t.Run(c.name, func(t *testing.T) {
+	for _, c := range entry.Corrupt {
+		t.Run(c.Name, func(t *testing.T) {
 			key := redistest.Key(t)
 			nm := g.names(key)
-			if err := rdb.Set(ctxT(t), nm.entry, c.raw, time.Minute).Err(); err != nil {
+			if err := rdb.Set(ctxT(t), nm.entry, c.Raw, time.Minute).Err(); err != nil {
 				t.Fatal(err)
 			}
 			mu.Lock()
@@ -250,24 +252,24 @@ func TestCorruptEntryKinds(t *testing.T) {
 			mu.Unlock()
 			r, err := g.Do(ctxT(t), key, func(context.Context) ([]byte, error) { return []byte("good"), nil })
 			if err != nil || r.Status != Miss || string(r.Value) != "good" {
-				t.Fatalf("over %q: %v %q %v; want a miss loading good", c.raw, r.Status, r.Value, err)
+				t.Fatalf("over %q: %v %q %v; want a miss loading good", c.Raw, r.Status, r.Value, err)
 			}
 			mu.Lock()
 			got := reported
 			mu.Unlock()
 			if len(got) == 0 {
-				t.Fatalf("corrupt entry %q not reported", c.raw)
+				t.Fatalf("corrupt entry %q not reported", c.Raw)
 			}
 			for _, err := range got {
-				if !errors.Is(err, errCorrupt) || !strings.Contains(err.Error(), c.why) {
-					t.Fatalf("reported %v; want errCorrupt naming %q", err, c.why)
+				if !errors.Is(err, entry.ErrCorrupt) || !strings.Contains(err.Error(), c.Why) {
+					t.Fatalf("reported %v; want errCorrupt naming %q", err, c.Why)
 				}
 			}
 			raw, err := rdb.Get(ctxT(t), nm.entry).Bytes()
 			if err != nil {
 				t.Fatal(err)
 			}
-			if e, err := decodeEntry(raw); err != nil || string(e.value) != "good" {
+			if e, err := entry.Decode(raw); err != nil || string(e.Value) != "good" {
 				t.Fatalf("after the fill Redis holds %q (%v); want the new entry", raw, err)
 			}
 			rdb.Del(ctxT(t), nm.keys...)

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/stampede-go/stampede/internal/lua"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stampede-go/stampede/internal/hashtag"
-
-	"github.com/stampede-go/stampede/scripts"
 )
 
 // Invalidate deletes key's value everywhere: its Redis entry (and this
@@ -42,12 +42,12 @@ func (g *Group) invalidate(ctx context.Context, nm names) error {
 	// Whatever the outcome (a timeout may have run the script), a GET sent
 	// before it returns may carry the value it dropped: none is kept.
 	defer g.loc.changed(nm.entry)
-	v, err := scripts.GuardInvalidate().Run(rctx, g.rdb, nm.keys[:5], g.keepArg, nm.entry).Slice()
+	v, err := lua.GuardInvalidate.Run(rctx, g.rdb, nm.keys[:5], g.keepArg, nm.entry).Slice()
 	if err != nil {
 		g.redisFailed("invalidate", err)
 		return fmt.Errorf("guard: invalidate: %w", err)
 	}
-	g.br.success()
+	g.br.Success()
 	if len(v) == 2 {
 		g.foreign(nm, v[1])
 	}
@@ -112,12 +112,12 @@ func (g *Group) invalidateTag(ctx context.Context, tag string) error {
 				keys = append(keys, e, e+":lease", e+":fence", e+":w", e+":inv")
 			}
 		}
-		v, err := scripts.GuardInvalidateTag().Run(rctx, g.rdb, keys, g.keepArg).Slice()
+		v, err := lua.GuardInvalidateTag.Run(rctx, g.rdb, keys, g.keepArg).Slice()
 		if err != nil {
 			g.redisFailed("invalidate", err)
 			return fmt.Errorf("guard: invalidate tag: %w", err)
 		}
-		g.br.success()
+		g.br.Success()
 		if len(v) == 2 {
 			g.foreign(names{user: "{" + tag + "}"}, v[1])
 		}

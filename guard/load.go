@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/stampede-go/stampede/guard/internal/entry"
 )
 
 // loadAndFill calls the call's load under the lease fence (renewed by a
@@ -16,7 +18,7 @@ import (
 // that also releases the lease and wakes the waiters. refresh is true when
 // a stale value exists and keeps being served if the load fails. prev is
 // the entry the load replaces (Previous), or nil.
-func (g *Group) loadAndFill(ctx context.Context, c *call, fence int64, refresh bool, prev *entry) (Result, error) {
+func (g *Group) loadAndFill(ctx context.Context, c *call, fence int64, refresh bool, prev *entry.Entry) (Result, error) {
 	o := g.loadLeased(ctx, c.key, c.nm, c.load, fence, prev)
 	v, err := o.v, o.err
 	f := g.fillFor(c.co, fence, o, refresh)
@@ -95,7 +97,7 @@ func (g *Group) fillFor(co callOptions, fence int64, o outcome, refresh bool) fi
 
 // loadLeased calls load while a watchdog keeps the lease fence alive
 // (fence 0: no lease). The watchdog stops however the load ends.
-func (g *Group) loadLeased(ctx context.Context, key string, nm names, load LoadFunc, fence int64, prev *entry) outcome {
+func (g *Group) loadLeased(ctx context.Context, key string, nm names, load LoadFunc, fence int64, prev *entry.Entry) outcome {
 	if fence > 0 {
 		defer g.renewLease(nm, fence)()
 	}
@@ -166,7 +168,7 @@ type runningLoad struct {
 // could be older than a fill that landed meanwhile).
 //
 // own is false when the outcome is that of a load another caller started.
-func (g *Group) callLoader(ctx context.Context, key string, load LoadFunc, join bool, prev *entry) (o outcome, own bool) {
+func (g *Group) callLoader(ctx context.Context, key string, load LoadFunc, join bool, prev *entry.Entry) (o outcome, own bool) {
 	g.lmu.Lock()
 	for {
 		r := g.loads[key]
@@ -203,7 +205,7 @@ func (g *Group) callLoader(ctx context.Context, key string, load LoadFunc, join 
 // its own, so whatever way it ends reaches the flight as an outcome: a
 // value, an error, a panic (*PanicError) or runtime.Goexit (ErrGoexit),
 // which would otherwise end the flight's goroutine with nobody told.
-func (g *Group) runLoader(ctx context.Context, key string, load LoadFunc, prev *entry) outcome {
+func (g *Group) runLoader(ctx context.Context, key string, load LoadFunc, prev *entry.Entry) outcome {
 	ctx, cancel := context.WithTimeout(ctx, g.opts.LoadTimeout)
 	defer cancel()
 	slot := &windowsSlot{prev: prev}
@@ -250,18 +252,18 @@ func (g *Group) runLoader(ctx context.Context, key string, load LoadFunc, prev *
 
 // revalidate builds the value of a Revalidated answer from the previous
 // entry: head followed by the previous value less its first trim bytes.
-func revalidate(prev *entry, rv *revalidatedError) ([]byte, error, *revalidation) {
+func revalidate(prev *entry.Entry, rv *revalidatedError) ([]byte, error, *revalidation) {
 	if prev == nil {
 		return nil, ErrNoPrevious, nil
 	}
-	if rv.trim < 0 || rv.trim > len(prev.value) {
-		return nil, fmt.Errorf("%w: trim %d of a %d-byte value", ErrNoPrevious, rv.trim, len(prev.value)), nil
+	if rv.trim < 0 || rv.trim > len(prev.Value) {
+		return nil, fmt.Errorf("%w: trim %d of a %d-byte value", ErrNoPrevious, rv.trim, len(prev.Value)), nil
 	}
-	tail := prev.value[rv.trim:]
+	tail := prev.Value[rv.trim:]
 	v := make([]byte, 0, len(rv.head)+len(tail))
 	v = append(append(v, rv.head...), tail...)
 	return v, nil, &revalidation{head: rv.head, trim: rv.trim,
-		expect: strconv.FormatInt(prev.fence, 10) + "," + strconv.FormatInt(prev.written, 10)}
+		expect: strconv.FormatInt(prev.Fence, 10) + "," + strconv.FormatInt(prev.Written, 10)}
 }
 
 // loadOnly loads without Redis, sharing a load of key already running in

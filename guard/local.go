@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/stampede-go/stampede/guard/internal/entry"
 )
 
 // The in-process tier: fresh values kept in memory, so that a hot key's
@@ -100,9 +102,9 @@ type localItem struct {
 	tag       string // the base of the key's own hash tag, or ""
 	value     []byte
 	cost      int
-	until     time.Time // local monotonic clock: served before this
-	e         entry     // header of the entry (value aliases e.value)
-	base      time.Time // local time the entry was written, for Age
+	until     time.Time   // local monotonic clock: served before this
+	e         entry.Entry // header of the entry (value aliases e.value)
+	base      time.Time   // local time the entry was written, for Age
 	// mark: no copy, only the version (e's fence and written time) of a
 	// value a call returned without keeping it; never served, it refuses
 	// older replies (see localTier)
@@ -199,18 +201,18 @@ func (t *localTier) get(key string) (*localItem, bool) {
 
 // newer reports whether a is a later entry than b: a higher fence, or the
 // same fence written later (a refill under the same lease).
-func newer(a, b *entry) bool {
-	return a.fence > b.fence || (a.fence == b.fence && a.written > b.written)
+func newer(a, b *entry.Entry) bool {
+	return a.Fence > b.Fence || (a.Fence == b.Fence && a.Written > b.Written)
 }
 
 // keep offers the entry e of key (named name), read with ticket tk, to
 // the tier, to be served for left more: a fresh value, or, stale, a stale
 // one. The value is returned to its caller whether it is kept or not.
-func (t *localTier) keep(key, name string, tk ticket, e *entry, left time.Duration, age time.Duration, stale bool) {
+func (t *localTier) keep(key, name string, tk ticket, e *entry.Entry, left time.Duration, age time.Duration, stale bool) {
 	if t == nil {
 		return
 	}
-	cost := len(e.value) + len(key) + len(name) + localOverhead
+	cost := len(e.Value) + len(key) + len(name) + localOverhead
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	cur := t.byKey[key]
@@ -237,7 +239,7 @@ func (t *localTier) keep(key, name string, tk ticket, e *entry, left time.Durati
 		return
 	}
 	now := time.Now()
-	it := &localItem{key: key, name: name, value: e.value, cost: cost, e: *e,
+	it := &localItem{key: key, name: name, value: e.Value, cost: cost, e: *e,
 		until: now.Add(min(left, t.ttl)), base: now.Add(-age), stale: stale}
 	t.insert(it)
 }
@@ -246,7 +248,7 @@ func (t *localTier) keep(key, name string, tk ticket, e *entry, left time.Durati
 // which the tier does not keep (a stale or negative entry, a marker, a
 // value too large or with no fresh time left): no older reply is kept
 // after it.
-func (t *localTier) seen(key, name string, e *entry) {
+func (t *localTier) seen(key, name string, e *entry.Entry) {
 	if t == nil || !t.live.Load() {
 		return
 	}
@@ -261,7 +263,7 @@ func (t *localTier) seen(key, name string, e *entry) {
 
 // putMark puts a mark of e's version for key in the place of cur, with mu
 // held.
-func (t *localTier) putMark(key, name string, e *entry, cur *localItem) {
+func (t *localTier) putMark(key, name string, e *entry.Entry, cur *localItem) {
 	if cur != nil {
 		t.unlink(cur)
 	}
@@ -269,7 +271,7 @@ func (t *localTier) putMark(key, name string, e *entry, cur *localItem) {
 		return // a generation change refuses every reply sent before
 	}
 	it := &localItem{key: key, name: name, cost: len(key) + len(name) + localOverhead, e: *e, mark: true}
-	it.e.value = nil
+	it.e.Value = nil
 	t.insert(it)
 }
 
@@ -324,7 +326,7 @@ func (t *localTier) toMark(it *localItem) {
 // or mark held is newer. Without a tier there is nothing to tell by
 // (true); with one that did not listen when the read was sent, nothing is
 // known (false: the caller reads again).
-func (t *localTier) current(name string, tk ticket, e *entry) bool {
+func (t *localTier) current(name string, tk ticket, e *entry.Entry) bool {
 	if t == nil {
 		return true
 	}

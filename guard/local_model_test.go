@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/stampede-go/stampede/guard/internal/entry"
 )
 
 var tierModelRuns = flag.Int("tier.runs", 2000, "histories TestLocalTierModel generates")
@@ -93,7 +95,7 @@ func tierHistory(seed uint64) string {
 					continue
 				}
 				reads = append(reads[:i], reads[i+1:]...)
-				e := entry{fence: rd.version, written: rd.version, value: []byte("v")}
+				e := entry.Entry{Fence: rd.version, Written: rd.version, Value: []byte("v")}
 				if rng.IntN(4) == 0 {
 					// an answer the tier does not keep (stale, negative)
 					lt.seen(rd.key, g.names(rd.key).entry, &e)
@@ -116,7 +118,7 @@ func tierHistory(seed uint64) string {
 					}
 					v := rk[rd.key].version
 					tk := lt.ticket(name)
-					e2 := entry{fence: v, written: v, value: []byte("v")}
+					e2 := entry.Entry{Fence: v, Written: v, Value: []byte("v")}
 					lt.keep(rd.key, name, tk, &e2, time.Hour, 0, false)
 					if msg := check(rd.key, v, jn.floor, "re-read"); msg != "" {
 						return msg
@@ -136,7 +138,7 @@ func tierHistory(seed uint64) string {
 			}
 		case 7, 8: // a call served from the tier
 			if it, ok := lt.get(k); ok {
-				if msg := check(k, it.e.fence, r.returned, "get"); msg != "" {
+				if msg := check(k, it.e.Fence, r.returned, "get"); msg != "" {
 					return msg
 				}
 			}

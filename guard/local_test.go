@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stampede-go/stampede/guard/internal/entry"
+
 	"github.com/stampede-go/stampede/internal/hashtag"
 	"github.com/stampede-go/stampede/internal/redistest"
 )
@@ -112,7 +114,7 @@ func TestLocalTierIndexes(t *testing.T) {
 		switch op := rng.IntN(10); {
 		case op < 5:
 			tk := lt.ticket(name)
-			e := entry{fence: int64(i), written: int64(i), value: make([]byte, rng.IntN(64))}
+			e := entry.Entry{Fence: int64(i), Written: int64(i), Value: make([]byte, rng.IntN(64))}
 			lt.keep(k, name, tk, &e, time.Hour, 0, false)
 			check("keep " + k)
 		case op < 7:
@@ -155,7 +157,7 @@ func TestLocalTierTagTicket(t *testing.T) {
 	lt := newLocalTier(Options{Namespace: "ns:", LocalEntries: 8, LocalBytes: 1 << 20, LocalTTL: time.Hour})
 	lt.setLive(true)
 	a, b := g.names("{t}a").entry, g.names("{t}b").entry
-	e := entry{fence: 1, written: 1, value: []byte("v")}
+	e := entry.Entry{Fence: 1, Written: 1, Value: []byte("v")}
 	ta, tb := lt.ticket(a), lt.ticket(b)
 	lt.keep("{t}a", a, ta, &e, time.Hour, 0, false)
 	lt.keep("{t}b", b, tb, &e, time.Hour, 0, false)
@@ -164,7 +166,7 @@ func TestLocalTierTagTicket(t *testing.T) {
 	}
 	tk := lt.ticket(a)
 	lt.changedTag(hashtag.Base("ns:", "t"))
-	e2 := entry{fence: 2, written: 2, value: []byte("w")}
+	e2 := entry.Entry{Fence: 2, Written: 2, Value: []byte("w")}
 	lt.keep("{t}a", a, tk, &e2, time.Hour, 0, false)
 	if lt.len() != 0 {
 		t.Fatalf("%d copies after the tag's invalidation, want none (a read sent before kept its value)", lt.len())

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
+
+	"github.com/stampede-go/stampede/guard/internal/entry"
 )
 
 // missOutcome is a miss flight's answer; exactly one of its callers claims
@@ -11,15 +13,15 @@ import (
 type missOutcome struct {
 	res     Result
 	claimed *atomic.Bool
-	owner   *call     // whose load it was (see mine)
-	marker  entry     // with errPassing: the pass marker read
-	from    valueRead // when res is a value a read found: that read
+	owner   *call       // whose load it was (see mine)
+	marker  entry.Entry // with errPassing: the pass marker read
+	from    valueRead   // when res is a value a read found: that read
 }
 
 // valueRead is the read that found a value a flight hands its callers.
 type valueRead struct {
 	ok bool
-	e  entry
+	e  entry.Entry
 	tk ticket
 	at time.Time // when it was sent
 }
@@ -64,7 +66,7 @@ type waitState struct {
 	// failing: the last read found a failing marker (Private): after
 	// WaitTimeout no load outside the lease, whatever the policy.
 	failing bool
-	marker  *entry // where a pass marker found is handed to the callers
+	marker  *entry.Entry // where a pass marker found is handed to the callers
 	// woke: the wait woke at least once; notified: its last wake-up was
 	// the fill's notification (reported once, when the wait ends).
 	woke, notified bool
@@ -77,7 +79,7 @@ type waitState struct {
 // (woken by its notification, or by a fallback poll for lost messages and
 // expired leases), load under a lease a later read wins, or, after
 // WaitTimeout, apply WaitTimeoutPolicy.
-func (g *Group) resolveMiss(ctx context.Context, c *call, x int64, marker *entry, from *valueRead) (Result, error) {
+func (g *Group) resolveMiss(ctx context.Context, c *call, x int64, marker *entry.Entry, from *valueRead) (Result, error) {
 	wake := make(chan struct{}, 1)
 	defer g.hub.Register(c.nm.entry, wake)()
 	// The first poll is short: a fill can land between the read and the
@@ -137,7 +139,7 @@ func (g *Group) awaitFill(ctx context.Context, key string, w *waitState, wake <-
 // node won the lease, or the wait goes on (done false).
 func (g *Group) afterWait(ctx context.Context, c *call, rr readReply, w *waitState) (res Result, err error, done bool) {
 	e, st := g.classify(c.key, rr)
-	w.failing = e.failing
+	w.failing = e.Failing
 	switch {
 	case st == passing:
 		*w.marker = e

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stampede-go/stampede/guard/internal/entry"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stampede-go/stampede/internal/redistest"
@@ -121,8 +123,8 @@ func genPoison(r *rand.Rand, i int) poison {
 	case 0: // entry
 		switch r.IntN(3) {
 		case 0:
-			c := corruptEntries[r.IntN(len(corruptEntries))]
-			return str("corrupt "+c.name, c.raw)
+			c := entry.Corrupt[r.IntN(len(entry.Corrupt))]
+			return str("corrupt "+c.Name, c.Raw)
 		case 1:
 			// A valid header past its fresh-until, with no TTL (a writer
 			// that forgot it): a fresh one would be a value to serve.
@@ -164,7 +166,7 @@ func (p poison) plant(ctx context.Context, rdb redis.UniversalClient, nm names) 
 			return err
 		}
 		n := now.UnixMilli()
-		e := encodeEntry(entry{freshUntil: n - 10, staleUntil: n + 3_600_000, written: n - 20, fence: 1 << 52, value: []byte("foreign")})
+		e := entry.Encode(entry.Entry{FreshUntil: n - 10, StaleUntil: n + 3_600_000, Written: n - 20, Fence: 1 << 52, Value: []byte("foreign")})
 		return rdb.Set(ctx, name, e, 0).Err()
 	case p.str != nil:
 		return rdb.Set(ctx, name, *p.str, p.ttl).Err()
@@ -226,7 +228,7 @@ func guardShaped(ctx context.Context, rdb redis.UniversalClient, nm names) (stri
 		}
 		switch {
 		case i == 0:
-			if _, derr := decodeEntry([]byte(v)); derr != nil || ttl < 0 {
+			if _, derr := entry.Decode([]byte(v)); derr != nil || ttl < 0 {
 				return fmt.Sprintf("entry %.40q (TTL %v, %v)", v, ttl, derr), nil
 			}
 		case !canon(v) || (i != 2 && ttl < 0):

@@ -12,10 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stampede-go/stampede/internal/lua"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stampede-go/stampede/internal/redistest"
-	"github.com/stampede-go/stampede/scripts"
 )
 
 // TestModelHistories runs generated interleavings of Do, GetMany,
@@ -275,7 +276,7 @@ func historyModel(t *testing.T, seed uint64, budget time.Duration) {
 	admin := srv.Client(t)
 	t.Cleanup(noLeaks(t))
 	h := &history{ver: map[string]int64{}}
-	watch := fillWatch{h: h, sha: scripts.GuardFill().Hash()}
+	watch := fillWatch{h: h, sha: lua.GuardFill.Hash()}
 	nodes := make([]*histNode, 3)
 	for i := range nodes {
 		rdb := srv.Client(t)

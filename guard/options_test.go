@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stampede-go/stampede/guard/internal/entry"
+
 	"github.com/stampede-go/stampede/internal/redistest"
 	"go.uber.org/goleak"
 )
@@ -23,12 +25,12 @@ func TestPerCallTTLsAndJitter(t *testing.T) {
 			t.Fatal(err)
 		}
 		raw, _ := rdb.Get(ctxT(t), g.names(key).entry).Bytes()
-		e, err := decodeEntry(raw)
+		e, err := entry.Decode(raw)
 		if err != nil {
 			t.Fatal(err)
 		}
-		fresh := e.freshUntil - e.written
-		stale := e.staleUntil - e.freshUntil
+		fresh := e.FreshUntil - e.Written
+		stale := e.StaleUntil - e.FreshUntil
 		if fresh < 5000 || fresh > 10000 || stale != 20000 {
 			t.Fatalf("windows fresh %dms stale %dms, want fresh in [5s, 10s] and stale 20s", fresh, stale)
 		}

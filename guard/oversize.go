@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync/atomic"
 
+	"github.com/stampede-go/stampede/guard/internal/entry"
+
 	lru "github.com/hashicorp/golang-lru/v2"
 )
 
@@ -59,12 +61,12 @@ func (s overStore) get(key string, written, now int64) (overCopy, bool) {
 
 // overValue puts this node's copy of the value behind the oversize marker
 // e in e.value, and reports whether it holds one.
-func (g *Group) overValue(key string, e *entry, now int64) bool {
-	cp, ok := g.over.get(key, e.written, now)
+func (g *Group) overValue(key string, e *entry.Entry, now int64) bool {
+	cp, ok := g.over.get(key, e.Written, now)
 	if !ok || cp.err != nil {
 		return false
 	}
-	e.value = cp.v
+	e.Value = cp.v
 	return true
 }
 
@@ -80,19 +82,19 @@ func (g *Group) keepOversize(key string, v []byte, written, staleUntil int64) {
 // key already running here), kept until the marker's stale-until. Nothing
 // is written to Redis: the marker is there already. Each caller leaves on
 // its own ctx.
-func (g *Group) loadOversize(ctx context.Context, key string, load LoadFunc, e entry, now int64) (Result, error) {
+func (g *Group) loadOversize(ctx context.Context, key string, load LoadFunc, e entry.Entry, now int64) (Result, error) {
 	detached := context.WithoutCancel(ctx)
 	ch := g.sf.DoChan("o"+key, func() (any, error) {
 		res := Result{Status: Miss, Oversize: true}
 		// Another flight of this process may have kept it meanwhile.
-		if cp, ok := g.over.get(key, e.written, now); ok {
+		if cp, ok := g.over.get(key, e.Written, now); ok {
 			res.Value, res.Status = cp.v, Shared
 			return missOutcome{res: res, claimed: new(atomic.Bool)}, cp.err
 		}
 		o, _ := g.callLoader(detached, key, load, true, nil)
-		cp := overCopy{v: o.v, err: o.err, written: e.written, until: e.staleUntil}
+		cp := overCopy{v: o.v, err: o.err, written: e.Written, until: e.StaleUntil}
 		if o.err != nil {
-			cp.v, cp.until = nil, min(now+ms(g.opts.ErrorBackoff), e.staleUntil)
+			cp.v, cp.until = nil, min(now+ms(g.opts.ErrorBackoff), e.StaleUntil)
 		}
 		if !isNoStore(o.err) {
 			g.over.c.Add(key, cp)
@@ -121,7 +123,7 @@ func (g *Group) oversizeHook(key string, v []byte, err error) {
 // stands for a value this node holds no copy of.
 type overKey struct {
 	i   int
-	e   entry
+	e   entry.Entry
 	now int64
 }
 

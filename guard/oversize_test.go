@@ -68,7 +68,7 @@ func TestOversizeRefreshEpochs(t *testing.T) {
 	if size, _ := sizes.Load(key); reported.Load() != 1 || size != len(big) {
 		t.Fatalf("Oversize hook: %d reports, size %v; want 1 of %d", reported.Load(), size, len(big))
 	}
-	if e := entryOf(t, rdb, a, key); !e.oversize || len(e.value) != 0 {
+	if e := entryOf(t, rdb, a, key); !e.Oversize || len(e.Value) != 0 {
 		t.Fatalf("stored %+v; want an oversize marker without payload", e)
 	}
 	for _, g := range []*Group{a, b, b} {

@@ -24,11 +24,11 @@ func (g *Group) Peek(ctx context.Context, key string) (Result, error) {
 	if r, ok := g.localHit(key); ok {
 		return r, nil
 	}
-	probe, ok := g.br.allow()
+	probe, ok := g.br.Allow()
 	if !ok {
 		return Result{}, fmt.Errorf("%w: Redis unavailable (breaker open)", ErrNotCached)
 	}
-	defer g.br.release(probe)
+	defer g.br.Release(probe)
 	nm := g.names(key)
 	k := g.keepOf(nm.entry)
 	rr, err := g.peekRead(ctx, nm)
@@ -37,7 +37,7 @@ func (g *Group) Peek(ctx context.Context, key string) (Result, error) {
 	}
 	e, st := g.classify(key, rr)
 	switch {
-	case st == missing || st == passing || st == oversized || e.errMark:
+	case st == missing || st == passing || st == oversized || e.ErrMark:
 		return Result{}, ErrNotCached
 	case st == fresh:
 		return g.served(key, e, rr.now, Hit, k)

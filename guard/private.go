@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/stampede-go/stampede/guard/internal/entry"
 )
 
 // Outcomes that belong to one caller. A load runs for the flight of its
@@ -124,7 +126,7 @@ func turnTimeout(key string) error {
 // passLoad serves a call of a key marked pass (the marker e): the caller's
 // own load, with no flight, no lease and no waiting. A value it returns is
 // stored if the marker is still the one read, which ends the window.
-func (g *Group) passLoad(ctx context.Context, c *call, e entry) (Result, error) {
+func (g *Group) passLoad(ctx context.Context, c *call, e entry.Entry) (Result, error) {
 	o := g.runLoader(context.WithoutCancel(ctx), c.key, c.load, nil)
 	if o.err != nil {
 		return Result{Status: Passed}, o.err
@@ -132,7 +134,7 @@ func (g *Group) passLoad(ctx context.Context, c *call, e entry) (Result, error) 
 	f := g.fillFor(c.co, 0, o, false)
 	if f.mode == "w" && f.flags != "n" {
 		f.mode = "c"
-		f.expect = strconv.FormatInt(e.fence, 10) + "," + strconv.FormatInt(e.written, 10)
+		f.expect = strconv.FormatInt(e.Fence, 10) + "," + strconv.FormatInt(e.Written, 10)
 		g.store(ctx, c.key, c.nm, f)
 	}
 	return Result{Value: o.v, Status: Passed}, nil

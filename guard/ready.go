@@ -8,10 +8,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stampede-go/stampede/internal/lua"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stampede-go/stampede/internal/notify"
-	"github.com/stampede-go/stampede/scripts"
 )
 
 // ReadyTimeout bounds Ready when its ctx has no deadline. It leaves room
@@ -134,10 +135,10 @@ func (g *Group) scriptsRun(ctx context.Context) error {
 		args   []any
 		reject string // the start of the script's rejection
 	}{
-		{"guard_read", scripts.GuardRead(), nm.keys[:4], []any{"-"}, "ERR guard_read: bad lease"},
-		{"guard_fill", scripts.GuardFill(), nm.keys, []any{"-"}, "ERR guard_fill: bad fence"},
-		{"guard_lease", scripts.GuardLease(), nm.keys[1:2], []any{"", "-"}, "ERR guard_lease: bad milliseconds"},
-		{"guard_invalidate", scripts.GuardInvalidate(), nm.keys, []any{"-"}, "ERR guard_invalidate: bad fence retention"},
+		{"guard_read", lua.GuardRead, nm.keys[:4], []any{"-"}, "ERR guard_read: bad lease"},
+		{"guard_fill", lua.GuardFill, nm.keys, []any{"-"}, "ERR guard_fill: bad fence"},
+		{"guard_lease", lua.GuardLease, nm.keys[1:2], []any{"", "-"}, "ERR guard_lease: bad milliseconds"},
+		{"guard_invalidate", lua.GuardInvalidate, nm.keys, []any{"-"}, "ERR guard_invalidate: bad fence retention"},
 	}
 	var errs []error
 	for _, p := range probes {

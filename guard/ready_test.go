@@ -10,10 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stampede-go/stampede/internal/lua"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stampede-go/stampede/internal/redistest"
-	"github.com/stampede-go/stampede/scripts"
 )
 
 // readyChecks returns the checks a Ready error names, with their errors.
@@ -49,7 +50,7 @@ func readyChecks(t *testing.T, err error) map[string]error {
 func guardScriptsLoaded(t *testing.T, ctx context.Context, rdb *redis.Client) []bool {
 	t.Helper()
 	var hashes []string
-	for _, s := range []*redis.Script{scripts.GuardRead(), scripts.GuardFill(), scripts.GuardLease(), scripts.GuardInvalidate()} {
+	for _, s := range []*redis.Script{lua.GuardRead, lua.GuardFill, lua.GuardLease, lua.GuardInvalidate} {
 		hashes = append(hashes, s.Hash())
 	}
 	ok, err := rdb.ScriptExists(ctx, hashes...).Result()

@@ -7,9 +7,11 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/stampede-go/stampede/internal/lua"
 
-	"github.com/stampede-go/stampede/scripts"
+	"github.com/stampede-go/stampede/guard/internal/breaker"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // readReply is the outcome of guard_read.lua.
@@ -30,13 +32,13 @@ func (g *Group) read(ctx context.Context, nm names, force bool) (readReply, erro
 		forceArg = "1"
 	}
 	sent := g.clk.local()
-	v, err := g.callScript(ctx, g.readQ, scripts.GuardRead,
-		scriptCall{nm.readKeys(), []any{g.leaseArg, g.chanArg, g.waitArg, g.keepArg, forceArg}})
+	v, err := g.callScript(ctx, g.readQ, lua.GuardRead,
+		lua.Call{Keys: nm.readKeys(), Args: []any{g.leaseArg, g.chanArg, g.waitArg, g.keepArg, forceArg}})
 	if err != nil {
 		g.redisFailed("read", err)
 		return readReply{}, err
 	}
-	g.br.success()
+	g.br.Success()
 	rr, err := g.readReplyOf(nm, v, sent)
 	if err != nil {
 		g.redisFailed("read", err)
@@ -50,12 +52,12 @@ func (g *Group) peekRead(ctx context.Context, nm names) (readReply, error) {
 	rctx, cancel := context.WithTimeout(ctx, g.opts.RedisTimeout)
 	defer cancel()
 	sent := g.clk.local()
-	v, err := scripts.GuardRead().Run(rctx, g.rdb, nm.readKeys(), 0, "", 0, g.keepArg, "0").Slice()
+	v, err := lua.GuardRead.Run(rctx, g.rdb, nm.readKeys(), 0, "", 0, g.keepArg, "0").Slice()
 	if err != nil {
 		g.redisFailed("peek", err)
 		return readReply{}, err
 	}
-	g.br.success()
+	g.br.Success()
 	rr, err := g.readReplyOf(nm, v, sent)
 	if err != nil {
 		g.redisFailed("peek", err)
@@ -134,14 +136,14 @@ func (g *Group) store(ctx context.Context, key string, nm names, f fillSpec) {
 		defer g.loc.changed(nm.entry)
 	}
 	sent := g.clk.local()
-	reply, err := g.callScript(context.WithoutCancel(ctx), g.fillQ, scripts.GuardFill,
-		scriptCall{nm.keys, []any{f.fence, f.value, ms(fresh), ms(f.stale),
+	reply, err := g.callScript(context.WithoutCancel(ctx), g.fillQ, lua.GuardFill,
+		lua.Call{Keys: nm.keys, Args: []any{f.fence, f.value, ms(fresh), ms(f.stale),
 			f.loadDur.Microseconds(), f.flags, f.mode, ms(f.keepLease), nm.entry, g.keepArg, f.trim, f.expect}})
 	if err != nil {
 		g.redisFailed("fill", err)
 		return
 	}
-	g.br.success()
+	g.br.Success()
 	g.filled(key, nm, f, reply, sent)
 }
 
@@ -186,12 +188,12 @@ func (g *Group) redisFailed(op string, err error) {
 	if h := g.opts.Hooks.RedisError; h != nil {
 		h(op, err)
 	}
-	if cc, ok := g.rdb.(*redis.ClusterClient); ok && !errors.Is(err, context.Canceled) && unwell(err) {
+	if cc, ok := g.rdb.(*redis.ClusterClient); ok && !errors.Is(err, context.Canceled) && breaker.Unwell(err) {
 		// A dead master sends no MOVED, and go-redis otherwise reloads the
 		// slot map only every ClusterStateReloadInterval (60s by default):
 		// after a failover the promoted replica would go unused that long.
 		// The reload is asynchronous and go-redis coalesces bursts of them.
 		cc.ReloadState(context.Background())
 	}
-	g.br.record(err, nil)
+	g.br.Record(err, nil)
 }

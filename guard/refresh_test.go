@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stampede-go/stampede/guard/internal/entry"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stampede-go/stampede/internal/redistest"
 )
@@ -84,7 +86,7 @@ func TestStaleIfError(t *testing.T) {
 func TestXFetchDraw(t *testing.T) {
 	g := &Group{opts: Options{EarlyRefreshBeta: 1}}
 	const draws = 20000
-	rate := func(e entry, now int64) float64 {
+	rate := func(e entry.Entry, now int64) float64 {
 		n := 0
 		for range draws {
 			if g.earlyRefreshDue(e, now) {
@@ -93,23 +95,23 @@ func TestXFetchDraw(t *testing.T) {
 		}
 		return float64(n) / draws
 	}
-	e := entry{freshUntil: 10_000, loadDur: 100 * time.Millisecond}
+	e := entry.Entry{FreshUntil: 10_000, LoadDur: 100 * time.Millisecond}
 	if r := rate(e, 10_000); r != 1 {
 		t.Fatalf("at fresh-until: rate %v, want 1", r)
 	}
-	if r := rate(entry{freshUntil: 10_000}, 9_999); r != 0 {
+	if r := rate(entry.Entry{FreshUntil: 10_000}, 9_999); r != 0 {
 		t.Fatalf("no load time: rate %v, want 0", r)
 	}
 	for _, c := range []struct {
 		remaining int64 // ms
 		want      float64
 	}{{100, math.Exp(-1)}, {200, math.Exp(-2)}, {50, math.Exp(-0.5)}} {
-		if r := rate(e, e.freshUntil-c.remaining); math.Abs(r-c.want) > 0.02 {
+		if r := rate(e, e.FreshUntil-c.remaining); math.Abs(r-c.want) > 0.02 {
 			t.Errorf("%d ms left: rate %.3f, want %.3f", c.remaining, r, c.want)
 		}
 	}
 	neg := e
-	neg.negative = true
+	neg.Negative = true
 	if r := rate(neg, 10_000); r != 0 {
 		t.Fatalf("negative entry: rate %v, want 0", r)
 	}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stampede-go/stampede/guard/internal/entry"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stampede-go/stampede/internal/redistest"
@@ -18,15 +20,15 @@ import (
 // putKept writes a value entry for key that is past its freshness by
 // pastMS and kept (flag 'r') for keepMS more: never served stale, only
 // revalidated.
-func putKept(t *testing.T, rdb redis.UniversalClient, g *Group, key string, value []byte, pastMS, keepMS, fence int64) entry {
+func putKept(t *testing.T, rdb redis.UniversalClient, g *Group, key string, value []byte, pastMS, keepMS, fence int64) entry.Entry {
 	t.Helper()
 	now, err := rdb.Time(ctxT(t)).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := now.UnixMilli()
-	e := entry{freshUntil: n - pastMS, staleUntil: n + keepMS, written: n - pastMS - 1000, fence: fence, value: value, mustRevalidate: true}
-	if err := rdb.Set(ctxT(t), g.names(key).entry, encodeEntry(e), time.Duration(keepMS)*time.Millisecond).Err(); err != nil {
+	e := entry.Entry{FreshUntil: n - pastMS, StaleUntil: n + keepMS, Written: n - pastMS - 1000, Fence: fence, Value: value, MustRevalidate: true}
+	if err := rdb.Set(ctxT(t), g.names(key).entry, entry.Encode(e), time.Duration(keepMS)*time.Millisecond).Err(); err != nil {
 		t.Fatal(err)
 	}
 	return e
@@ -144,8 +146,8 @@ func TestRevalidated(t *testing.T) {
 				t.Errorf("%d bytes sent to Redis for a revalidation of a %d-byte value", n, len(old))
 			}
 			e := entryOf(t, rdb, g, key)
-			if !bytes.Equal(e.value, want) || !e.mustRevalidate {
-				t.Errorf("stored %d bytes (flag r %v), want head2 and the tail", len(e.value), e.mustRevalidate)
+			if !bytes.Equal(e.Value, want) || !e.MustRevalidate {
+				t.Errorf("stored %d bytes (flag r %v), want head2 and the tail", len(e.Value), e.MustRevalidate)
 			}
 			wantWindows(t, rdb, g, key, time.Minute, 2*time.Minute)
 		})
@@ -166,8 +168,8 @@ func TestRevalidated(t *testing.T) {
 			if err != nil || !bytes.Equal(r.Value, append([]byte("head2:"), tail...)) {
 				t.Fatalf("got %d bytes, %v; want the revalidated value all the same", len(r.Value), err)
 			}
-			if e := entryOf(t, rdb, g, key); string(e.value) != "head9:other" {
-				t.Errorf("stored %q, want the other writer's entry untouched", e.value[:min(len(e.value), 16)])
+			if e := entryOf(t, rdb, g, key); string(e.Value) != "head9:other" {
+				t.Errorf("stored %q, want the other writer's entry untouched", e.Value[:min(len(e.Value), 16)])
 			}
 			if rejected.n.Load() != 1 {
 				t.Errorf("FillRejected %d times, want 1", rejected.n.Load())
@@ -191,7 +193,7 @@ func TestRevalidated(t *testing.T) {
 					t.Fatalf("got %v, want ErrNoPrevious", err)
 				}
 				if c.prev {
-					if e := entryOf(t, rdb, g, key); !bytes.Equal(e.value, old) {
+					if e := entryOf(t, rdb, g, key); !bytes.Equal(e.Value, old) {
 						t.Error("the kept entry was overwritten by a failed revalidation")
 					}
 				}

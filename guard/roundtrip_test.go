@@ -7,10 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stampede-go/stampede/internal/lua"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stampede-go/stampede/internal/redistest"
-	"github.com/stampede-go/stampede/scripts"
 )
 
 // cmdCounter counts the commands a client sends (each is one round trip
@@ -75,7 +76,7 @@ func TestRoundTripBudget(t *testing.T) {
 		g := newGroup(t, rdb, Options{LockTTL: time.Minute})
 		// Load the scripts on every master first: EVALSHA falls back to EVAL
 		// once per server, which is not the steady state being measured.
-		for name, s := range scripts.All() {
+		for name, s := range lua.All() {
 			if err := s.Load(ctxT(t), rdb).Err(); err != nil {
 				t.Fatalf("load %s: %v", name, err)
 			}

@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/stampede-go/stampede/internal/lua"
+
 	"github.com/redis/go-redis/v9"
 )
 
@@ -25,13 +27,13 @@ import (
 type scriptQueue struct {
 	commitQueue[*scriptReq]
 	rdb    redis.UniversalClient
-	script func() *redis.Script
+	script *redis.Script
 	rt     time.Duration // RedisTimeout
 }
 
 // scriptReq is one queued call; see getReq for who owns it when.
 type scriptReq struct {
-	call  scriptCall
+	call  lua.Call
 	enq   time.Time
 	val   []any
 	err   error
@@ -41,7 +43,7 @@ type scriptReq struct {
 
 // newScriptQueue returns the batcher of script's calls, or nil when
 // MaxHitBatch turns batching off.
-func newScriptQueue(rdb redis.UniversalClient, script func() *redis.Script, o Options) *scriptQueue {
+func newScriptQueue(rdb redis.UniversalClient, script *redis.Script, o Options) *scriptQueue {
 	if o.MaxHitBatch <= 1 {
 		return nil
 	}
@@ -52,7 +54,7 @@ func newScriptQueue(rdb redis.UniversalClient, script func() *redis.Script, o Op
 
 // callScript calls script with c, through q (nil: on its own), within
 // RedisTimeout of the call or when ctx ends, if that is sooner.
-func (g *Group) callScript(ctx context.Context, q *scriptQueue, script func() *redis.Script, c scriptCall) ([]any, error) {
+func (g *Group) callScript(ctx context.Context, q *scriptQueue, script *redis.Script, c lua.Call) ([]any, error) {
 	if q != nil {
 		q.mu.Lock()
 		if !q.alone() {
@@ -67,7 +69,7 @@ func (g *Group) callScript(ctx context.Context, q *scriptQueue, script func() *r
 	}
 	rctx, cancel := context.WithTimeout(ctx, g.opts.RedisTimeout)
 	defer cancel()
-	return script().Run(rctx, g.rdb, c.keys, c.args...).Slice()
+	return script.Run(rctx, g.rdb, c.Keys, c.Args...).Slice()
 }
 
 // wait returns the answer to r, or ctx's error if the caller leaves first.
@@ -87,11 +89,11 @@ func (r *scriptReq) wait(ctx context.Context) ([]any, error) {
 func (q *scriptQueue) flushScripts(batch []*scriptReq) {
 	ctx, cancel := context.WithDeadline(context.Background(), batch[0].enq.Add(q.rt))
 	defer cancel()
-	calls := make([]scriptCall, len(batch))
+	calls := make([]lua.Call, len(batch))
 	for i, r := range batch {
 		calls[i] = r.call
 	}
-	for i, c := range pipelineScripts(ctx, q.rdb, q.script(), calls) {
+	for i, c := range lua.Scripts(ctx, q.rdb, q.script, calls) {
 		r := batch[i]
 		r.val, r.err = c.Slice()
 		if r.state.CompareAndSwap(reqWaiting, reqAnswered) {

@@ -8,10 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stampede-go/stampede/internal/lua"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stampede-go/stampede/internal/redistest"
-	"github.com/stampede-go/stampede/scripts"
 )
 
 // holdFirst holds the first call of a script a client sends until release
@@ -70,8 +71,8 @@ func TestConcurrentMissesShareRoundTrips(t *testing.T) {
 			script *redis.Script
 			queue  func(*Group) *scriptQueue
 		}{
-			{"read", scripts.GuardRead(), func(g *Group) *scriptQueue { return g.readQ }},
-			{"fill", scripts.GuardFill(), func(g *Group) *scriptQueue { return g.fillQ }},
+			{"read", lua.GuardRead, func(g *Group) *scriptQueue { return g.readQ }},
+			{"fill", lua.GuardFill, func(g *Group) *scriptQueue { return g.fillQ }},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				const n = 16

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stampede-go/stampede/guard/internal/entry"
+
 	"github.com/stampede-go/stampede/internal/redistest"
 )
 
@@ -44,8 +46,8 @@ func TestFetchAndWrap(t *testing.T) {
 		t.Fatalf("%q %v", s, err)
 	}
 	raw, err := rdb.Get(ctxT(t), g.names("s").entry).Bytes()
-	if e, derr := decodeEntry(raw); err != nil || derr != nil || string(e.value) != "plain" {
-		t.Fatalf("string stored as %q (%v, %v), want it as is", e.value, err, derr)
+	if e, derr := entry.Decode(raw); err != nil || derr != nil || string(e.Value) != "plain" {
+		t.Fatalf("string stored as %q (%v, %v), want it as is", e.Value, err, derr)
 	}
 	if _, err := Fetch(ctxT(t), g, "bad", func(context.Context) (func(), error) { return func() {}, nil }); err == nil {
 		t.Fatal("a value JSON cannot encode was accepted")

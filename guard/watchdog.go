@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/stampede-go/stampede/scripts"
+	"github.com/stampede-go/stampede/internal/lua"
 )
 
 // renewLease keeps the lease fence alive until the returned func is called;
@@ -40,7 +40,7 @@ func (g *Group) renewLease(nm names, fence int64) (stop func()) {
 			}
 			t.Reset(max(g.opts.LockTTL/3, time.Millisecond))
 			ctx, cancel := context.WithTimeout(context.Background(), g.opts.RedisTimeout)
-			n, err := scripts.GuardLease().Run(ctx, g.rdb, nm.keys[1:2], fence, ms(g.opts.LockTTL)).Int64()
+			n, err := lua.GuardLease.Run(ctx, g.rdb, nm.keys[1:2], fence, ms(g.opts.LockTTL)).Int64()
 			cancel()
 			if err != nil {
 				g.redisFailed("renew", err)

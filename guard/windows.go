@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/stampede-go/stampede/guard/internal/entry"
 )
 
 // Windows are the fresh and stale windows of one loaded value: how long it
@@ -65,7 +67,7 @@ type windowsSlot struct {
 	mu   sync.Mutex
 	w    Windows
 	set  bool
-	prev *entry // the value the load replaces, or nil (set before the load)
+	prev *entry.Entry // the value the load replaces, or nil (set before the load)
 }
 
 // Previous returns, in a loader, the value the load is about to replace:
@@ -83,7 +85,7 @@ func Previous(ctx context.Context) (value []byte, ok bool) {
 	if slot == nil || slot.prev == nil {
 		return nil, false
 	}
-	return slot.prev.value, true
+	return slot.prev.Value, true
 }
 
 // Revalidated is what a loader returns, as its error, when its origin

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 
-	"github.com/stampede-go/stampede/scripts"
+	"github.com/stampede-go/stampede/internal/lua"
 )
 
 // Fence returns the lock's fencing number. Pass it with every write to the
@@ -68,7 +68,7 @@ func (l *Lock) knownFence() int64 {
 func (l *Lock) mint(ctx context.Context) (int64, error) {
 	keys := []string{l.nm.lock, l.nm.fence()}
 	replies, errs := fanout(ctx, l.c.nodes, l.c.opts.CleanupTimeout, func(ctx context.Context, n *node) (int64, error) {
-		return scripts.LockFence().Run(ctx, n.rdb, keys, l.id, ms(l.c.opts.FenceRetention)).Int64()
+		return lua.LockFence.Run(ctx, n.rdb, keys, l.id, ms(l.c.opts.FenceRetention)).Int64()
 	})
 	var fence int64
 	held, notHeld, failures := 0, 0, []error(nil)

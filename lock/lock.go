@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/stampede-go/stampede/scripts"
+	"github.com/stampede-go/stampede/internal/lua"
 )
 
 // Lock is one held lock (or one hold of a reentrant lock). Its methods are
@@ -300,7 +300,7 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration) error {
 	l.sending(start, ttl)
 	keys := []string{l.nm.lock, l.nm.fence()}
 	replies, errs := fanout(ctx, l.c.nodes, l.c.nodeTimeout(ttl), func(ctx context.Context, n *node) (int64, error) {
-		return scripts.LockRefresh().Run(ctx, n.rdb, keys, l.id, ms(ttl), ms(l.c.opts.FenceRetention)).Int64()
+		return lua.LockRefresh.Run(ctx, n.rdb, keys, l.id, ms(ttl), ms(l.c.opts.FenceRetention)).Int64()
 	})
 	held, notHeld, failures := 0, 0, []error(nil)
 	for i, r := range replies {
@@ -338,7 +338,7 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 		return 0, errors.New("lock: nil context")
 	}
 	replies, errs := fanout(ctx, l.c.nodes, l.c.opts.CleanupTimeout, func(ctx context.Context, n *node) (int64, error) {
-		return scripts.LockTTL().Run(ctx, n.rdb, []string{l.nm.lock}, l.id).Int64()
+		return lua.LockTTL.Run(ctx, n.rdb, []string{l.nm.lock}, l.id).Int64()
 	})
 	held, notHeld := 0, 0
 	var ttl time.Duration

@@ -9,11 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stampede-go/stampede/internal/lua"
+
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
 	"github.com/stampede-go/stampede/internal/redistest"
-	"github.com/stampede-go/stampede/scripts"
 )
 
 func TestMutualExclusion(t *testing.T) {
@@ -395,7 +396,7 @@ func TestRefreshUnknownOutcomeCapsLaterLeases(t *testing.T) {
 		}
 		// The first call lands now, as it may: Redis runs the command it
 		// was sent. (Run here by hand, so the order is certain.)
-		if n, err := scripts.LockRefresh().Run(ctx, rdb, []string{l.nm.lock, l.nm.fence()}, l.id, 500, ms(c.opts.FenceRetention)).Int64(); err != nil || n != 1 {
+		if n, err := lua.LockRefresh.Run(ctx, rdb, []string{l.nm.lock, l.nm.fence()}, l.id, 500, ms(c.opts.FenceRetention)).Int64(); err != nil || n != 1 {
 			t.Fatalf("the late refresh: %v, %v", n, err)
 		}
 		var next *Lock
@@ -420,7 +421,7 @@ func TestConcurrentRefreshesInOrder(t *testing.T) {
 	rdb := srv.Client(t)
 	other := newTestClient(t, srv.Client(t), Options{})
 	ctx := ctxT(t)
-	if err := scripts.LockRefresh().Load(ctx, rdb).Err(); err != nil {
+	if err := lua.LockRefresh.Load(ctx, rdb).Err(); err != nil {
 		t.Fatal(err) // so that each Refresh is one EVALSHA
 	}
 	hook := &holdFirstReply{firstRan: make(chan struct{}), secondRan: make(chan struct{})}

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/stampede-go/stampede/internal/lua"
 
-	"github.com/stampede-go/stampede/scripts"
+	"github.com/redis/go-redis/v9"
 )
 
 // Obtain takes the lock named key for ttl (at least MinTTL). It returns
@@ -216,7 +216,7 @@ func (c *Client) try(ctx context.Context, n *node, r *request, id string, wait t
 	if r.mode == "r" {
 		args = append(args, r.owner)
 	}
-	v, err := scripts.LockAcquire().Run(ctx, n.rdb, []string{r.nm.lock, r.nm.queue}, args...).Int64Slice()
+	v, err := lua.LockAcquire.Run(ctx, n.rdb, []string{r.nm.lock, r.nm.queue}, args...).Int64Slice()
 	if err == nil && len(v) != 3 {
 		err = fmt.Errorf("lock: unexpected acquire reply %v", v)
 	}
@@ -329,9 +329,9 @@ func (c *Client) release(ctx context.Context, n *node, nm names, id, mode string
 func (c *Client) releaseRun(ctx context.Context, n *node, nm names, id, mode string) (int64, error) {
 	keys := []string{nm.lock, nm.queue}
 	if mode != "l" {
-		return scripts.LockRelease().Run(ctx, n.rdb, keys, id, modeArg(mode), c.handoffArg, c.trustArg).Int64()
+		return lua.LockRelease.Run(ctx, n.rdb, keys, id, modeArg(mode), c.handoffArg, c.trustArg).Int64()
 	}
-	return scripts.LockRelease().Run(ctx, n.rdb, keys, id, "l", c.handoffArg, c.trustArg, c.channelArg).Int64()
+	return lua.LockRelease.Run(ctx, n.rdb, keys, id, "l", c.handoffArg, c.trustArg, c.channelArg).Int64()
 }
 
 func (c *Client) newLock(r *request, a attempt) *Lock {

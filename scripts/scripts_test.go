@@ -55,26 +55,6 @@ func TestLoadEverywhere(t *testing.T) {
 	})
 }
 
-// TestAccessors: every script file is reachable, by All and by its
-// accessor, with its preludes in front.
-func TestAccessors(t *testing.T) {
-	all := All()
-	for name, s := range map[string]*redis.Script{
-		"lock_acquire": LockAcquire(), "lock_fence": LockFence(), "lock_release": LockRelease(),
-		"lock_refresh": LockRefresh(), "lock_ttl": LockTTL(),
-		"guard_read": GuardRead(), "guard_fill": GuardFill(), "guard_lease": GuardLease(),
-		"guard_invalidate": GuardInvalidate(), "guard_invalidate_tag": GuardInvalidateTag(),
-	} {
-		if all[name] == nil || all[name].Hash() != s.Hash() {
-			t.Errorf("%s: accessor and All() disagree", name)
-		}
-		delete(all, name)
-	}
-	for name := range all {
-		t.Errorf("%s: embedded but has no accessor", name)
-	}
-}
-
 // TestOneMintRule: fence_lib.lua is the only file that defines mint, and
 // every script that calls mint gets it.
 func TestOneMintRule(t *testing.T) {

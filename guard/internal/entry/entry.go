@@ -1,4 +1,4 @@
-package guard
+package entry
 
 import (
 	"bytes"
@@ -32,63 +32,63 @@ import (
 // over Options.MaxValueBytes was loaded: the payload is empty, and each
 // node keeps its own copy; see Options.MaxValueBytes). Anything else is corrupt:
 // formats evolve through the version, not through unknown flags. The
-// header, newline included, is at most maxHeaderLen bytes.
+// header, newline included, is at most MaxHeaderLen bytes.
 //
 // The scripts guard_read.lua and guard_fill.lua write and parse this format
 // with the same rules; the scripts-data tests hold them to it.
 
-// errCorrupt is wrapped by every error of decodeEntry.
-var errCorrupt = errors.New("guard: corrupt cache entry")
+// ErrCorrupt is wrapped by every error of decodeEntry.
+var ErrCorrupt = errors.New("guard: corrupt cache entry")
 
 const (
 	entryMagic   = "~1,"
-	maxHeaderLen = 128
-	// maxLoadMicros is the largest load_us whose time.Duration fits an int64.
-	maxLoadMicros = math.MaxInt64 / int64(time.Microsecond)
+	MaxHeaderLen = 128
+	// MaxLoadMicros is the largest load_us whose time.Duration fits an int64.
+	MaxLoadMicros = math.MaxInt64 / int64(time.Microsecond)
 )
 
-// entry is a decoded cache entry.
-type entry struct {
-	freshUntil int64 // Redis ms: fresh before this
-	staleUntil int64 // Redis ms: servable as stale before this; the key's TTL ends here
-	written    int64 // Redis ms when the entry was written
-	loadDur    time.Duration
-	fence      int64 // fencing number of the writer
-	negative   bool  // flag 'n': the loader said not found
-	errMark    bool  // flag 'e': value is the error text of a failed load
+// Entry is a decoded cache Entry.
+type Entry struct {
+	FreshUntil int64 // Redis ms: fresh before this
+	StaleUntil int64 // Redis ms: servable as stale before this; the key's TTL ends here
+	Written    int64 // Redis ms when the entry was written
+	LoadDur    time.Duration
+	Fence      int64 // fencing number of the writer
+	Negative   bool  // flag 'n': the loader said not found
+	ErrMark    bool  // flag 'e': value is the error text of a failed load
 	// flag 'r': a value never served stale; past fresh_until it is kept
 	// only to be revalidated by the next load (Windows.MustRevalidate).
-	mustRevalidate bool
-	// flag 'f': no value; the key's loads are failing for their own
+	MustRevalidate bool
+	// flag 'f': no value; the key's loads are Failing for their own
 	// callers (Private), who take turns under the lease.
-	failing bool
+	Failing bool
 	// flag 'p': no value; until fresh_until each call runs its own load
 	// (Pass).
-	pass bool
+	Pass bool
 	// flag 'o': a value over MaxValueBytes, not stored; value is empty
 	// until a node's own copy is put in its place.
-	oversize bool
-	value    []byte
+	Oversize bool
+	Value    []byte
 }
 
-// marker reports an entry that holds no value: failing or pass.
-func (e *entry) marker() bool { return e.failing || e.pass }
+// Marker reports an entry that holds no value: failing or pass.
+func (e *Entry) Marker() bool { return e.Failing || e.Pass }
 
 // entryFields names the numeric header fields in order, for error details.
 var entryFields = [...]string{"fresh_until", "stale_until", "written", "load_us", "fence"}
 
-// decodeEntry decodes b strictly. Every error wraps errCorrupt. It never
+// Decode decodes b strictly. Every error wraps errCorrupt. It never
 // panics, and the value of the result aliases b (nothing is copied), so b
 // must not be modified while the entry is in use.
-func decodeEntry(b []byte) (entry, error) {
-	var e entry
+func Decode(b []byte) (Entry, error) {
+	var e Entry
 	if len(b) < len(entryMagic) || string(b[:len(entryMagic)]) != entryMagic {
 		return e, corruptf("unsupported version or no header (starts %q)", b[:min(len(b), 8)])
 	}
-	end := bytes.IndexByte(b[:min(len(b), maxHeaderLen)], '\n')
+	end := bytes.IndexByte(b[:min(len(b), MaxHeaderLen)], '\n')
 	if end < 0 {
-		if len(b) > maxHeaderLen {
-			return e, corruptf("header longer than %d bytes", maxHeaderLen)
+		if len(b) > MaxHeaderLen {
+			return e, corruptf("header longer than %d bytes", MaxHeaderLen)
 		}
 		return e, corruptf("header has no newline")
 	}
@@ -106,38 +106,38 @@ func decodeEntry(b []byte) (entry, error) {
 		}
 		nums[i], h = n, h[k+1:]
 	}
-	e.freshUntil, e.staleUntil, e.written, e.fence = nums[0], nums[1], nums[2], nums[4]
-	if e.staleUntil < e.freshUntil {
-		return e, corruptf("stale_until %d before fresh_until %d", e.staleUntil, e.freshUntil)
+	e.FreshUntil, e.StaleUntil, e.Written, e.Fence = nums[0], nums[1], nums[2], nums[4]
+	if e.StaleUntil < e.FreshUntil {
+		return e, corruptf("stale_until %d before fresh_until %d", e.StaleUntil, e.FreshUntil)
 	}
-	if nums[3] > maxLoadMicros {
+	if nums[3] > MaxLoadMicros {
 		return e, corruptf("load_us %d overflows a duration", nums[3])
 	}
-	e.loadDur = time.Duration(nums[3]) * time.Microsecond
-	e.value = b[end+1:]
+	e.LoadDur = time.Duration(nums[3]) * time.Microsecond
+	e.Value = b[end+1:]
 	switch string(h) {
 	case "":
 	case "n":
-		if len(e.value) != 0 {
-			return entry{}, corruptf("negative entry with a %d-byte payload", len(e.value))
+		if len(e.Value) != 0 {
+			return Entry{}, corruptf("negative entry with a %d-byte payload", len(e.Value))
 		}
-		e.negative = true
+		e.Negative = true
 	case "e":
-		e.errMark = true
+		e.ErrMark = true
 	case "r":
-		e.mustRevalidate = true
+		e.MustRevalidate = true
 	case "f", "p":
-		if len(e.value) != 0 {
-			return entry{}, corruptf("%s marker with a %d-byte payload", h, len(e.value))
+		if len(e.Value) != 0 {
+			return Entry{}, corruptf("%s marker with a %d-byte payload", h, len(e.Value))
 		}
-		e.failing, e.pass = string(h) == "f", string(h) == "p"
+		e.Failing, e.Pass = string(h) == "f", string(h) == "p"
 	case "o":
-		if len(e.value) != 0 {
-			return entry{}, corruptf("oversize marker with a %d-byte payload", len(e.value))
+		if len(e.Value) != 0 {
+			return Entry{}, corruptf("oversize marker with a %d-byte payload", len(e.Value))
 		}
-		e.oversize = true
+		e.Oversize = true
 	default:
-		return entry{}, corruptf("bad flags %q", h)
+		return Entry{}, corruptf("bad flags %q", h)
 	}
 	return e, nil
 }
@@ -166,41 +166,41 @@ func parseDecimal(b []byte) (n int64, k int, why string) {
 }
 
 func corruptf(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{errCorrupt}, args...)...)
+	return fmt.Errorf("%w: "+format, append([]any{ErrCorrupt}, args...)...)
 }
 
-// encodeEntry encodes e in format v1. Negative numbers are written as 0 and
-// loadDur is truncated to microseconds (at most maxLoadMicros); the caller
+// Encode encodes e in format v1. Negative numbers are written as 0 and
+// loadDur is truncated to microseconds (at most MaxLoadMicros); the caller
 // keeps staleUntil >= freshUntil, sets at most one of negative, errMark,
 // mustRevalidate and oversize, and leaves value empty when negative or
 // oversize, or the result does not decode.
-func encodeEntry(e entry) []byte {
-	b := make([]byte, 0, len(entryMagic)+5*20+2+len(e.value))
+func Encode(e Entry) []byte {
+	b := make([]byte, 0, len(entryMagic)+5*20+2+len(e.Value))
 	b = append(b, entryMagic...)
-	us := min(max(int64(e.loadDur/time.Microsecond), 0), maxLoadMicros)
-	for _, n := range [...]int64{e.freshUntil, e.staleUntil, e.written, us, e.fence} {
+	us := min(max(int64(e.LoadDur/time.Microsecond), 0), MaxLoadMicros)
+	for _, n := range [...]int64{e.FreshUntil, e.StaleUntil, e.Written, us, e.Fence} {
 		b = strconv.AppendInt(b, max(n, 0), 10)
 		b = append(b, ',')
 	}
-	if e.negative {
+	if e.Negative {
 		b = append(b, 'n')
 	}
-	if e.errMark {
+	if e.ErrMark {
 		b = append(b, 'e')
 	}
-	if e.mustRevalidate {
+	if e.MustRevalidate {
 		b = append(b, 'r')
 	}
-	if e.failing {
+	if e.Failing {
 		b = append(b, 'f')
 	}
-	if e.pass {
+	if e.Pass {
 		b = append(b, 'p')
 
 	}
-	if e.oversize {
+	if e.Oversize {
 		b = append(b, 'o')
 	}
 	b = append(b, '\n')
-	return append(b, e.value...)
+	return append(b, e.Value...)
 }

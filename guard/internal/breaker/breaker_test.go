@@ -1,4 +1,4 @@
-package guard
+package breaker
 
 import (
 	"context"
@@ -12,24 +12,23 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/stampede-go/stampede/internal/redistest"
 )
 
 // probeCall runs one call through b the way Do does: ask, defer the
 // release, then end as end says.
-func probeCall(b *breaker, end func(b *breaker)) (probe uint64, allowed bool) {
+func probeCall(b *Breaker, end func(b *Breaker)) (probe uint64, allowed bool) {
 	return probeCallTo(b, new(uint64), end)
 }
 
 // probeCallTo is probeCall that also stores the probe in *got before the
 // call ends, for calls that end by panicking or by runtime.Goexit.
-func probeCallTo(b *breaker, got *uint64, end func(b *breaker)) (probe uint64, allowed bool) {
-	probe, allowed = b.allow()
+func probeCallTo(b *Breaker, got *uint64, end func(b *Breaker)) (probe uint64, allowed bool) {
+	probe, allowed = b.Allow()
 	if !allowed {
 		return probe, false
 	}
 	*got = probe
-	defer b.release(probe)
+	defer b.Release(probe)
 	end(b)
 	return probe, true
 }
@@ -45,29 +44,29 @@ func TestBreaker(t *testing.T) {
 	errWrongType := redis.Error(proto("WRONGTYPE Operation against a key holding the wrong kind of value"))
 	rows := []struct {
 		name string
-		end  func(b *breaker)
+		end  func(b *Breaker)
 		// After the probe ended:
 		wantOpen      bool // the breaker still keeps callers off Redis
 		wantNextProbe bool // the next call is let through at once as a new probe
 		wantHooks     []bool
 	}{
-		{name: "value", end: func(b *breaker) { b.record(nil, nil) },
+		{name: "value", end: func(b *Breaker) { b.Record(nil, nil) },
 			wantHooks: []bool{true, false}},
-		{name: "wrongtype", end: func(b *breaker) { b.record(errWrongType, nil) },
+		{name: "wrongtype", end: func(b *Breaker) { b.Record(errWrongType, nil) },
 			wantHooks: []bool{true, false}},
-		{name: "error", end: func(b *breaker) { b.record(errRedis, nil) },
+		{name: "error", end: func(b *Breaker) { b.Record(errRedis, nil) },
 			wantOpen: true, wantHooks: []bool{true}}, // a failed probe is no new transition
-		{name: "redis timeout", end: func(b *breaker) { b.record(context.DeadlineExceeded, nil) },
+		{name: "redis timeout", end: func(b *Breaker) { b.Record(context.DeadlineExceeded, nil) },
 			wantOpen: true, wantHooks: []bool{true}}, // a failed probe is no new transition
-		{name: "cancel", end: func(b *breaker) { b.record(context.Canceled, context.Canceled) },
+		{name: "cancel", end: func(b *Breaker) { b.Record(context.Canceled, context.Canceled) },
 			wantOpen: true, wantNextProbe: true, wantHooks: []bool{true}},
-		{name: "caller deadline", end: func(b *breaker) { b.record(context.DeadlineExceeded, context.DeadlineExceeded) },
+		{name: "caller deadline", end: func(b *Breaker) { b.Record(context.DeadlineExceeded, context.DeadlineExceeded) },
 			wantOpen: true, wantNextProbe: true, wantHooks: []bool{true}},
-		{name: "no Redis call (closed Group)", end: func(*breaker) {},
+		{name: "no Redis call (closed Group)", end: func(*Breaker) {},
 			wantOpen: true, wantNextProbe: true, wantHooks: []bool{true}},
-		{name: "panic", end: func(*breaker) { panic("loader bug") },
+		{name: "panic", end: func(*Breaker) { panic("loader bug") },
 			wantOpen: true, wantNextProbe: true, wantHooks: []bool{true}},
-		{name: "goexit", end: func(*breaker) { runtime.Goexit() },
+		{name: "goexit", end: func(*Breaker) { runtime.Goexit() },
 			wantOpen: true, wantNextProbe: true, wantHooks: []bool{true}},
 	}
 	for _, row := range rows {
@@ -75,23 +74,23 @@ func TestBreaker(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				var mu sync.Mutex
 				var hooks []bool
-				b := &breaker{threshold: 3, cooldown: cooldown, hook: func(open bool) {
+				b := &Breaker{Threshold: 3, Cooldown: cooldown, Hook: func(open bool) {
 					mu.Lock()
 					hooks = append(hooks, open)
 					mu.Unlock()
 				}}
 				// Closed: calls go through, carrying no probe.
 				for range 3 {
-					p, ok := probeCall(b, func(b *breaker) { b.record(errRedis, nil) })
+					p, ok := probeCall(b, func(b *Breaker) { b.Record(errRedis, nil) })
 					if !ok || p != 0 {
 						t.Fatalf("closed breaker: allow = %d, %v; want 0, true", p, ok)
 					}
 				}
-				if _, ok := b.allow(); ok || !b.open() {
+				if _, ok := b.Allow(); ok || !b.Open() {
 					t.Fatal("3 failures in a row did not open the breaker")
 				}
 				time.Sleep(cooldown - time.Millisecond)
-				if _, ok := b.allow(); ok {
+				if _, ok := b.Allow(); ok {
 					t.Fatal("a call went through before the cooldown ended")
 				}
 				time.Sleep(time.Millisecond)
@@ -103,9 +102,9 @@ func TestBreaker(t *testing.T) {
 					var probe uint64
 					defer func() { done <- probe }()
 					defer func() { _ = recover() }()
-					probeCallTo(b, &probe, func(b *breaker) {
+					probeCallTo(b, &probe, func(b *Breaker) {
 						close(started)
-						_, ok := b.allow()
+						_, ok := b.Allow()
 						during <- ok
 						row.end(b)
 					})
@@ -118,10 +117,10 @@ func TestBreaker(t *testing.T) {
 					t.Fatal("the call after the cooldown carried no probe")
 				}
 
-				if got := b.open(); got != row.wantOpen {
+				if got := b.Open(); got != row.wantOpen {
 					t.Fatalf("open = %v; want %v", got, row.wantOpen)
 				}
-				next, ok := b.allow()
+				next, ok := b.Allow()
 				switch {
 				case !row.wantOpen && (!ok || next != 0):
 					t.Fatalf("closed breaker: allow = %d, %v; want 0, true", next, ok)
@@ -133,7 +132,7 @@ func TestBreaker(t *testing.T) {
 				if row.wantOpen && !row.wantNextProbe {
 					// A new cooldown, then a new probe.
 					time.Sleep(cooldown)
-					if p, ok := b.allow(); !ok || p == 0 {
+					if p, ok := b.Allow(); !ok || p == 0 {
 						t.Fatalf("after the new cooldown allow = %d, %v; want a probe", p, ok)
 					}
 				}
@@ -151,22 +150,22 @@ func TestBreaker(t *testing.T) {
 // verdict and a newer probe must not free the newer probe's slot.
 func TestBreakerStaleRelease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := &breaker{threshold: 1, cooldown: time.Second}
-		b.failure()
+		b := &Breaker{Threshold: 1, Cooldown: time.Second}
+		b.Failure()
 		time.Sleep(time.Second)
-		first, _ := b.allow()
-		b.failure() // another call's verdict: open again
+		first, _ := b.Allow()
+		b.Failure() // another call's verdict: open again
 		time.Sleep(time.Second)
-		second, ok := b.allow()
+		second, ok := b.Allow()
 		if !ok || second == 0 || second == first {
 			t.Fatalf("second probe = %d, %v", second, ok)
 		}
-		b.release(first)
-		if _, ok := b.allow(); ok {
+		b.Release(first)
+		if _, ok := b.Allow(); ok {
 			t.Fatal("the first probe's late release freed the second probe's slot")
 		}
-		b.release(second)
-		if p, ok := b.allow(); !ok || p == 0 {
+		b.Release(second)
+		if p, ok := b.Allow(); !ok || p == 0 {
 			t.Fatal("releasing the probe out did not let the next call probe")
 		}
 	})
@@ -176,15 +175,15 @@ func TestBreakerStaleRelease(t *testing.T) {
 // has passed, exactly one probes.
 func TestBreakerConcurrentProbe(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := &breaker{threshold: 1, cooldown: time.Second}
-		b.failure()
+		b := &Breaker{Threshold: 1, Cooldown: time.Second}
+		b.Failure()
 		time.Sleep(time.Second)
 		var mu sync.Mutex
 		probes := 0
 		var wg sync.WaitGroup
 		for range 32 {
 			wg.Go(func() {
-				if p, ok := b.allow(); ok {
+				if p, ok := b.Allow(); ok {
 					mu.Lock()
 					probes++
 					mu.Unlock()
@@ -206,59 +205,37 @@ type proto string
 func (p proto) Error() string { return string(p) }
 func (proto) RedisError()     {}
 
-// TestRedisDownDegrades: with Redis gone, callers are served through the
-// process's singleflight (one loader call at a time per key), the breaker
-// opens, and coordination resumes when Redis is back.
-func TestRedisDownDegrades(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t, func(o *redis.Options) { o.MaxRetries = -1; o.DialTimeout = 100 * time.Millisecond })
-	var opened, closed counter
-	g := newGroup(t, rdb, Options{RedisTimeout: 100 * time.Millisecond, BreakerCooldown: 50 * time.Millisecond, Hooks: Hooks{
-		Breaker: func(open bool) {
-			if open {
-				opened.add()
-			} else {
-				closed.add()
-			}
-		},
-	}})
-	key := redistest.Key(t)
-	org := newOrigin(false)
-	if _, err := g.Do(ctxT(t), key, org.load); err != nil {
-		t.Fatal(err)
-	}
-	srv.Kill(t)
-	var wg sync.WaitGroup
-	for range 32 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range 5 {
-				r, err := g.Do(ctxT(t), key, org.load)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if r.Status != Degraded {
-					t.Errorf("status %v with Redis down, want degraded", r.Status)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if org.maxRun.Load() != 1 {
-		t.Fatalf("%d loads of one key ran at once on one node, want 1", org.maxRun.Load())
-	}
-	if opened.n.Load() == 0 {
-		t.Fatal("breaker never opened")
-	}
-	srv.Restart(t)
-	redistest.Eventually(t, 10*time.Second, "a hit after Redis returned", func() bool {
-		r, err := g.Do(ctxT(t), key, org.load)
-		return err == nil && (r.Status == Hit || r.Status == Miss)
-	})
-	if closed.n.Load() == 0 {
-		t.Fatal("breaker never closed")
+// TestBreakerCountsOnlyUnwell: the breaker counts the failures that say
+// Redis itself is unwell, never an error reply about one key's data.
+func TestBreakerCountsOnlyUnwell(t *testing.T) {
+	for _, c := range []struct {
+		err    error
+		counts bool
+	}{
+		{proto("ERR value is not an integer or out of range script: abc, on @user_script:12."), false},
+		{proto("ERR increment or decrement would overflow"), false},
+		{proto("WRONGTYPE Operation against a key holding the wrong kind of value"), false},
+		{proto("ERR user_script:1: Script attempted to access nonexistent global variable"), false},
+		{proto("NOPERM this user has no permissions to access one of the keys used as arguments"), true},
+		{proto("LOADING Redis is loading the dataset in memory"), true},
+		{proto("BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."), true},
+		{proto("MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'."), true},
+		{proto("CLUSTERDOWN The cluster is down"), true},
+		{proto("TRYAGAIN Multiple keys request during rehashing of slot"), true},
+		{proto("READONLY You can't write against a read only replica."), true},
+		{proto("OOM command not allowed when used memory > 'maxmemory'."), true},
+		{proto("NOREPLICAS Not enough good replicas to write."), true},
+		{proto("MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist to disk."), true},
+		{proto("ERR max number of clients reached"), true},
+		{proto("ERR The user executing the script can't run this command or subcommand script: 71, on @user_script:11."), true},
+		{context.DeadlineExceeded, true},
+		{errors.New("dial tcp 127.0.0.1:1: connect: connection refused"), true},
+		{redis.ErrClosed, true},
+	} {
+		b := Breaker{Threshold: 1, Cooldown: time.Hour}
+		b.Record(c.err, nil)
+		if got := b.Open(); got != c.counts {
+			t.Errorf("%v: breaker open %v; want %v", c.err, got, c.counts)
+		}
 	}
 }

@@ -1,4 +1,4 @@
-package guard
+package breaker
 
 import (
 	"context"
@@ -10,10 +10,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// breaker stops the Group calling Redis after threshold failures in a row.
+// Breaker stops the Group calling Redis after threshold failures in a row.
 // While it is open, callers are served through the in-process singleflight
 // alone. After cooldown, one call is let through as the probe; its verdict
-// closes the breaker (success) or opens it for another cooldown (failure).
+// closes the Breaker (success) or opens it for another cooldown (failure).
 //
 // States and what moves between them:
 //
@@ -27,11 +27,11 @@ import (
 // A probe ends without a verdict when its caller leaves before Redis
 // answered (cancel, deadline, panic, runtime.Goexit): the call that took the
 // probe defers release, which settles it whatever way the call ends, so the
-// breaker can never be left waiting for a verdict nobody will give.
-type breaker struct {
-	threshold int
-	cooldown  time.Duration
-	hook      func(open bool)
+// Breaker can never be left waiting for a verdict nobody will give.
+type Breaker struct {
+	Threshold int
+	Cooldown  time.Duration
+	Hook      func(open bool)
 
 	mu        sync.Mutex
 	fails     int
@@ -40,14 +40,14 @@ type breaker struct {
 	probes    uint64 // probes handed out so far: each probe's id
 }
 
-// allow reports whether a call may use Redis. ok is false while the breaker
+// Allow reports whether a call may use Redis. ok is false while the breaker
 // is open. When the cooldown has passed and no probe is out, the call
 // becomes the probe: probe is its non-zero id, and the caller must defer
 // release(probe).
-func (b *breaker) allow() (probe uint64, ok bool) {
+func (b *Breaker) Allow() (probe uint64, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.fails < b.threshold {
+	if b.fails < b.Threshold {
 		return 0, true
 	}
 	if b.probe != 0 || time.Now().Before(b.openUntil) {
@@ -58,9 +58,9 @@ func (b *breaker) allow() (probe uint64, ok bool) {
 	return b.probe, true
 }
 
-// release ends probe if no verdict ended it: the next call probes. A no-op
+// Release ends probe if no verdict ended it: the next call probes. A no-op
 // once success or failure settled it.
-func (b *breaker) release(probe uint64) {
+func (b *Breaker) Release(probe uint64) {
 	if probe == 0 {
 		return
 	}
@@ -71,54 +71,54 @@ func (b *breaker) release(probe uint64) {
 	b.mu.Unlock()
 }
 
-// success records that Redis answered.
-func (b *breaker) success() {
+// Success records that Redis answered.
+func (b *Breaker) Success() {
 	b.mu.Lock()
-	wasOpen := b.fails >= b.threshold
+	wasOpen := b.fails >= b.Threshold
 	b.fails, b.probe = 0, 0
 	b.mu.Unlock()
-	if wasOpen && b.hook != nil {
-		b.hook(false)
+	if wasOpen && b.Hook != nil {
+		b.Hook(false)
 	}
 }
 
-// failure records that Redis did not answer (or answered an error that
+// Failure records that Redis did not answer (or answered an error that
 // says it is unwell: see unwell).
-func (b *breaker) failure() {
+func (b *Breaker) Failure() {
 	b.mu.Lock()
 	b.fails++
 	// Only the crossing opens it: a failed probe leaves it open, which is
 	// no transition to report.
-	opened := b.fails == b.threshold
-	if b.fails >= b.threshold {
-		b.openUntil = time.Now().Add(b.cooldown)
+	opened := b.fails == b.Threshold
+	if b.fails >= b.Threshold {
+		b.openUntil = time.Now().Add(b.Cooldown)
 		b.probe = 0
 	}
 	b.mu.Unlock()
-	if opened && b.hook != nil {
-		b.hook(true)
+	if opened && b.Hook != nil {
+		b.Hook(true)
 	}
 }
 
-// record settles the breaker with the outcome of one Redis call whose
+// Record settles the breaker with the outcome of one Redis call whose
 // error is err; callerErr is the error of the caller's own ctx, when the
 // call ran on it. A call that failed because its caller left says nothing
 // about Redis: it is no verdict (a probe it carried is released by the
 // caller's deferred release).
-func (b *breaker) record(err, callerErr error) {
+func (b *Breaker) Record(err, callerErr error) {
 	switch {
 	case err == nil:
-		b.success()
+		b.Success()
 	case callerErr != nil || errors.Is(err, context.Canceled):
 		// The caller left: no verdict.
-	case !unwell(err):
+	case !Unwell(err):
 		// Redis answered, with an error about the call (one key's data:
 		// WRONGTYPE, a value INCR cannot count...). That is the key's
 		// problem, not Redis's health; counting it would let one poisoned
 		// key open the breaker for every key of the Group.
-		b.success()
+		b.Success()
 	default:
-		b.failure()
+		b.Failure()
 	}
 }
 
@@ -134,11 +134,11 @@ var unwellReplies = [...]string{
 	"ERR The user executing the script can't run", // an ACL refusal inside a script
 }
 
-// unwell reports whether err says Redis is unwell: no reply at all (a
+// Unwell reports whether err says Redis is Unwell: no reply at all (a
 // timeout, a refused or broken connection, a closed client) or an error
 // reply of unwellReplies. Any other error reply is about the call itself
 // (one key's data, a script's argument) and says Redis is answering.
-func unwell(err error) bool {
+func Unwell(err error) bool {
 	var reply redis.Error
 	if !errors.As(err, &reply) {
 		return true
@@ -153,9 +153,9 @@ func unwell(err error) bool {
 	return false
 }
 
-// open reports whether the breaker is open or half-open.
-func (b *breaker) open() bool {
+// Open reports whether the breaker is Open or half-Open.
+func (b *Breaker) Open() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.fails >= b.threshold
+	return b.fails >= b.Threshold
 }
