@@ -209,7 +209,7 @@ func (g *Group) storeMany(ctx context.Context, items []fillItem) {
 	_, cmds := g.pipeline(rctx, nil, lua.GuardFill, calls)
 	for _, it := range items {
 		if it.f.mode != "-" {
-			g.loc.changed(it.nm.entry) // as store does
+			g.loc.Changed(it.nm.entry) // as store does
 		}
 	}
 	var failed error

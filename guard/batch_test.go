@@ -822,7 +822,7 @@ func TestGetManyLocalTier(t *testing.T) {
 		if _, err := FetchMany(ctxT(t), g, want, key, org.load); err != nil {
 			t.Fatal(err)
 		}
-		return g.loc.len() == len(want)
+		return g.loc.Len() == len(want)
 	})
 	before := h.n.Load()
 	got, err := FetchMany(ctxT(t), g, want, key, org.load)

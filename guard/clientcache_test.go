@@ -261,7 +261,7 @@ func TestClientSideCachingCluster(t *testing.T) {
 	h := &nameHook{}
 	uc.AddHook(h)
 	a, b := newGroup(t, uc, Options{}), newGroup(t, uc, Options{})
-	if b.hq == nil {
+	if !b.hits.Batching() {
 		t.Fatal("hits on a cluster client are not batched")
 	}
 	key := redistest.Key(t)

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stampede-go/stampede/guard/internal/tier"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stampede-go/stampede/internal/redistest"
@@ -283,15 +285,15 @@ func FuzzEntryName(f *testing.F) {
 	g := &Group{opts: Options{Namespace: "ns:"}}
 	f.Fuzz(func(t *testing.T, key string) {
 		nm := g.names(key)
-		if !isEntryName("ns:{", nm.entry) {
+		if !tier.IsEntryName("ns:{", nm.entry) {
 			t.Fatalf("key %q: entry %q not recognized", key, nm.entry)
 		}
 		for _, other := range nm.keys[1:] {
-			if isEntryName("ns:{", other) {
+			if tier.IsEntryName("ns:{", other) {
 				t.Fatalf("key %q: %q taken for an entry", key, other)
 			}
 		}
-		if isEntryName("other:{", nm.entry) {
+		if tier.IsEntryName("other:{", nm.entry) {
 			t.Fatalf("key %q: entry %q of another namespace taken", key, nm.entry)
 		}
 	})
@@ -432,7 +434,7 @@ func TestJoinedReadNotOlder(t *testing.T) {
 	}
 	// Its copy lives 1 ms (LocalTTL): past it, a call reads Redis, and
 	// joins the read in flight.
-	redistest.Eventually(t, 10*time.Second, "the Peek's copy gone", func() bool { _, ok := b.loc.get(key); return !ok })
+	redistest.Eventually(t, 10*time.Second, "the Peek's copy gone", func() bool { _, ok := b.loc.Get(key); return !ok })
 	second := get()
 	redistest.Eventually(t, 10*time.Second, "the second call in the held read's flight", func() bool { return joined.Load() == 2 })
 	close(h.release)
@@ -483,10 +485,8 @@ func TestLocalTierSentinel(t *testing.T) {
 	b := newLocalNode(t, st.FailoverClient(t), o)
 	waitLocal(t, a)
 	waitLocal(t, b)
-	for _, tr := range *b.coh.all.Load() {
-		if fc := tr.fc.Load(); fc == nil || fc == unfenced {
-			t.Errorf("B's report connection to %q is not watched by the fence behind Sentinel", tr.addr)
-		}
+	if n, w := b.loc.Watched(); n == 0 || w != n {
+		t.Errorf("%d of B's %d report connections watched by the fence behind Sentinel; want all", w, n)
 	}
 	key := "hot"
 	var cur atomic.Int64
@@ -526,10 +526,8 @@ func TestLocalTierTLS(t *testing.T) {
 	b := newLocalNode(t, srv.Client(t), o)
 	waitLocal(t, a)
 	waitLocal(t, b)
-	for _, tr := range *b.coh.all.Load() {
-		if fc := tr.fc.Load(); fc != unfenced {
-			t.Errorf("B's report connection over TLS is watched by the fence (%v)", fc)
-		}
+	if n, w := b.loc.Watched(); n == 0 || w != 0 {
+		t.Errorf("%d of B's %d report connections over TLS watched by the fence; want none", w, n)
 	}
 	key := "hot"
 	var cur atomic.Int64

@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/stampede-go/stampede/guard/internal/tier"
+
 	"github.com/stampede-go/stampede/guard/internal/entry"
 )
 
@@ -33,9 +35,9 @@ func (g *Group) Do(ctx context.Context, key string, load LoadFunc, opts ...CallO
 	if co.err != nil {
 		return Result{}, co.err
 	}
-	if it, ok := g.loc.get(key); ok {
-		if g.opts.EarlyRefreshBeta > 0 && !it.stale {
-			if now, known := g.clk.now(); known && g.earlyRefreshDue(it.e, now) {
+	if it, ok := g.loc.Get(key); ok {
+		if g.opts.EarlyRefreshBeta > 0 && !it.Stale {
+			if now, known := g.clk.now(); known && g.earlyRefreshDue(it.Entry, now) {
 				g.refreshEarly(ctx, g.newCall(key, load, co))
 			}
 		}
@@ -145,24 +147,24 @@ func (g *Group) claim(key string, res Result, claimed *atomic.Bool) Result {
 // began at start and joined that read: the read was sent after the call
 // began, or no newer value was returned since it was sent
 // (localTier.current).
-func (g *Group) joinedCurrent(start, at time.Time, name string, tk ticket, e *entry.Entry) bool {
-	return !start.After(at) || g.loc.current(name, tk, e)
+func (g *Group) joinedCurrent(start, at time.Time, name string, tk tier.Ticket, e *entry.Entry) bool {
+	return !start.After(at) || g.loc.Current(name, tk, e)
 }
 
 // localHit serves key from the in-process tier when it holds a copy
 // (localTier): a fresh value whose entry has not changed in Redis since.
 func (g *Group) localHit(key string) (Result, bool) {
-	it, ok := g.loc.get(key)
+	it, ok := g.loc.Get(key)
 	if !ok {
 		return Result{}, false
 	}
 	return g.localResult(key, it), true
 }
 
-func (g *Group) localResult(key string, it *localItem) Result {
-	age := time.Since(it.base)
+func (g *Group) localResult(key string, it *tier.Item) Result {
+	age := time.Since(it.Base)
 	st := Hit
-	if it.stale {
+	if it.Stale {
 		st = Stale
 		if h := g.opts.Hooks.Stale; h != nil {
 			h(key, age)
@@ -172,9 +174,9 @@ func (g *Group) localResult(key string, it *localItem) Result {
 	}
 	var fresh time.Duration
 	if now, known := g.clk.now(); known {
-		fresh = time.Duration(it.e.FreshUntil-now) * time.Millisecond
+		fresh = time.Duration(it.Entry.FreshUntil-now) * time.Millisecond
 	}
-	return Result{Value: it.e.Value, Status: st, Age: age, Fresh: fresh}
+	return Result{Value: it.Entry.Value, Status: st, Age: age, Fresh: fresh}
 }
 
 // staleLocal is how long the in-process tier serves a copy of a stale
@@ -188,13 +190,13 @@ const staleLocal = 250 * time.Millisecond
 // localTier). The zero keep keeps nothing.
 type keep struct {
 	name string
-	tk   ticket
+	tk   tier.Ticket
 }
 
 // keepOf returns the keep of a read of the entry named name about to be
 // sent.
 func (g *Group) keepOf(name string) keep {
-	return keep{name: name, tk: g.loc.ticket(name)}
+	return keep{name: name, tk: g.loc.Ticket(name)}
 }
 
 // served turns a decoded entry into the caller's answer; a fresh value is
@@ -228,7 +230,7 @@ func (g *Group) keepLocal(key string, e entry.Entry, now int64, age time.Duratio
 		return
 	}
 	if e.Negative || e.ErrMark || e.Oversize || e.Marker() || (stale && e.MustRevalidate) {
-		g.loc.seen(key, k.name, &e)
+		g.loc.Seen(key, k.name, &e)
 		return
 	}
 	// now is when Redis read its clock, before its reply travelled: the
@@ -243,8 +245,8 @@ func (g *Group) keepLocal(key string, e entry.Entry, now int64, age time.Duratio
 		left = min(time.Duration(e.StaleUntil-now)*time.Millisecond, staleLocal)
 	}
 	if left <= 0 {
-		g.loc.seen(key, k.name, &e)
+		g.loc.Seen(key, k.name, &e)
 		return
 	}
-	g.loc.keep(key, k.name, k.tk, &e, left, age, stale)
+	g.loc.Keep(key, k.name, k.tk, &e, left, age, stale)
 }

@@ -10,6 +10,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/stampede-go/stampede/guard/internal/tier"
+
+	"github.com/stampede-go/stampede/guard/internal/commit"
+
 	"github.com/stampede-go/stampede/internal/lua"
 
 	"github.com/stampede-go/stampede/guard/internal/breaker"
@@ -28,17 +32,15 @@ type Group struct {
 	hub  *notify.Hub
 	sf   singleflight.Group
 	br   breaker.Breaker
-	loc  *localTier // the in-process tier; nil when off
-	coh  *coherence // keeps loc told of changes
+	loc  *tier.Tier // the in-process tier; nil when off
 	over overStore  // this node's copies of values over MaxValueBytes
 
-	firstLease  time.Duration  // lease taken by a read, before the watchdog extends it
-	clk         redisClock     // estimate of the Redis clock, for the fast hit path
-	hints       hints          // key → fresh-until seen lately, for the fast hit path
-	hq          *hitQueue      // batches the fast path's GETs; nil: one GET each
-	hitDeadline sharedDeadline // bounds lone hits' GETs
-	readQ       *scriptQueue   // batches concurrent read scripts; nil: one call each
-	fillQ       *scriptQueue   // batches concurrent fill scripts; nil: one call each
+	firstLease time.Duration   // lease taken by a read, before the watchdog extends it
+	clk        redisClock      // estimate of the Redis clock, for the fast hit path
+	hints      hints           // key → fresh-until seen lately, for the fast hit path
+	hits       *commit.Hits    // the fast path's GETs, batched when they overlap
+	readQ      *commit.Scripts // read scripts, batched when they overlap
+	fillQ      *commit.Scripts // fill scripts, batched when they overlap
 
 	// Constant script arguments, boxed once.
 	leaseArg, chanArg, waitArg, keepArg any
@@ -102,9 +104,9 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 		over:    newOverStore(),
 		br:      breaker.Breaker{Threshold: o.BreakerFailures, Cooldown: o.BreakerCooldown, Hook: o.Hooks.Breaker},
 	}
-	g.hq = newHitQueue(rdb, o)
-	g.readQ = newScriptQueue(rdb, lua.GuardRead, o)
-	g.fillQ = newScriptQueue(rdb, lua.GuardFill, o)
+	g.hits = commit.NewHits(rdb, o.MaxHitBatch, o.RedisTimeout)
+	g.readQ = commit.NewScripts(rdb, lua.GuardRead, o.MaxHitBatch, o.RedisTimeout)
+	g.fillQ = commit.NewScripts(rdb, lua.GuardFill, o.MaxHitBatch, o.RedisTimeout)
 	g.firstLease = min(o.LockTTL, leaseGrace)
 	g.leaseArg = ms(g.firstLease)
 	g.chanArg = g.hub.Channel()
@@ -117,17 +119,8 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 	}
 	g.waitArg = ms(wait)
 	g.keepArg = ms(fenceRetention)
-	if o.LocalEntries > 0 {
-		g.loc = newLocalTier(o)
-		if g.coh = newCoherence(rdb, g.loc, o); g.coh == nil {
-			g.loc = nil // a client whose changes cannot be followed
-			if h := o.Hooks.LocalTier; h != nil {
-				h(false, tierUnsupported)
-			}
-		}
-	} else if h := o.Hooks.LocalTier; h != nil {
-		h(false, tierDisabled)
-	}
+	g.loc = tier.New(rdb, tier.Config{Namespace: o.Namespace, Entries: o.LocalEntries, Bytes: o.LocalBytes,
+		TTL: o.LocalTTL, OnRedisError: o.Hooks.RedisError, OnState: o.Hooks.LocalTier})
 	// Subscribe the fill channel now, so the first waiter finds it ready.
 	// A failure here (Redis down) is retried by the hub's dispatcher.
 	g.goBackground(func() {
@@ -194,16 +187,16 @@ func (g *Group) Close() error {
 		g.mu.Unlock()
 		close(g.inv.stop)
 		err = g.hub.Close()
-		g.coh.close()
+		g.loc.Close()
 		g.bg.Wait()
 		g.mu.Lock()
 		g.watchdogsOff = true
 		close(g.closing)
 		g.mu.Unlock()
 		g.wd.Wait()
-		g.hq.wait()
-		g.readQ.wait()
-		g.fillQ.wait()
+		g.hits.Wait()
+		g.readQ.Wait()
+		g.fillQ.Wait()
 	})
 	return err
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stampede-go/stampede/guard/internal/commit"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stampede-go/stampede/internal/redistest"
@@ -76,12 +78,12 @@ func (h *gateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 }
 
 // oneRoundTrip makes the hits of the Groups a test creates go out one
-// round trip at a time (hitWindow 1), as the tests that hold one GET and
+// round trip at a time (commit.Window 1), as the tests that hold one GET and
 // count the callers queued behind it need.
 func oneRoundTrip(t *testing.T) {
-	old := hitWindow
-	hitWindow = 1
-	t.Cleanup(func() { hitWindow = old })
+	old := commit.Window
+	commit.Window = 1
+	t.Cleanup(func() { commit.Window = old })
 }
 
 // hotKeys fills n keys through g, each with the value "v:"+key, and hits
@@ -109,9 +111,7 @@ func valueOf(key string) LoadFunc {
 func queued(t *testing.T, g *Group, n int) {
 	t.Helper()
 	redistest.Eventually(t, 10*time.Second, strconv.Itoa(n)+" callers queued", func() bool {
-		g.hq.mu.Lock()
-		defer g.hq.mu.Unlock()
-		return len(g.hq.q) == n
+		return g.hits.Queued() == n
 	})
 }
 
@@ -319,9 +319,7 @@ func frozenHits(t *testing.T, rdb redis.UniversalClient, srv *redistest.Server, 
 	}
 	do(0) // keys[0] lives on the frozen server
 	redistest.Eventually(t, 10*time.Second, "the lone GET in flight", func() bool {
-		g.hq.mu.Lock()
-		defer g.hq.mu.Unlock()
-		return g.hq.busy
+		return g.hits.Busy()
 	})
 	for i := 1; i < n; i++ {
 		do(i)
@@ -352,17 +350,17 @@ func frozenHits(t *testing.T, rdb redis.UniversalClient, srv *redistest.Server, 
 // client-side caching (which pipelines bypass), every hit is a plain GET.
 func TestHitBatchOff(t *testing.T) {
 	rdb := redistest.Shared(t).Client(t)
-	if g := newGroup(t, rdb, Options{MaxHitBatch: Disabled}); g.hq != nil {
+	if g := newGroup(t, rdb, Options{MaxHitBatch: Disabled}); g.hits.Batching() {
 		t.Error("MaxHitBatch Disabled still batches")
 	}
-	if g := newGroup(t, rdb, Options{}); g.hq == nil || g.hq.max != defaultHitBatch {
-		t.Errorf("default MaxHitBatch: %+v, want a batcher of %d", g.hq, defaultHitBatch)
+	if g := newGroup(t, rdb, Options{}); !g.hits.Batching() || g.hits.Max() != defaultHitBatch {
+		t.Errorf("default MaxHitBatch: %d, want a batcher of %d", g.hits.Max(), defaultHitBatch)
 	}
 	csc := redistest.Shared(t).Client(t, func(o *redis.Options) {
 		o.Protocol = 3
 		o.ClientSideCacheConfig = &redis.ClientSideCacheConfig{MaxEntries: 100}
 	})
-	if g := newGroup(t, csc, Options{}); g.hq != nil {
+	if g := newGroup(t, csc, Options{}); g.hits.Batching() {
 		t.Error("a client-side caching client batches hits")
 	}
 	if _, err := New(rdb, Options{MaxHitBatch: -2}); err == nil {
@@ -371,7 +369,7 @@ func TestHitBatchOff(t *testing.T) {
 }
 
 // TestHitBatchWindow: two round trips of hits may be in flight at once
-// (hitWindow): with two GETs held, the callers that come next queue, and
+// (commit.Window): with two GETs held, the callers that come next queue, and
 // go out together once one is back.
 func TestHitBatchWindow(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"sync/atomic"
 	"time"
+
+	"github.com/stampede-go/stampede/guard/internal/tier"
 )
 
 // MergeHooks returns Hooks that call each of hs in turn (for metrics and
@@ -96,7 +98,7 @@ func LogHooks(l *slog.Logger) Hooks {
 			switch {
 			case on:
 				l.LogAttrs(ctx, slog.LevelInfo, "stampede: in-process tier on")
-			case why == tierLost || why == tierRefused:
+			case why == tier.WhyLost || why == tier.WhyRefused:
 				l.LogAttrs(ctx, slog.LevelWarn, "stampede: in-process tier off; every hit reads Redis", slog.String("why", why))
 			default:
 				l.LogAttrs(ctx, slog.LevelInfo, "stampede: in-process tier off", slog.String("why", why))

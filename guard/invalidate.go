@@ -25,7 +25,7 @@ func (g *Group) Invalidate(ctx context.Context, key string) error {
 	if err := g.check(ctx, key, func(context.Context) ([]byte, error) { return nil, nil }); err != nil {
 		return err
 	}
-	g.loc.remove(key)
+	g.loc.Remove(key)
 	g.hints.c.Remove(key)
 	g.over.c.Remove(key)
 	nm := g.names(key)
@@ -41,7 +41,7 @@ func (g *Group) invalidate(ctx context.Context, nm names) error {
 	defer cancel()
 	// Whatever the outcome (a timeout may have run the script), a GET sent
 	// before it returns may carry the value it dropped: none is kept.
-	defer g.loc.changed(nm.entry)
+	defer g.loc.Changed(nm.entry)
 	v, err := lua.GuardInvalidate.Run(rctx, g.rdb, nm.keys[:5], g.keepArg, nm.entry).Slice()
 	if err != nil {
 		g.redisFailed("invalidate", err)
@@ -132,5 +132,5 @@ func (g *Group) invalidateTag(ctx context.Context, tag string) error {
 // (The fast path's hints need no dropping: its GET of a tagged key reads
 // the tag's invalidation time too.)
 func (g *Group) dropLocalTag(tag string) {
-	g.loc.changedTag(hashtag.Base(g.opts.Namespace, tag))
+	g.loc.ChangedTag(hashtag.Base(g.opts.Namespace, tag))
 }

@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/stampede-go/stampede/guard/internal/tier"
+
 	"github.com/stampede-go/stampede/guard/internal/entry"
 )
 
@@ -22,7 +24,7 @@ type missOutcome struct {
 type valueRead struct {
 	ok bool
 	e  entry.Entry
-	tk ticket
+	tk tier.Ticket
 	at time.Time // when it was sent
 }
 

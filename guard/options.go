@@ -160,8 +160,9 @@ const (
 // zero means the default.
 const Disabled = -1
 
-// The defaults of Options.LocalEntries and Options.LocalBytes.
+// The defaults of Options.MaxHitBatch, LocalEntries and LocalBytes.
 const (
+	defaultHitBatch     = 256
 	defaultLocalEntries = 10000
 	defaultLocalBytes   = 64 << 20
 )

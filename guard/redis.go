@@ -32,8 +32,7 @@ func (g *Group) read(ctx context.Context, nm names, force bool) (readReply, erro
 		forceArg = "1"
 	}
 	sent := g.clk.local()
-	v, err := g.callScript(ctx, g.readQ, lua.GuardRead,
-		lua.Call{Keys: nm.readKeys(), Args: []any{g.leaseArg, g.chanArg, g.waitArg, g.keepArg, forceArg}})
+	v, err := g.readQ.Call(ctx, lua.Call{Keys: nm.readKeys(), Args: []any{g.leaseArg, g.chanArg, g.waitArg, g.keepArg, forceArg}})
 	if err != nil {
 		g.redisFailed("read", err)
 		return readReply{}, err
@@ -133,12 +132,11 @@ func (g *Group) store(ctx context.Context, key string, nm names, f fillSpec) {
 		// Whatever the outcome (a timeout may have run the script): a
 		// read sent before it returns may carry the value it replaced,
 		// which is kept no more in the in-process tier.
-		defer g.loc.changed(nm.entry)
+		defer g.loc.Changed(nm.entry)
 	}
 	sent := g.clk.local()
-	reply, err := g.callScript(context.WithoutCancel(ctx), g.fillQ, lua.GuardFill,
-		lua.Call{Keys: nm.keys, Args: []any{f.fence, f.value, ms(fresh), ms(f.stale),
-			f.loadDur.Microseconds(), f.flags, f.mode, ms(f.keepLease), nm.entry, g.keepArg, f.trim, f.expect}})
+	reply, err := g.fillQ.Call(context.WithoutCancel(ctx), lua.Call{Keys: nm.keys, Args: []any{f.fence, f.value, ms(fresh), ms(f.stale),
+		f.loadDur.Microseconds(), f.flags, f.mode, ms(f.keepLease), nm.entry, g.keepArg, f.trim, f.expect}})
 	if err != nil {
 		g.redisFailed("fill", err)
 		return

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stampede-go/stampede/guard/internal/commit"
+
 	"github.com/stampede-go/stampede/internal/lua"
 
 	"github.com/redis/go-redis/v9"
@@ -69,10 +71,10 @@ func TestConcurrentMissesShareRoundTrips(t *testing.T) {
 		for _, c := range []struct {
 			name   string
 			script *redis.Script
-			queue  func(*Group) *scriptQueue
+			queue  func(*Group) *commit.Scripts
 		}{
-			{"read", lua.GuardRead, func(g *Group) *scriptQueue { return g.readQ }},
-			{"fill", lua.GuardFill, func(g *Group) *scriptQueue { return g.fillQ }},
+			{"read", lua.GuardRead, func(g *Group) *commit.Scripts { return g.readQ }},
+			{"fill", lua.GuardFill, func(g *Group) *commit.Scripts { return g.fillQ }},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				const n = 16
@@ -80,11 +82,11 @@ func TestConcurrentMissesShareRoundTrips(t *testing.T) {
 				rdb.AddHook(hook)
 				g := newGroup(t, rdb, Options{})
 				var releaseOnce sync.Once
-				c.queue(g).testQueued = func(k int) {
+				c.queue(g).OnQueued(func(k int) {
 					if k == n-1 {
 						releaseOnce.Do(func() { close(hook.release) })
 					}
-				}
+				})
 				missesShareRoundTrips(t, g, n)
 				if got := hook.pipelined.Load(); got != n-1 {
 					t.Errorf("%d %s scripts pipelined, want the %d that queued behind the first", got, c.name, n-1)

@@ -32,7 +32,9 @@ func TestReentrantShortInnerHoldKeepsOuter(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		const short = 60 * time.Millisecond
+		// Long enough that a loaded machine grants it within the lease
+		// (60ms was seen to run out on a cluster under -race).
+		const short = 300 * time.Millisecond
 		inner, err := c.ObtainReentrant(ctx, key, "job", short)
 		if err != nil {
 			t.Fatal(err)
@@ -71,7 +73,9 @@ func TestReentrantShortInnerHoldKeepsOuter(t *testing.T) {
 // another hold of the owner.
 func TestReentrantExpiredHoldReleaseIsNotHeld(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
-		const short = 60 * time.Millisecond
+		// Long enough that a loaded machine grants it within the lease
+		// (60ms was seen to run out on a cluster under -race).
+		const short = 300 * time.Millisecond
 
 		t.Run("lock expired, then taken again", func(t *testing.T) {
 			c, other := newTestClient(t, rdb, Options{}), newTestClient(t, rdb, Options{})

@@ -1,4 +1,4 @@
-package guard
+package tier
 
 import (
 	"net"
@@ -46,19 +46,19 @@ func TestFenceConn(t *testing.T) {
 	eventually := func(what string, want bool) {
 		t.Helper()
 		deadline := time.Now().Add(5 * time.Second)
-		for fc.quiet() != want {
+		for fc.Quiet() != want {
 			if time.Now().After(deadline) {
 				t.Fatalf("%s: quiet() stayed %v", what, !want)
 			}
 			runtime.Gosched()
 		}
 	}
-	if fc.quiet() {
+	if fc.Quiet() {
 		t.Error("quiet with no Read in progress")
 	}
 	// A Read begins (set by hand, so that no byte is consumed).
 	fc.entered.Store(fc.total + 1)
-	if !fc.quiet() {
+	if !fc.Quiet() {
 		t.Error("not quiet in a Read with nothing received")
 	}
 	if _, err := peer.Write([]byte("hello")); err != nil {
@@ -84,7 +84,7 @@ func TestFenceConn(t *testing.T) {
 	a, b := net.Pipe()
 	defer a.Close()
 	defer b.Close()
-	if cn, fc := watch(a); fc != unfenced || cn != a || !fc.quiet() {
+	if cn, fc := watch(a); fc != unfenced || cn != a || !fc.Quiet() {
 		t.Error("a connection the fence cannot watch is not left as it is, always quiet")
 	}
 }

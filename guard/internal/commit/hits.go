@@ -1,4 +1,4 @@
-package guard
+package commit
 
 import (
 	"context"
@@ -35,19 +35,18 @@ import (
 // client-side caching every hit is a plain GET, which that cache can serve
 // without a round trip (see the package doc).
 
-// hitWindow is how many batches of hits may be in flight at once.
-var hitWindow = 2
+// Window is how many batches of hits may be in flight at once (a var for
+// tests).
+var Window = 2
 
-// defaultHitBatch is the default of Options.MaxHitBatch.
-const defaultHitBatch = 256
-
-// hitQueue batches concurrent fast-path GETs. A nil *hitQueue sends every
-// GET on its own.
-type hitQueue struct {
-	commitQueue[*getReq]
-	rdb  redis.UniversalClient
-	rt   time.Duration // RedisTimeout
-	mode int           // how a batch is sent: getPipeline, mgetOne, mgetSlots
+// Hits batches concurrent GETs of cache entries.
+type Hits struct {
+	queue[*getReq]
+	rdb      redis.UniversalClient
+	rt       time.Duration // RedisTimeout
+	mode     int           // how a batch is sent: getPipeline, mgetOne, mgetSlots
+	batching bool          // false: every GET goes out on its own
+	lone     sharedDeadline
 }
 
 // getReq is one queued GET. Its owner is the caller until it is queued,
@@ -78,26 +77,34 @@ func putReq(r *getReq) {
 	reqPool.Put(r)
 }
 
-// newHitQueue returns the batcher for rdb, or nil when hits are not to be
-// batched: MaxHitBatch is Disabled, or rdb caches GETs client-side.
-func newHitQueue(rdb redis.UniversalClient, o Options) *hitQueue {
-	if o.MaxHitBatch <= 1 || clientSideCaching(rdb) {
-		return nil
+// NewHits returns the batcher of GETs on rdb, each answered within timeout
+// (RedisTimeout). Batches hold at most max GETs; with max at most 1, or on
+// a client that caches GETs client-side, every GET goes out on its own.
+func NewHits(rdb redis.UniversalClient, max int, timeout time.Duration) *Hits {
+	q := &Hits{rdb: rdb, rt: timeout}
+	if max <= 1 || ClientSideCaching(rdb) {
+		return q
 	}
-	q := &hitQueue{rdb: rdb, rt: o.RedisTimeout}
+	q.batching = true
 	switch rdb.(type) {
 	case *redis.Client:
 		q.mode = mgetOne
 	case *redis.ClusterClient:
 		q.mode = mgetSlots
 	}
-	q.max, q.flush, q.yield, q.window = o.MaxHitBatch, q.flushGets, true, hitWindow
+	q.max, q.flush, q.yield, q.window = max, q.flushGets, true, Window
 	return q
 }
 
-// clientSideCaching reports whether rdb was built with go-redis's
+// Batching reports whether q batches GETs.
+func (q *Hits) Batching() bool { return q.batching }
+
+// Max returns the most GETs of one batch.
+func (q *Hits) Max() int { return q.max }
+
+// ClientSideCaching reports whether rdb was built with go-redis's
 // client-side cache, which serves plain GETs only.
-func clientSideCaching(rdb redis.UniversalClient) bool {
+func ClientSideCaching(rdb redis.UniversalClient) bool {
 	c, ok := rdb.(*redis.Client)
 	if !ok {
 		return false
@@ -106,7 +113,7 @@ func clientSideCaching(rdb redis.UniversalClient) bool {
 	return o.ClientSideCacheConfig != nil || o.ClientSideCache != nil
 }
 
-// get returns the value of the Redis string name, and of tname when not
+// Get returns the value of the Redis string name, and of tname when not
 // "" (read in the same command: an MGET; "" when missing), within timeout
 // (RedisTimeout) of the call, or when ctx ends if that is sooner.
 //
@@ -116,13 +123,14 @@ func clientSideCaching(rdb redis.UniversalClient) bool {
 // within RedisTimeout of its queueing. It waits on its own ctx only, which
 // saves the context.WithTimeout (allocations and a timer) a lone caller
 // pays.
-func (q *hitQueue) get(ctx context.Context, rdb redis.UniversalClient, name, tname string, timeout time.Duration, sd *sharedDeadline) (string, string, error) {
-	if q != nil {
+func (q *Hits) Get(ctx context.Context, name, tname string) (string, string, error) {
+	rdb, timeout := q.rdb, q.rt
+	if q.batching {
 		q.mu.Lock()
 		if !q.alone() {
 			r := reqPool.Get().(*getReq)
 			r.name, r.tname, r.enq = name, tname, time.Now()
-			q.queue(r)
+			q.push(r)
 			q.mu.Unlock()
 			return r.wait(ctx)
 		}
@@ -132,7 +140,7 @@ func (q *hitQueue) get(ctx context.Context, rdb redis.UniversalClient, name, tna
 		defer q.loneDone()
 	}
 	if dl, has := ctx.Deadline(); !has || time.Until(dl) > timeout {
-		ctx = sd.bounded(ctx, timeout)
+		ctx = q.lone.bounded(ctx, timeout)
 	}
 	if tname == "" {
 		s, err := rdb.Get(ctx, name).Result()
@@ -174,7 +182,7 @@ func (r *getReq) wait(ctx context.Context) (string, string, error) {
 // pipeline of GETs on any other client; a lone GET for a batch of one.
 // An MGET costs the client one command to encode and one reply to parse
 // instead of one per hit, and Redis one command to dispatch.
-func (q *hitQueue) flushGets(batch []*getReq) {
+func (q *Hits) flushGets(batch []*getReq) {
 	// batch[0] queued first: this bound is within RedisTimeout of when
 	// each of the batch's callers queued.
 	ctx, cancel := context.WithDeadline(context.Background(), batch[0].enq.Add(q.rt))
@@ -206,7 +214,7 @@ const (
 )
 
 // mget reads the names of batch with one MGET.
-func (q *hitQueue) mget(ctx context.Context, batch []*getReq) {
+func (q *Hits) mget(ctx context.Context, batch []*getReq) {
 	names, idx := distinctNames(batch)
 	vals, err := q.rdb.MGet(ctx, names...).Result()
 	for i, r := range batch {
@@ -219,7 +227,7 @@ func (q *hitQueue) mget(ctx context.Context, batch []*getReq) {
 // migrates and its keys are split between two nodes, or any reply about
 // the command rather than Redis's health) is read again as GETs, which
 // follow ASK redirections one key at a time.
-func (q *hitQueue) mgetSlots(ctx context.Context, batch []*getReq) {
+func (q *Hits) mgetSlots(ctx context.Context, batch []*getReq) {
 	bySlot := map[int][]*getReq{}
 	var slots []int
 	for _, r := range batch {
@@ -255,7 +263,7 @@ func (q *hitQueue) mgetSlots(ctx context.Context, batch []*getReq) {
 }
 
 // pipeGets reads the names of batch with a pipeline of GETs.
-func (q *hitQueue) pipeGets(ctx context.Context, batch []*getReq) {
+func (q *Hits) pipeGets(ctx context.Context, batch []*getReq) {
 	pipe := q.rdb.Pipeline()
 	cmds := make([]*redis.StringCmd, len(batch))
 	tcmds := make([]*redis.SliceCmd, len(batch))
@@ -335,9 +343,19 @@ func answer(r *getReq) {
 	putReq(r)
 }
 
-// wait waits for the flushes running.
-func (q *hitQueue) wait() {
-	if q != nil {
-		q.commitQueue.wait()
+// Wait waits for the flushes running.
+func (q *Hits) Wait() {
+	if q.batching {
+		q.queue.wait()
 	}
+}
+
+// Queued returns how many GETs wait for the next batch (tests).
+func (q *Hits) Queued() int { return q.queued() }
+
+// Busy reports whether a GET or a batch is in flight (tests).
+func (q *Hits) Busy() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.busy
 }

@@ -1,4 +1,4 @@
-package guard
+package commit
 
 import (
 	"context"

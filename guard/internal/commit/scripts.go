@@ -1,4 +1,4 @@
-package guard
+package commit
 
 import (
 	"context"
@@ -22,13 +22,13 @@ import (
 // own outcome, so the breaker sees every call as before. On a
 // *redis.ClusterClient the pipeline is split by node.
 
-// scriptQueue batches concurrent calls of one script. A nil *scriptQueue
-// sends every call on its own.
-type scriptQueue struct {
-	commitQueue[*scriptReq]
-	rdb    redis.UniversalClient
-	script *redis.Script
-	rt     time.Duration // RedisTimeout
+// Scripts batches concurrent calls of one script.
+type Scripts struct {
+	queue[*scriptReq]
+	rdb      redis.UniversalClient
+	script   *redis.Script
+	rt       time.Duration // RedisTimeout
+	batching bool          // false: every call goes out on its own
 }
 
 // scriptReq is one queued call; see getReq for who owns it when.
@@ -41,25 +41,23 @@ type scriptReq struct {
 	done  chan struct{}
 }
 
-// newScriptQueue returns the batcher of script's calls, or nil when
-// MaxHitBatch turns batching off.
-func newScriptQueue(rdb redis.UniversalClient, script *redis.Script, o Options) *scriptQueue {
-	if o.MaxHitBatch <= 1 {
-		return nil
-	}
-	q := &scriptQueue{rdb: rdb, script: script, rt: o.RedisTimeout}
-	q.max, q.flush = o.MaxHitBatch, q.flushScripts
+// NewScripts returns the batcher of script's calls on rdb, each answered
+// within timeout (RedisTimeout). Batches hold at most max calls; with max
+// at most 1, every call goes out on its own.
+func NewScripts(rdb redis.UniversalClient, script *redis.Script, max int, timeout time.Duration) *Scripts {
+	q := &Scripts{rdb: rdb, script: script, rt: timeout, batching: max > 1}
+	q.max, q.flush = max, q.flushScripts
 	return q
 }
 
-// callScript calls script with c, through q (nil: on its own), within
-// RedisTimeout of the call or when ctx ends, if that is sooner.
-func (g *Group) callScript(ctx context.Context, q *scriptQueue, script *redis.Script, c lua.Call) ([]any, error) {
-	if q != nil {
+// Call calls the script with c, within RedisTimeout of the call or when
+// ctx ends, if that is sooner.
+func (q *Scripts) Call(ctx context.Context, c lua.Call) ([]any, error) {
+	if q.batching {
 		q.mu.Lock()
 		if !q.alone() {
 			r := &scriptReq{call: c, enq: time.Now(), done: make(chan struct{}, 1)}
-			q.queue(r)
+			q.push(r)
 			q.mu.Unlock()
 			return r.wait(ctx)
 		}
@@ -67,9 +65,9 @@ func (g *Group) callScript(ctx context.Context, q *scriptQueue, script *redis.Sc
 		// Deferred: the queue must move on however this call ends.
 		defer q.loneDone()
 	}
-	rctx, cancel := context.WithTimeout(ctx, g.opts.RedisTimeout)
+	rctx, cancel := context.WithTimeout(ctx, q.rt)
 	defer cancel()
-	return script.Run(rctx, g.rdb, c.Keys, c.Args...).Slice()
+	return q.script.Run(rctx, q.rdb, c.Keys, c.Args...).Slice()
 }
 
 // wait returns the answer to r, or ctx's error if the caller leaves first.
@@ -86,7 +84,7 @@ func (r *scriptReq) wait(ctx context.Context) ([]any, error) {
 }
 
 // flushScripts sends batch as one pipeline and answers its callers.
-func (q *scriptQueue) flushScripts(batch []*scriptReq) {
+func (q *Scripts) flushScripts(batch []*scriptReq) {
 	ctx, cancel := context.WithDeadline(context.Background(), batch[0].enq.Add(q.rt))
 	defer cancel()
 	calls := make([]lua.Call, len(batch))
@@ -102,9 +100,13 @@ func (q *scriptQueue) flushScripts(batch []*scriptReq) {
 	}
 }
 
-// wait waits for the flushes running.
-func (q *scriptQueue) wait() {
-	if q != nil {
-		q.commitQueue.wait()
+// Wait waits for the flushes running.
+func (q *Scripts) Wait() {
+	if q.batching {
+		q.queue.wait()
 	}
 }
+
+// OnQueued sets a func called, under the queue's lock, with the length of
+// the queue after each call queued (tests).
+func (q *Scripts) OnQueued(f func(n int)) { q.testQueued = f }

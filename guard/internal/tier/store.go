@@ -1,4 +1,4 @@
-package guard
+package tier
 
 import (
 	"hash/maphash"
@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stampede-go/stampede/guard/internal/entry"
 )
 
@@ -51,14 +52,14 @@ import (
 // likely, never wrong.
 const localStripes = 1024
 
-// localOverhead is what a copy costs beyond its bytes: the key and name
+// Overhead is what a copy costs beyond its bytes: the key and name
 // strings, the entry header the value's buffer holds, two map slots and
 // the item.
-const localOverhead = 256
+const Overhead = 256
 
-// localTier is the store. Its methods are safe for concurrent use; a nil
-// *localTier is an empty tier that keeps nothing.
-type localTier struct {
+// Tier is the store. Its methods are safe for concurrent use; a nil
+// *Tier is an empty tier that keeps nothing.
+type Tier struct {
 	maxEntries int
 	maxBytes   int
 	maxItem    int           // a value costing more is not kept
@@ -80,45 +81,46 @@ type localTier struct {
 	// gen is bumped by every flush and every return to service; a ticket
 	// of another generation keeps nothing.
 	gen  atomic.Uint64
-	live atomic.Bool // every report connection confirmed: serve and keep
+	Live atomic.Bool // every report connection confirmed: serve and keep
 	// fence reports whether every report that reached this host was
 	// applied (tierfence.go); set before the tier is used, nil in tests of
 	// the tier alone.
 	fence func() bool
+	coh   *coherence // the report connections
 
 	mu     sync.Mutex
-	byKey  map[string]*localItem
-	byName map[string]*localItem // the same items, by entry name
+	byKey  map[string]*Item
+	byName map[string]*Item // the same items, by entry name
 	// byTag holds, for each hash tag base ("ns{T}") of keys with a tag of
 	// their own, the first of its items, linked by tprev and tnext.
-	byTag map[string]*localItem
-	head  localItem // sentinel of the LRU list: head.next is the most recent
+	byTag map[string]*Item
+	head  Item // sentinel of the LRU list: head.next is the most recent
 	bytes int
 }
 
-// localItem is one copy.
-type localItem struct {
+// Item is one copy.
+type Item struct {
 	key, name string
 	tag       string // the base of the key's own hash tag, or ""
 	value     []byte
 	cost      int
 	until     time.Time   // local monotonic clock: served before this
-	e         entry.Entry // header of the entry (value aliases e.value)
-	base      time.Time   // local time the entry was written, for Age
+	Entry     entry.Entry // header of the entry (value aliases e.value)
+	Base      time.Time   // local time the entry was written, for Age
 	// mark: no copy, only the version (e's fence and written time) of a
 	// value a call returned without keeping it; never served, it refuses
 	// older replies (see localTier)
 	mark bool
-	// stale: a copy of a stale value, served as Stale while its refresh
+	// Stale: a copy of a Stale value, served as Stale while its refresh
 	// runs, for a short while (staleLocal) or until its entry changes
-	stale        bool
-	prev, next   *localItem
-	tprev, tnext *localItem // the other items of its tag
+	Stale        bool
+	prev, next   *Item
+	tprev, tnext *Item // the other items of its tag
 }
 
-// ticket is what a read took before it was sent: the state it must find
-// unchanged for its value to be kept. The zero ticket keeps nothing.
-type ticket struct {
+// Ticket is what a read took before it was sent: the state it must find
+// unchanged for its value to be kept. The zero Ticket keeps nothing.
+type Ticket struct {
 	ok     bool
 	stripe uint32
 	seq    uint64
@@ -129,11 +131,11 @@ type ticket struct {
 	tseq   uint64 // as it was
 }
 
-func newLocalTier(o Options) *localTier {
-	t := &localTier{
-		maxEntries: o.LocalEntries, maxBytes: o.LocalBytes, ttl: o.LocalTTL,
-		prefix: o.Namespace + "{", seed: maphash.MakeSeed(),
-		byKey: map[string]*localItem{}, byName: map[string]*localItem{}, byTag: map[string]*localItem{},
+func newStore(c Config) *Tier {
+	t := &Tier{
+		maxEntries: c.Entries, maxBytes: c.Bytes, ttl: c.TTL,
+		prefix: c.Namespace + "{", seed: maphash.MakeSeed(),
+		byKey: map[string]*Item{}, byName: map[string]*Item{}, byTag: map[string]*Item{},
 	}
 	t.maxItem = max(t.maxBytes/8, 1)
 	t.head.next, t.head.prev = &t.head, &t.head
@@ -142,7 +144,7 @@ func newLocalTier(o Options) *localTier {
 
 // stripe returns the change counter of the entry named name (or of the
 // tag base named name, in tags).
-func (t *localTier) stripe(name string) uint32 {
+func (t *Tier) stripe(name string) uint32 {
 	return uint32(maphash.String(t.seed, name) % localStripes)
 }
 
@@ -158,17 +160,17 @@ func tagBase(prefix, name string) string {
 	return name
 }
 
-// ticket returns the ticket of a read of the entry named name about to be
+// Ticket returns the Ticket of a read of the entry named name about to be
 // sent.
-func (t *localTier) ticket(name string) ticket {
-	if t == nil || !t.live.Load() {
-		return ticket{}
+func (t *Tier) Ticket(name string) Ticket {
+	if t == nil || !t.Live.Load() {
+		return Ticket{}
 	}
 	// gen first: a flush bumps it before it clears, so a ticket that saw
 	// the old generation is refused by keep.
 	gen := t.gen.Load()
 	i := t.stripe(name)
-	tk := ticket{ok: true, stripe: i, eseq: t.erased[i].Load(), seq: t.stripes[i].Load(), gen: gen}
+	tk := Ticket{ok: true, stripe: i, eseq: t.erased[i].Load(), seq: t.stripes[i].Load(), gen: gen}
 	if b := tagBase(t.prefix, name); len(b) < len(name) {
 		tk.tagged, tk.tag = true, t.stripe(b)
 		tk.tseq = t.tags[tk.tag].Load()
@@ -176,11 +178,11 @@ func (t *localTier) ticket(name string) ticket {
 	return tk
 }
 
-// get returns the copy of key while it may be served.
-func (t *localTier) get(key string) (*localItem, bool) {
+// Get returns the copy of key while it may be served.
+func (t *Tier) Get(key string) (*Item, bool) {
 	// The fence first: a report it finds applied dropped its copy before
 	// the lookup below.
-	if t == nil || !t.live.Load() || t.fence != nil && !t.fence() {
+	if t == nil || !t.Live.Load() || t.fence != nil && !t.fence() {
 		return nil, false
 	}
 	t.mu.Lock()
@@ -205,19 +207,19 @@ func newer(a, b *entry.Entry) bool {
 	return a.Fence > b.Fence || (a.Fence == b.Fence && a.Written > b.Written)
 }
 
-// keep offers the entry e of key (named name), read with ticket tk, to
+// Keep offers the entry e of key (named name), read with ticket tk, to
 // the tier, to be served for left more: a fresh value, or, stale, a stale
 // one. The value is returned to its caller whether it is kept or not.
-func (t *localTier) keep(key, name string, tk ticket, e *entry.Entry, left time.Duration, age time.Duration, stale bool) {
+func (t *Tier) Keep(key, name string, tk Ticket, e *entry.Entry, left time.Duration, age time.Duration, stale bool) {
 	if t == nil {
 		return
 	}
-	cost := len(e.Value) + len(key) + len(name) + localOverhead
+	cost := len(e.Value) + len(key) + len(name) + Overhead
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	cur := t.byKey[key]
-	valid := tk.ok && t.gen.Load() == tk.gen && t.stripes[tk.stripe].Load() == tk.seq && (!tk.tagged || t.tags[tk.tag].Load() == tk.tseq) && t.live.Load()
-	if cur != nil && cur.name == name && !newer(e, &cur.e) && !(valid && (cur.mark || cur.stale) && !newer(&cur.e, e)) {
+	valid := tk.ok && t.gen.Load() == tk.gen && t.stripes[tk.stripe].Load() == tk.seq && (!tk.tagged || t.tags[tk.tag].Load() == tk.tseq) && t.Live.Load()
+	if cur != nil && cur.name == name && !newer(e, &cur.Entry) && !(valid && (cur.mark || cur.Stale) && !newer(&cur.Entry, e)) {
 		return // the copy held is as new (or a mark or a stale copy of this version, and e may not replace it)
 	}
 	if !valid {
@@ -239,23 +241,23 @@ func (t *localTier) keep(key, name string, tk ticket, e *entry.Entry, left time.
 		return
 	}
 	now := time.Now()
-	it := &localItem{key: key, name: name, value: e.Value, cost: cost, e: *e,
-		until: now.Add(min(left, t.ttl)), base: now.Add(-age), stale: stale}
+	it := &Item{key: key, name: name, value: e.Value, cost: cost, Entry: *e,
+		until: now.Add(min(left, t.ttl)), Base: now.Add(-age), Stale: stale}
 	t.insert(it)
 }
 
-// seen records that a call is returning the entry e of key (named name),
+// Seen records that a call is returning the entry e of key (named name),
 // which the tier does not keep (a stale or negative entry, a marker, a
 // value too large or with no fresh time left): no older reply is kept
 // after it.
-func (t *localTier) seen(key, name string, e *entry.Entry) {
-	if t == nil || !t.live.Load() {
+func (t *Tier) Seen(key, name string, e *entry.Entry) {
+	if t == nil || !t.Live.Load() {
 		return
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	cur := t.byKey[key]
-	if cur != nil && cur.name == name && !newer(e, &cur.e) {
+	if cur != nil && cur.name == name && !newer(e, &cur.Entry) {
 		return
 	}
 	t.putMark(key, name, e, cur)
@@ -263,21 +265,21 @@ func (t *localTier) seen(key, name string, e *entry.Entry) {
 
 // putMark puts a mark of e's version for key in the place of cur, with mu
 // held.
-func (t *localTier) putMark(key, name string, e *entry.Entry, cur *localItem) {
+func (t *Tier) putMark(key, name string, e *entry.Entry, cur *Item) {
 	if cur != nil {
 		t.unlink(cur)
 	}
-	if !t.live.Load() {
+	if !t.Live.Load() {
 		return // a generation change refuses every reply sent before
 	}
-	it := &localItem{key: key, name: name, cost: len(key) + len(name) + localOverhead, e: *e, mark: true}
-	it.e.Value = nil
+	it := &Item{key: key, name: name, cost: len(key) + len(name) + Overhead, Entry: *e, mark: true}
+	it.Entry.Value = nil
 	t.insert(it)
 }
 
 // insert adds it, with mu held, and evicts the least recently used copies
 // past the bounds.
-func (t *localTier) insert(it *localItem) {
+func (t *Tier) insert(it *Item) {
 	if b := tagBase(t.prefix, it.name); len(b) < len(it.name) {
 		it.tag = b
 	}
@@ -292,7 +294,7 @@ func (t *localTier) insert(it *localItem) {
 // evict drops the least recently used item it, with mu held. What it
 // recorded (its version) is lost, so the replies already sent of its entry
 // are refused, and so are the values of reads others joined (current).
-func (t *localTier) evict(it *localItem) {
+func (t *Tier) evict(it *Item) {
 	t.erase(it.name)
 	t.unlink(it)
 }
@@ -300,7 +302,7 @@ func (t *localTier) evict(it *localItem) {
 // erase bumps the counters of the entry named name whose copy or mark is
 // about to go: replies already sent are refused (stripes), and so are the
 // values of reads others joined (erased, see current).
-func (t *localTier) erase(name string) {
+func (t *Tier) erase(name string) {
 	i := t.stripe(name)
 	t.erased[i].Add(1)
 	t.stripes[i].Add(1)
@@ -308,16 +310,16 @@ func (t *localTier) erase(name string) {
 
 // toMark turns the expired copy it into a mark of its version, with mu
 // held: the value goes, what was returned is still known (keep, current).
-func (t *localTier) toMark(it *localItem) {
+func (t *Tier) toMark(it *Item) {
 	if it.mark {
 		return
 	}
 	// A new item: callers served the copy may still read it.
 	t.unlink(it)
-	t.putMark(it.key, it.name, &it.e, nil)
+	t.putMark(it.key, it.name, &it.Entry, nil)
 }
 
-// current reports whether the entry e of the entry named name, read with
+// Current reports whether the entry e of the entry named name, read with
 // ticket tk by a read another call sent and this one joined (perhaps sent
 // before this call began), may be returned to this call: no newer version
 // of it was returned since that read was sent. Every value returned leaves
@@ -326,7 +328,7 @@ func (t *localTier) toMark(it *localItem) {
 // or mark held is newer. Without a tier there is nothing to tell by
 // (true); with one that did not listen when the read was sent, nothing is
 // known (false: the caller reads again).
-func (t *localTier) current(name string, tk ticket, e *entry.Entry) bool {
+func (t *Tier) Current(name string, tk Ticket, e *entry.Entry) bool {
 	if t == nil {
 		return true
 	}
@@ -336,13 +338,13 @@ func (t *localTier) current(name string, tk ticket, e *entry.Entry) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	it := t.byName[name]
-	return it == nil || !newer(&it.e, e)
+	return it == nil || !newer(&it.Entry, e)
 }
 
-// changed drops the copy of the entry named name, which changed in Redis
+// Changed drops the copy of the entry named name, which Changed in Redis
 // (a report, or this Group's own write), and refuses the values of the
 // reads of it already sent.
-func (t *localTier) changed(name string) {
+func (t *Tier) Changed(name string) {
 	if t == nil {
 		return
 	}
@@ -354,10 +356,10 @@ func (t *localTier) changed(name string) {
 	t.mu.Unlock()
 }
 
-// changedTag drops the copies of the keys of the tag whose base ("ns{T}")
+// ChangedTag drops the copies of the keys of the tag whose base ("ns{T}")
 // is base, whose invalidation changed in Redis, and refuses the values of
 // the reads of them already sent.
-func (t *localTier) changedTag(base string) {
+func (t *Tier) ChangedTag(base string) {
 	if t == nil {
 		return
 	}
@@ -369,8 +371,8 @@ func (t *localTier) changedTag(base string) {
 	t.mu.Unlock()
 }
 
-// remove drops the copy of key, if any.
-func (t *localTier) remove(key string) {
+// Remove drops the copy of key, if any.
+func (t *Tier) Remove(key string) {
 	if t == nil {
 		return
 	}
@@ -382,25 +384,25 @@ func (t *localTier) remove(key string) {
 	t.mu.Unlock()
 }
 
-// setLive flushes the tier and starts (true) or stops (false) serving and
+// SetLive flushes the tier and starts (true) or stops (false) serving and
 // keeping copies. Either way the generation changes, so no read sent
 // before is kept after.
-func (t *localTier) setLive(live bool) {
+func (t *Tier) SetLive(live bool) {
 	if t == nil {
 		return
 	}
 	if !live {
-		t.live.Store(false)
+		t.Live.Store(false)
 	}
 	t.gen.Add(1)
 	t.flushAll()
 	if live {
-		t.live.Store(true)
+		t.Live.Store(true)
 	}
 }
 
-// flush drops every copy, and the values of every read already sent.
-func (t *localTier) flush() {
+// Flush drops every copy, and the values of every read already sent.
+func (t *Tier) Flush() {
 	if t == nil {
 		return
 	}
@@ -408,7 +410,7 @@ func (t *localTier) flush() {
 	t.flushAll()
 }
 
-func (t *localTier) flushAll() {
+func (t *Tier) flushAll() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	clear(t.byKey)
@@ -418,8 +420,8 @@ func (t *localTier) flushAll() {
 	t.bytes = 0
 }
 
-// len returns the number of copies held (marks apart).
-func (t *localTier) len() int {
+// Len returns the number of copies held (marks apart).
+func (t *Tier) Len() int {
 	if t == nil {
 		return 0
 	}
@@ -435,7 +437,7 @@ func (t *localTier) len() int {
 }
 
 // link adds it, with mu held: first in the LRU list, and to its tag's.
-func (t *localTier) link(it *localItem) {
+func (t *Tier) link(it *Item) {
 	t.front(it)
 	if it.tag != "" {
 		first := t.byTag[it.tag]
@@ -447,13 +449,13 @@ func (t *localTier) link(it *localItem) {
 	}
 }
 
-func (t *localTier) front(it *localItem) {
+func (t *Tier) front(it *Item) {
 	it.prev, it.next = &t.head, t.head.next
 	it.next.prev = it
 	t.head.next = it
 }
 
-func (t *localTier) toFront(it *localItem) {
+func (t *Tier) toFront(it *Item) {
 	if t.head.next == it {
 		return
 	}
@@ -462,7 +464,7 @@ func (t *localTier) toFront(it *localItem) {
 }
 
 // unlink removes it, with mu held.
-func (t *localTier) unlink(it *localItem) {
+func (t *Tier) unlink(it *Item) {
 	it.prev.next, it.next.prev = it.next, it.prev
 	it.prev, it.next = nil, nil
 	if it.tag != "" {
@@ -488,4 +490,46 @@ func (t *localTier) unlink(it *localItem) {
 		delete(t.byName, it.name)
 	}
 	t.bytes -= it.cost
+}
+
+// Config configures a tier.
+type Config struct {
+	Namespace string        // the Group's: every entry name starts with it and "{"
+	Entries   int           // the most copies kept
+	Bytes     int           // the most bytes the copies cost
+	TTL       time.Duration // the longest a copy is served (LocalTTL)
+	// OnRedisError is told when a report connection is lost or refused,
+	// once per outage (op "track"); OnState of each change of the tier's
+	// state (see the Why constants). Either may be nil.
+	OnRedisError func(op string, err error)
+	OnState      func(on bool, why string)
+}
+
+// New returns the tier of a Group on rdb, its report connections started,
+// or nil when it is off: c.Entries is 0 (told to OnState as WhyDisabled),
+// or rdb is a client whose changes cannot be followed (WhyUnsupported): a
+// *redis.Ring, or a cluster client that reads from replicas.
+func New(rdb redis.UniversalClient, c Config) *Tier {
+	off := func(why string) *Tier {
+		if c.OnState != nil {
+			c.OnState(false, why)
+		}
+		return nil
+	}
+	if c.Entries <= 0 {
+		return off(WhyDisabled)
+	}
+	t := newStore(c)
+	if t.coh = newCoherence(rdb, t, c); t.coh == nil {
+		return off(WhyUnsupported)
+	}
+	return t
+}
+
+// Close stops the report connections and waits for them: the tier serves
+// nothing after.
+func (t *Tier) Close() {
+	if t != nil {
+		t.coh.close()
+	}
 }

@@ -1,11 +1,11 @@
-package guard
+package commit
 
 import (
 	"runtime"
 	"sync"
 )
 
-// commitQueue is group commit for one kind of Redis call, shared by the
+// queue is group commit for one kind of Redis call, shared by the
 // hits' GETs (hitQueue) and the misses' scripts (scriptQueue). A call
 // that finds the queue idle marks it busy and is sent at once, on its
 // caller's goroutine; a call that finds it busy is appended to q (both
@@ -13,7 +13,7 @@ import (
 // loneDone hands what queued meanwhile to a flusher goroutine, which sends
 // it in batches of at most max, one batch at a time, until the queue is
 // empty and idle again.
-type commitQueue[R any] struct {
+type queue[R any] struct {
 	max   int       // most calls in one batch
 	flush func([]R) // sends one batch and answers its callers
 	// yield: after a batch, let the callers it answered queue again before
@@ -38,8 +38,8 @@ type commitQueue[R any] struct {
 	testQueued func(n int) // tests: called under mu with len(q) after a call queued
 }
 
-// queue appends r, with mu held.
-func (c *commitQueue[R]) queue(r R) {
+// push appends r, with mu held.
+func (c *queue[R]) push(r R) {
 	c.q = append(c.q, r)
 	if c.testQueued != nil {
 		c.testQueued(len(c.q))
@@ -50,7 +50,7 @@ func (c *commitQueue[R]) queue(r R) {
 // alone reports, with mu held, whether a call may go out at once, on its
 // own: a round trip is free and nobody is queued. If so it takes the
 // round trip, which its caller gives back with loneDone.
-func (c *commitQueue[R]) alone() bool {
+func (c *queue[R]) alone() bool {
 	if c.inflight >= max(c.window, 1) || len(c.q) > 0 {
 		return false
 	}
@@ -61,7 +61,7 @@ func (c *commitQueue[R]) alone() bool {
 
 // kick starts a flusher, with mu held, when calls are queued and a round
 // trip is free.
-func (c *commitQueue[R]) kick() {
+func (c *queue[R]) kick() {
 	if len(c.q) == 0 || c.inflight >= max(c.window, 1) {
 		return
 	}
@@ -74,7 +74,7 @@ func (c *commitQueue[R]) kick() {
 // loneDone is called when a lone call is back: the calls that queued
 // meanwhile get a flusher goroutine of their own, so that the lone caller
 // returns now.
-func (c *commitQueue[R]) loneDone() {
+func (c *queue[R]) loneDone() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.inflight--
@@ -83,7 +83,7 @@ func (c *commitQueue[R]) loneDone() {
 }
 
 // drain flushes the queue until it is empty.
-func (c *commitQueue[R]) drain() {
+func (c *queue[R]) drain() {
 	defer c.drainDone()
 	var batch []R
 	for {
@@ -121,14 +121,14 @@ func (c *commitQueue[R]) drain() {
 	}
 }
 
-func (c *commitQueue[R]) queued() int {
+func (c *queue[R]) queued() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.q)
 }
 
 // drainDone settles a flusher, however it ends.
-func (c *commitQueue[R]) drainDone() {
+func (c *queue[R]) drainDone() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.flushing--; c.flushing == 0 && c.drained != nil {
@@ -139,7 +139,7 @@ func (c *commitQueue[R]) drainDone() {
 
 // wait waits for the flushes running, and for those they hand over to (a
 // late call may start one meanwhile: it is waited for too).
-func (c *commitQueue[R]) wait() {
+func (c *queue[R]) wait() {
 	c.mu.Lock()
 	if c.flushing == 0 {
 		c.mu.Unlock()

@@ -1,4 +1,4 @@
-package guard
+package tier
 
 import (
 	"net"
@@ -67,9 +67,9 @@ func (c *fenceConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// quiet reports whether every report that reached this connection's socket
+// Quiet reports whether every report that reached this connection's socket
 // has been applied (see above); always true for unfenced.
-func (c *fenceConn) quiet() bool {
+func (c *fenceConn) Quiet() bool {
 	if c == unfenced {
 		return true
 	}

@@ -1,4 +1,4 @@
-package guard
+package tier
 
 import (
 	"context"
@@ -61,7 +61,7 @@ const maxTrackBackoff = 2 * time.Second
 
 // coherence keeps one report connection per master for a tier.
 type coherence struct {
-	tier   *localTier
+	tier   *Tier
 	ns     string
 	prefix string                     // ns + "{": how every entry name starts
 	hook   func(op string, err error) // Hooks.RedisError
@@ -104,9 +104,9 @@ type tracker struct {
 // newCoherence returns the coherence of tier for rdb, started, or nil
 // when rdb is a client it cannot follow (a *redis.Ring, a cluster client
 // that reads from replicas): the tier then stays off.
-func newCoherence(rdb redis.UniversalClient, tier *localTier, o Options) *coherence {
-	c := &coherence{tier: tier, ns: o.Namespace, prefix: o.Namespace + "{", hook: o.Hooks.RedisError,
-		state: o.Hooks.LocalTier, why: tierConnecting,
+func newCoherence(rdb redis.UniversalClient, tier *Tier, o Config) *coherence {
+	c := &coherence{tier: tier, ns: o.Namespace, prefix: o.Namespace + "{", hook: o.OnRedisError,
+		state: o.OnState, why: WhyConnecting,
 		trackers: map[string]*tracker{}, kick: make(chan struct{}, 1), quit: make(chan struct{})}
 	tier.fence = c.fenced
 	switch r := rdb.(type) {
@@ -173,19 +173,19 @@ func (c *coherence) update() {
 	live := !c.closed && !c.pending && c.down == 0 && len(c.trackers) > 0
 	if live != c.live {
 		c.live = live
-		c.tier.setLive(live)
+		c.tier.SetLive(live)
 	}
 	c.tell()
 }
 
 // Why the tier is off, as Hooks.LocalTier tells it.
 const (
-	tierDisabled    = "disabled"    // Options.LocalEntries is Disabled
-	tierUnsupported = "unsupported" // a client whose changes cannot be followed
-	tierConnecting  = "connecting"  // a report connection not confirmed yet
-	tierLost        = "lost"        // a report connection lost or silent
-	tierRefused     = "refused"     // Redis refused tracking (ACL, version)
-	tierClosed      = "closed"      // the Group is closed
+	WhyDisabled    = "disabled"    // Options.LocalEntries is Disabled
+	WhyUnsupported = "unsupported" // a client whose changes cannot be followed
+	WhyConnecting  = "connecting"  // a report connection not confirmed yet
+	WhyLost        = "lost"        // a report connection lost or silent
+	WhyRefused     = "refused"     // Redis refused tracking (ACL, version)
+	WhyClosed      = "closed"      // the Group is closed
 )
 
 // setWhy records why the tier is off from now on, mu held.
@@ -220,7 +220,7 @@ func (c *coherence) fenced() bool {
 		return false
 	}
 	for _, t := range *all {
-		if fc := t.fc.Load(); fc == nil || !fc.quiet() {
+		if fc := t.fc.Load(); fc == nil || !fc.Quiet() {
 			return false
 		}
 	}
@@ -233,7 +233,7 @@ func (c *coherence) newNode() {
 	c.mu.Lock()
 	if !c.closed {
 		c.pending = true
-		c.why = tierConnecting
+		c.why = WhyConnecting
 		c.update()
 	}
 	c.mu.Unlock()
@@ -310,7 +310,7 @@ func (c *coherence) run(t *tracker) {
 			// FLUSHALL or FLUSHDB: every copy goes (the tier stops until
 			// the connection go-redis makes anew is confirmed). An event
 			// of the data, not a fault: nothing is reported.
-			c.setDown(t, tierConnecting)
+			c.setDown(t, WhyConnecting)
 			continue
 		}
 		c.setDown(t, whyLost(err))
@@ -354,9 +354,9 @@ func isFlush(err error) bool {
 func whyLost(err error) string {
 	var rerr redis.Error
 	if errors.As(err, &rerr) {
-		return tierRefused
+		return WhyRefused
 	}
-	return tierLost
+	return WhyLost
 }
 
 // errSilent is how a report connection that stopped answering is lost.
@@ -413,14 +413,14 @@ func (c *coherence) listen(t *tracker, ts *trackState) error {
 
 // changed applies the report that the key name changed.
 func (c *coherence) changed(name string) {
-	if isEntryName(c.prefix, name) {
-		c.tier.changed(name)
+	if IsEntryName(c.prefix, name) {
+		c.tier.Changed(name)
 		return
 	}
 	// A tag's invalidation (InvalidateTag, on any node): the copies of
 	// its keys go, even those whose entries it could not name.
 	if base, ok := strings.CutSuffix(name, ":tinv"); ok && strings.HasPrefix(base, c.prefix) && strings.IndexByte(base, '}') == len(base)-1 {
-		c.tier.changedTag(base)
+		c.tier.ChangedTag(base)
 	}
 }
 
@@ -455,14 +455,14 @@ func (c *coherence) setUpLocked(t *tracker, up bool) {
 	c.update()
 }
 
-// close stops every tracker and waits for them: the tier is off after.
+// Close stops every tracker and waits for them: the tier is off after.
 func (c *coherence) close() {
 	if c == nil {
 		return
 	}
 	c.mu.Lock()
 	c.closed = true
-	c.why = tierClosed
+	c.why = WhyClosed
 	for _, t := range c.trackers {
 		t.stop()
 	}
@@ -544,12 +544,12 @@ func trackerOptions(o *redis.Options, ns string, t *tracker) *redis.Options {
 	}
 }
 
-// isEntryName reports whether the Redis key name is the entry of a key of
+// IsEntryName reports whether the Redis key name is the entry of a key of
 // the namespace whose names start with prefix, its Namespace and "{" (see
 // names): "ns{e}" for a key without a hash tag of its own, "ns{t}/len:key"
 // for one with; the other names of a key, and a tag's, continue after the
 // '}' otherwise.
-func isEntryName(prefix, name string) bool {
+func IsEntryName(prefix, name string) bool {
 	rest, ok := strings.CutPrefix(name, prefix)
 	if !ok {
 		return false
@@ -572,4 +572,23 @@ func isEntryName(prefix, name string) bool {
 	}
 	l, err := strconv.Atoi(n)
 	return err == nil && l == len(key)
+}
+
+// Watched returns how many report connections the tier keeps and how many
+// of them the fence watches (tests: TLS and Unix sockets are not watched).
+func (t *Tier) Watched() (conns, watched int) {
+	if t == nil {
+		return 0, 0
+	}
+	all := t.coh.all.Load()
+	if all == nil {
+		return 0, 0
+	}
+	for _, tr := range *all {
+		conns++
+		if fc := tr.fc.Load(); fc != nil && fc != unfenced {
+			watched++
+		}
+	}
+	return conns, watched
 }

@@ -1,4 +1,4 @@
-package guard
+package tier
 
 import (
 	"flag"
@@ -33,10 +33,9 @@ func TestLocalTierModel(t *testing.T) {
 
 func tierHistory(seed uint64) string {
 	rng := rand.New(rand.NewPCG(seed, 0x7e5))
-	g := &Group{opts: Options{Namespace: "ns:"}}
 	entries := 1 + rng.IntN(3)
-	lt := newLocalTier(Options{Namespace: "ns:", LocalEntries: entries, LocalBytes: 1 << 20, LocalTTL: time.Hour})
-	lt.setLive(true)
+	lt := newStore(Config{Namespace: "ns:", Entries: entries, Bytes: 1 << 20, TTL: time.Hour})
+	lt.SetLive(true)
 	keys := []string{"a", "b"}[:1+rng.IntN(2)]
 	type redisKey struct {
 		version  int64
@@ -48,7 +47,7 @@ func tierHistory(seed uint64) string {
 	}
 	type read struct {
 		key      string
-		tk       ticket
+		tk       Ticket
 		answered bool
 		version  int64
 		floor    int64 // the newest version returned before it began
@@ -73,7 +72,7 @@ func tierHistory(seed uint64) string {
 		r := rk[k]
 		switch op := rng.IntN(12); op {
 		case 0, 1: // a read is sent
-			reads = append(reads, &read{key: k, tk: lt.ticket(g.names(k).entry), floor: r.returned})
+			reads = append(reads, &read{key: k, tk: lt.Ticket(entryName(k)), floor: r.returned})
 			log = append(log, "send "+k)
 		case 2, 3: // Redis answers a read sent before
 			var open []*read
@@ -98,9 +97,9 @@ func tierHistory(seed uint64) string {
 				e := entry.Entry{Fence: rd.version, Written: rd.version, Value: []byte("v")}
 				if rng.IntN(4) == 0 {
 					// an answer the tier does not keep (stale, negative)
-					lt.seen(rd.key, g.names(rd.key).entry, &e)
+					lt.Seen(rd.key, entryName(rd.key), &e)
 				} else {
-					lt.keep(rd.key, g.names(rd.key).entry, rd.tk, &e, time.Hour, 0, rng.IntN(3) == 0)
+					lt.Keep(rd.key, entryName(rd.key), rd.tk, &e, time.Hour, 0, rng.IntN(3) == 0)
 				}
 				if msg := check(rd.key, rd.version, rd.floor, "reply"); msg != "" {
 					return msg
@@ -108,18 +107,18 @@ func tierHistory(seed uint64) string {
 				// Calls that joined this read (a flight), perhaps after it
 				// was sent: the value is theirs only if current; else each
 				// reads for itself, which Redis answers at once.
-				name := g.names(rd.key).entry
+				name := entryName(rd.key)
 				for _, jn := range rd.joiners {
-					if lt.current(name, rd.tk, &e) {
+					if lt.Current(name, rd.tk, &e) {
 						if msg := check(rd.key, rd.version, jn.floor, "joined"); msg != "" {
 							return msg
 						}
 						continue
 					}
 					v := rk[rd.key].version
-					tk := lt.ticket(name)
+					tk := lt.Ticket(name)
 					e2 := entry.Entry{Fence: v, Written: v, Value: []byte("v")}
-					lt.keep(rd.key, name, tk, &e2, time.Hour, 0, false)
+					lt.Keep(rd.key, name, tk, &e2, time.Hour, 0, false)
 					if msg := check(rd.key, v, jn.floor, "re-read"); msg != "" {
 						return msg
 					}
@@ -133,12 +132,12 @@ func tierHistory(seed uint64) string {
 		case 6: // the oldest report of a write reaches the tier
 			if len(r.reports) > 0 {
 				r.reports = r.reports[1:]
-				lt.changed(g.names(k).entry)
+				lt.Changed(entryName(k))
 				log = append(log, "report "+k)
 			}
 		case 7, 8: // a call served from the tier
-			if it, ok := lt.get(k); ok {
-				if msg := check(k, it.e.Fence, r.returned, "get"); msg != "" {
+			if it, ok := lt.Get(k); ok {
+				if msg := check(k, it.Entry.Fence, r.returned, "get"); msg != "" {
 					return msg
 				}
 			}
@@ -158,11 +157,11 @@ func tierHistory(seed uint64) string {
 		case 9:
 			switch rng.IntN(3) {
 			case 0:
-				lt.flush()
+				lt.Flush()
 				log = append(log, "flush")
 			case 1:
-				lt.setLive(false)
-				lt.setLive(true)
+				lt.SetLive(false)
+				lt.SetLive(true)
 				log = append(log, "reconnect")
 			case 2:
 				lt.mu.Lock()

@@ -1,0 +1,127 @@
+package tier
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stampede-go/stampede/guard/internal/entry"
+	"github.com/stampede-go/stampede/internal/hashtag"
+)
+
+// TestLocalTierIndexes: random keeps (of keys with and without a hash tag
+// of their own, in a tier small enough to evict), drops, tag
+// invalidations and flushes; after each, the tier's three indexes (by
+// key, by entry name, by tag) and its LRU list hold the same items, its
+// bytes add up, and a tag's invalidation leaves no copy of its keys.
+func TestLocalTierIndexes(t *testing.T) {
+	lt := newStore(Config{Namespace: "ns:", Entries: 8, Bytes: 8 * (Overhead + 64), TTL: time.Hour})
+	lt.SetLive(true)
+	rng := rand.New(rand.NewPCG(1, 2))
+	keys := []string{"a", "b", "{t1}a", "{t1}b", "x{t1}y", "{t2}a", "{t2}b", "{t3}", "c{t3}d", "{}", "%7D", "e"}
+	check := func(op string) {
+		t.Helper()
+		n, bytes := 0, 0
+		for it := lt.head.next; it != &lt.head; it = it.next {
+			n++
+			bytes += it.cost
+			if lt.byKey[it.key] != it || lt.byName[it.name] != it {
+				t.Fatalf("after %s: %q in the LRU list, not in the maps", op, it.key)
+			}
+		}
+		if n != len(lt.byKey) || n != len(lt.byName) || bytes != lt.bytes {
+			t.Fatalf("after %s: %d listed, %d by key, %d by name, %d bytes of %d", op, n, len(lt.byKey), len(lt.byName), lt.bytes, bytes)
+		}
+		tagged := 0
+		for base, first := range lt.byTag {
+			if first.tprev != nil {
+				t.Fatalf("after %s: the first of %s has a predecessor", op, base)
+			}
+			for it := first; it != nil; it = it.tnext {
+				if tagged++; tagged > n || it.tag != base || lt.byKey[it.key] != it {
+					t.Fatalf("after %s: tag list of %s holds %q (tag %q)", op, base, it.key, it.tag)
+				}
+				if it.tnext != nil && it.tnext.tprev != it {
+					t.Fatalf("after %s: tag list of %s broken at %q", op, base, it.key)
+				}
+			}
+		}
+		for _, it := range lt.byKey {
+			if _, own := hashtag.Tag(it.key); own != (it.tag != "") {
+				t.Fatalf("after %s: %q has tag %q", op, it.key, it.tag)
+			}
+			if it.tag != "" {
+				tagged--
+			}
+		}
+		if tagged != 0 {
+			t.Fatalf("after %s: the tag lists and the items disagree by %d", op, tagged)
+		}
+	}
+	for i := range 20000 {
+		k := keys[rng.IntN(len(keys))]
+		name := entryName(k)
+		switch op := rng.IntN(10); {
+		case op < 5:
+			tk := lt.Ticket(name)
+			e := entry.Entry{Fence: int64(i), Written: int64(i), Value: make([]byte, rng.IntN(64))}
+			lt.Keep(k, name, tk, &e, time.Hour, 0, false)
+			check("keep " + k)
+		case op < 7:
+			lt.Changed(name)
+			if _, held := lt.Get(k); held {
+				t.Fatalf("%q held after its entry changed", k)
+			}
+			check("changed " + k)
+		case op < 9:
+			tag, own := hashtag.Tag(k)
+			if !own {
+				continue
+			}
+			lt.ChangedTag(hashtag.Base("ns:", tag))
+			for _, other := range keys {
+				if tg, ok := hashtag.Tag(other); ok && tg == tag {
+					if _, held := lt.Get(other); held {
+						t.Fatalf("%q held after its tag %q was invalidated", other, tag)
+					}
+				}
+			}
+			check("changedTag " + tag)
+		default:
+			if rng.IntN(20) == 0 {
+				lt.Flush()
+				check("flush")
+			} else {
+				lt.Remove(k)
+				check("remove " + k)
+			}
+		}
+	}
+}
+
+// TestLocalTierTagTicket: a read of a tagged key sent before its tag was
+// invalidated keeps nothing, and keeping a copy of one key of a tag does
+// not refuse a read of another key of it sent before.
+func TestLocalTierTagTicket(t *testing.T) {
+	lt := newStore(Config{Namespace: "ns:", Entries: 8, Bytes: 1 << 20, TTL: time.Hour})
+	lt.SetLive(true)
+	a, b := entryName("{t}a"), entryName("{t}b")
+	e := entry.Entry{Fence: 1, Written: 1, Value: []byte("v")}
+	ta, tb := lt.Ticket(a), lt.Ticket(b)
+	lt.Keep("{t}a", a, ta, &e, time.Hour, 0, false)
+	lt.Keep("{t}b", b, tb, &e, time.Hour, 0, false)
+	if lt.Len() != 2 {
+		t.Fatalf("%d copies kept, want both keys' (one key's copy refused the other's)", lt.Len())
+	}
+	tk := lt.Ticket(a)
+	lt.ChangedTag(hashtag.Base("ns:", "t"))
+	e2 := entry.Entry{Fence: 2, Written: 2, Value: []byte("w")}
+	lt.Keep("{t}a", a, tk, &e2, time.Hour, 0, false)
+	if lt.Len() != 0 {
+		t.Fatalf("%d copies after the tag's invalidation, want none (a read sent before kept its value)", lt.Len())
+	}
+}
+
+// entryName is the entry name of key under Namespace "ns:" (the guard's
+// names).
+func entryName(key string) string { return hashtag.KeyBase("ns:", key) }
