@@ -154,7 +154,11 @@ func (b *batch) flight(idx []int, fences []int64, slots []*runningLoad, useRedis
 	keys := b.pick(idx)
 	stop := func() {}
 	if useRedis {
-		stop = g.renewLeases(b.pickNames(idx), fences, leased)
+		ls := make([]heldLease, len(idx))
+		for j, i := range idx {
+			ls[j] = heldLease{b.nms[i], fences[j]}
+		}
+		stop = g.watchLeases(ls, leased)
 	}
 	vals, unasked, err, d := b.callBatch(keys)
 	if !b.refresh {

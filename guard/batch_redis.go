@@ -3,7 +3,6 @@ package guard
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 	"unsafe"
 
@@ -57,66 +56,22 @@ func (g *Group) readMany(ctx context.Context, keys []string, nms []names, force 
 	out := make([]batchRead, len(keys))
 	rctx, cancel := context.WithTimeout(ctx, g.opts.RedisTimeout)
 	defer cancel()
-	var gets []string
-	var getIdx, callIdx []int
-	var getFU []int64 // the fresh-until a hint expects, 0: none (see fastHit)
-	now, known := g.clk.now()
-	for i, k := range keys {
-		if force == nil || !force[i] {
-			// A key with a tag of its own is read by the script, which
-			// also checks the tag's invalidation (see tagDropped).
-			if h, ok := g.hints.c.Peek(k); ok && !h.pass && h.tinv == "" && known && h.freshUntil-now > fastMargin.Milliseconds() {
-				gets, getIdx, getFU = append(gets, h.entry), append(getIdx, i), append(getFU, h.freshUntil)
-				continue
-			}
-			if filled && known && nms[i].tagInv() == "" {
-				// A GET costs Redis a small share of a script call, and
-				// the keys of a fill pipeline are all fresh.
-				gets, getIdx, getFU = append(gets, nms[i].entry), append(getIdx, i), append(getFU, 0)
-				continue
-			}
-		}
-		callIdx = append(callIdx, i)
-	}
+	p := g.planReads(keys, nms, force, filled)
 	keeps := make([]keep, len(keys))
 	for i := range keys {
 		keeps[i] = g.keepOf(nms[i].entry)
 	}
 	at := time.Now()
 	var failed error
-	calls := make([]lua.Call, len(callIdx))
-	for j, i := range callIdx {
+	calls := make([]lua.Call, len(p.callIdx))
+	for j, i := range p.callIdx {
 		calls[j] = g.readCall(nms[i], force != nil && force[i])
 	}
 	sent := g.clk.local()
-	getCmds, callCmds := g.pipeline(rctx, gets, lua.GuardRead, calls)
-	var retry []int
-	for j, c := range getCmds {
-		i := getIdx[j]
-		s, err := c.Result()
-		switch {
-		case errors.Is(err, redis.Nil) || (err != nil && !breaker.Unwell(err)):
-			// Missing, or another type under the entry's name (the read
-			// script drops and reports it).
-			g.hints.c.Remove(keys[i])
-			retry = append(retry, i)
-			continue
-		case err != nil:
-			out[i].err, failed = err, err
-			continue
-		}
-		e, derr := entry.Decode(unsafe.Slice(unsafe.StringData(s), len(s)))
-		now, _ := g.clk.now()
-		if derr != nil || e.Marker() || e.FreshUntil-now <= fastMargin.Milliseconds() || (getFU[j] != 0 && e.FreshUntil != getFU[j]) ||
-			(e.Oversize && !g.overValue(keys[i], &e, now)) {
-			g.hints.c.Remove(keys[i])
-			retry = append(retry, i)
-			continue
-		}
-		out[i] = batchRead{hit: true, e: e, rr: readReply{now: now}}
-	}
+	getCmds, callCmds := g.pipeline(rctx, p.gets, lua.GuardRead, calls)
+	retry := g.takeGets(getCmds, p, keys, out, &failed)
 	for j, c := range callCmds {
-		i := callIdx[j]
+		i := p.callIdx[j]
 		out[i] = g.readResult(c, nms[i], sent)
 		g.keyRead(out[i].err, &failed)
 	}
@@ -142,6 +97,71 @@ func (g *Group) readMany(ctx context.Context, keys []string, nms []names, force 
 		out[i].k, out[i].at = keeps[i], at
 	}
 	return out
+}
+
+// readPlan is how readMany reads each key: a GET (gets, the indexes in
+// getIdx, the fresh-until a hint expects in getFU, 0 for none) or the
+// read script (callIdx).
+type readPlan struct {
+	gets            []string
+	getIdx, callIdx []int
+	getFU           []int64
+}
+
+// planReads sorts the keys of readMany.
+func (g *Group) planReads(keys []string, nms []names, force []bool, filled bool) readPlan {
+	var p readPlan
+	now, known := g.clk.now()
+	for i, k := range keys {
+		if force == nil || !force[i] {
+			// A key with a tag of its own is read by the script, which
+			// also checks the tag's invalidation (see tagDropped).
+			if h, ok := g.hints.c.Peek(k); ok && !h.pass && h.tinv == "" && known && h.freshUntil-now > fastMargin.Milliseconds() {
+				p.gets, p.getIdx, p.getFU = append(p.gets, h.entry), append(p.getIdx, i), append(p.getFU, h.freshUntil)
+				continue
+			}
+			if filled && known && nms[i].tagInv() == "" {
+				// A GET costs Redis a small share of a script call, and
+				// the keys of a fill pipeline are all fresh.
+				p.gets, p.getIdx, p.getFU = append(p.gets, nms[i].entry), append(p.getIdx, i), append(p.getFU, 0)
+				continue
+			}
+		}
+		p.callIdx = append(p.callIdx, i)
+	}
+	return p
+}
+
+// takeGets puts in out the hits the GETs of p found clearly fresh, and
+// returns the keys to read by the script instead (missing, undecodable, no
+// longer clearly fresh, not the entry a hint expected); a GET that says
+// Redis is unwell sets *failed.
+func (g *Group) takeGets(cmds []*redis.StringCmd, p readPlan, keys []string, out []batchRead, failed *error) (retry []int) {
+	for j, c := range cmds {
+		i := p.getIdx[j]
+		s, err := c.Result()
+		switch {
+		case errors.Is(err, redis.Nil) || (err != nil && !breaker.Unwell(err)):
+			// Missing, or another type under the entry's name (the read
+			// script drops and reports it).
+			g.hints.c.Remove(keys[i])
+			retry = append(retry, i)
+			continue
+		case err != nil:
+			out[i].err, *failed = err, err
+			continue
+		}
+		e, derr := entry.Decode(unsafe.Slice(unsafe.StringData(s), len(s)))
+		now, _ := g.clk.now()
+		if derr != nil || e.Marker() || e.FreshUntil-now <= fastMargin.Milliseconds() || (p.getFU[j] != 0 && e.FreshUntil != p.getFU[j]) ||
+			(e.Oversize && !g.overValue(keys[i], &e, now)) {
+			g.hints.c.Remove(keys[i])
+			retry = append(retry, i)
+			continue
+		}
+		out[i] = batchRead{hit: true, e: e, rr: readReply{now: now}}
+	}
+	return retry
 }
 
 // keyRead sorts the error of one key's read in a pipeline: one that says
@@ -192,7 +212,7 @@ func (g *Group) storeMany(ctx context.Context, items []fillItem) {
 	if len(items) == 0 {
 		return
 	}
-	var unsettled []lua.Call
+	var unsettled []heldLease
 	calls := make([]lua.Call, len(items))
 	for i, it := range items {
 		f := it.f
@@ -218,7 +238,7 @@ func (g *Group) storeMany(ctx context.Context, items []fillItem) {
 		if err != nil {
 			failed = err
 			if f := items[i].f.fence; f > 0 {
-				unsettled = append(unsettled, lua.Call{Keys: items[i].nm.keys[1:2], Args: []any{f, 0}})
+				unsettled = append(unsettled, heldLease{nm: items[i].nm, fence: f})
 			}
 			continue
 		}
@@ -226,86 +246,5 @@ func (g *Group) storeMany(ctx context.Context, items []fillItem) {
 		g.filled(it.key, it.nm, it.f, v, sent)
 	}
 	g.settle("fill", failed)
-	if len(unsettled) > 0 {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.opts.RedisTimeout)
-		defer cancel()
-		_, cmds := g.pipeline(rctx, nil, lua.GuardLease, unsettled)
-		for _, c := range cmds {
-			if err := c.Err(); err != nil {
-				g.redisFailed("release", err)
-				break
-			}
-		}
-	}
-}
-
-// renewLeases is renewLease for the leases of a batch load: one pipeline
-// per renewal for all of them, not a goroutine and a round trip per key.
-// A lease found lost is not renewed again. The first renewal comes a third
-// into the first lease counted from leased, when the read that won the
-// leases was sent: a batch's read and the start of its load may be far
-// apart on a busy process.
-//
-// Close stops it as it stops renewLease's watchdogs: a closed Group renews
-// no lease.
-func (g *Group) renewLeases(nms []names, fences []int64, leased time.Time) (stop func()) {
-	g.mu.Lock()
-	if g.watchdogsOff {
-		g.mu.Unlock()
-		return func() {}
-	}
-	g.wd.Add(1)
-	g.mu.Unlock()
-	quit, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer g.wd.Done()
-		defer close(done)
-		t := time.NewTimer(max(g.firstLease/3-time.Since(leased), time.Millisecond))
-		defer t.Stop()
-		held := make([]int, 0, len(nms))
-		for i, f := range fences {
-			if f > 0 {
-				held = append(held, i)
-			}
-		}
-		for len(held) > 0 {
-			select {
-			case <-quit:
-				return
-			case <-g.closing:
-				return
-			case <-t.C:
-			}
-			t.Reset(max(g.opts.LockTTL/3, time.Millisecond))
-			calls := make([]lua.Call, len(held))
-			for j, i := range held {
-				calls[j] = lua.Call{Keys: nms[i].keys[1:2], Args: []any{fences[i], ms(g.opts.LockTTL)}}
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), g.opts.RedisTimeout)
-			_, cmds := g.pipeline(ctx, nil, lua.GuardLease, calls)
-			cancel()
-			kept := held[:0]
-			var failed error
-			for j, c := range cmds {
-				n, err := c.Int64()
-				if err != nil {
-					failed = err
-				}
-				if err != nil || n != 0 {
-					kept = append(kept, held[j])
-				}
-			}
-			held = kept
-			if failed != nil {
-				g.redisFailed("renew", failed)
-			}
-		}
-	}()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			close(quit)
-			<-done
-		})
-	}
+	g.releaseLeases(ctx, unsettled)
 }

@@ -1,170 +1,57 @@
 package guard
 
 import (
-	"slices"
 	"time"
 )
 
-// waiter is a key of a batch held by a lease: another node's, or another
-// batch's of this process.
-type waiter struct {
-	i        int
-	holder   time.Duration // remaining lease of the holder, 0 if unknown
-	force    bool          // read at once, trying the lease
-	joinable bool          // another batch of this process won the lease: join its load
-	joined   bool          // a load of the key in this process is joined
-	done     bool
-	// woke: the key's wait woke at least once; notified: its last wake-up
-	// was a fill notification (reported once, when its wait ends).
-	woke, notified bool
-	unwatch        func()
-}
+// batchWait is the driver of the wait of a batch's keys held by leases
+// (see waitFor): another node's, or another batch's of this process.
+type batchWait struct{ *batch }
 
-// joinedLoad is a load of this process that a waiter joined, once over.
-type joinedLoad struct {
-	w *waiter
-	r *runningLoad
-}
-
-// wait resolves keys held by leases. A key loading in this process is
-// joined. The others wait for fill notifications, with resolveMiss's
-// fallback polling; a notification means a fill pipeline has landed, and
-// one pipeline carries many keys, so every key still waiting is read
-// again, in one shared pipeline. Keys whose lease a re-read wins are
-// loaded; after WaitTimeout, WaitTimeoutPolicy applies to the keys still
-// waiting (joined loads end within their own LoadTimeout).
+// wait resolves the keys ws held by leases: a key loading in this process
+// is joined; the others wait for fill notifications. A notification means
+// a fill pipeline has landed, and one pipeline carries many keys, so every
+// key still waiting is read again, in one shared pipeline. Keys whose
+// lease a re-read wins are loaded; after WaitTimeout, WaitTimeoutPolicy
+// applies to the keys still waiting.
 func (b *batch) wait(ws []*waiter) {
-	g := b.g
-	start := time.Now()
-	deadline := start.Add(g.opts.WaitTimeout)
-	wake := make(chan struct{}, 1)           // the fill notifications of all its keys
-	joined := make(chan joinedLoad, len(ws)) // a waiter joins at most once
-	left, joins := len(ws), 0
-	// joinLocked joins the loads of this process of the waiters that may
-	// have one (called with g.lmu held); a waiter whose load is over
-	// already reads again soon (the fill of another batch's lease does not
-	// notify this Group: its read did not register as a waiter).
-	joinLocked := func() {
-		for _, w := range ws {
-			if w.done || w.joined || w.force || !(w.joinable || w.holder > 0) {
-				continue
-			}
-			if r := g.loads[b.keys[w.i]]; r != nil {
-				w.joined, joins = true, joins+1
-				go func() {
-					<-r.done // bounded by that load's LoadTimeout
-					joined <- joinedLoad{w, r}
-				}()
-			} else if w.joinable {
-				w.holder = time.Millisecond
-			}
-			w.joinable = false
-		}
-	}
-	resolve := func(w *waiter) {
-		w.done, left = true, left-1
-		w.unwatch()
-		g.wokenHook(b.keys[w.i], w.woke, w.notified, start)
-	}
-	takeJoined := func(j joinedLoad) {
-		joins--
-		if !j.w.done {
-			j.w.notified = false // a load of this process ended the wait
-			if h := g.opts.Hooks.Coalesced; h != nil {
-				h(b.keys[j.w.i])
-			}
-			b.set(j.w.i, keyResult{v: j.r.o.v, st: Shared, err: j.r.o.err})
-			resolve(j.w)
-		}
-	}
-	defer func() {
-		for _, w := range ws {
-			if !w.done {
-				w.unwatch()
-			}
-		}
-	}()
-	// Registered for the fills and joined under one hold of g.lmu: a load
-	// running here cannot end between the two unseen.
-	g.lmu.Lock()
 	for _, w := range ws {
-		w.unwatch = g.hub.Register(b.nms[w.i].entry, wake)
+		w.key, w.name = b.keys[w.i], b.nms[w.i].entry
 	}
-	joinLocked()
-	g.lmu.Unlock()
-	poll := 50 * time.Millisecond
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for left > joins {
-		remaining := time.Until(deadline)
-		if remaining <= 0 {
-			break
-		}
-		forced := slices.ContainsFunc(ws, func(w *waiter) bool { return !w.done && w.force })
-		notified := false
-		if !forced {
-			wait := min(poll, remaining)
-			for _, w := range ws {
-				if !w.done && !w.joined && w.holder > 0 {
-					wait = min(wait, w.holder)
-				}
-			}
-			timer.Reset(wait)
-			select {
-			case <-wake:
-				notified = true
-			case <-timer.C:
-				poll = min(poll*2, g.opts.LockTTL)
-			case j := <-joined:
-				timer.Stop() // go ≥ 1.23: no stale tick after Stop
-				takeJoined(j)
-				continue
-			}
-			timer.Stop()
-		}
-		var again []*waiter
-		for _, w := range ws {
-			if w.done || w.joined {
-				continue
-			}
-			again = append(again, w)
-			if !forced {
-				w.woke, w.notified = true, notified
-			}
-		}
-		b.reread(again, resolve, notified)
-		g.lmu.Lock()
-		joinLocked() // x < 0 may be a lease of this process's too
-		g.lmu.Unlock()
+	b.g.waitFor(b.ctx, ws, batchWait{b})
+}
+
+// joined takes a load of this process the waiter joined.
+func (d batchWait) joined(w *waiter, o outcome) bool {
+	if privateOf(o.err) != nil {
+		return false // its own caller's answer, not this batch's
 	}
-	var late []int
-	for _, w := range ws {
-		if !w.done && !w.joined {
-			late = append(late, w.i)
-			resolve(w)
+	d.set(w.i, keyResult{v: o.v, st: Shared, err: o.err})
+	return true
+}
+
+// late applies WaitTimeoutPolicy to the keys still waiting.
+func (d batchWait) late(ws []*waiter) {
+	idx := make([]int, len(ws))
+	for j, w := range ws {
+		idx[j] = w.i
+	}
+	if d.co.waitPolicy == ReturnError {
+		for _, i := range idx {
+			d.set(i, keyResult{err: ErrWaitTimeout})
 		}
+		return
 	}
-	if len(late) > 0 {
-		if b.co.waitPolicy == ReturnError {
-			for _, i := range late {
-				b.set(i, keyResult{err: ErrWaitTimeout})
-			}
-		} else {
-			// Fence 0: stored only if nothing newer landed and nothing was
-			// invalidated meanwhile.
-			b.loadChunks(late, make([]int64, len(late)), nil, time.Now())
-		}
-	}
-	for joins > 0 {
-		takeJoined(<-joined)
-	}
+	// Fence 0: stored only if nothing newer landed and nothing was
+	// invalidated meanwhile.
+	d.loadChunks(idx, make([]int64, len(idx)), nil, time.Now())
 }
 
 // reread reads the waiting keys ws again, sharing the reads with the other
 // batches of this process, and acts on what it finds; resolve marks a
 // waiter answered. filled: a fill was announced (see readMany).
-func (b *batch) reread(ws []*waiter, resolve func(*waiter), filled bool) {
-	g := b.g
+func (d batchWait) reread(ws []*waiter, resolve func(*waiter), filled bool) {
+	b, g := d.batch, d.g
 	idx := make([]int, len(ws))
 	force := make([]bool, len(ws))
 	for j, w := range ws {
@@ -173,58 +60,20 @@ func (b *batch) reread(ws []*waiter, resolve func(*waiter), filled bool) {
 	}
 	sr := b.readShared(idx, force, false, filled)
 	defer sr.abandon(g)
-	var won, failed []int
-	var fences []int64
-	var over []overKey
-	settle := func(w *waiter, r batchRead, own bool) {
-		key := b.keys[w.i]
-		if r.err != nil {
-			// Redis trouble while waiting: load on this node alone.
-			failed = append(failed, w.i)
-			resolve(w)
-			return
-		}
-		if r.hit {
-			b.serve(w.i, r.e, r, Shared)
-			resolve(w)
-			return
-		}
-		e, st := g.classify(key, r.rr)
-		switch {
-		case st == fresh:
-			b.serve(w.i, e, r, Shared)
-			resolve(w)
-		case st == stale:
-			b.serve(w.i, e, r, Stale)
-			resolve(w)
-		case st == oversized:
-			over = append(over, overKey{i: w.i, e: e, now: r.rr.now})
-			resolve(w)
-		case r.rr.x > 0 && own:
-			g.leaseHook(key, true)
-			won, fences = append(won, w.i), append(fences, r.rr.x)
-			resolve(w)
-		case r.rr.x > 0:
-			w.joinable = true
-		case r.rr.x < 0:
-			w.holder = time.Duration(-r.rr.x) * time.Millisecond
-		default:
-			w.force = true
-		}
-	}
+	var a rereadActs
 	for j, w := range ws {
 		if sr.own[j] {
-			settle(w, sr.reads[j], true)
+			d.settle(w, sr.reads[j], true, resolve, &a)
 		}
 	}
-	slots := g.tryClaim(pickAt(b.keys, won))
+	slots := g.tryClaim(pickAt(b.keys, a.won))
 	sr.publish(g)
-	b.loadWon(won, fences, slots, sr.at)
+	b.loadWon(a.won, a.fences, slots, sr.at)
 	var again []*waiter
 	for j, w := range ws {
 		if !sr.own[j] {
 			if r := sr.theirs(j); b.current(w.i, r) {
-				settle(w, r, false)
+				d.settle(w, r, false, resolve, &a)
 			} else {
 				again = append(again, w) // read again, alone (see run)
 			}
@@ -235,16 +84,63 @@ func (b *batch) reread(ws []*waiter, resolve func(*waiter), filled bool) {
 		for k, w := range again {
 			idx[k] = w.i
 		}
-		at, n := time.Now(), len(won)
+		at, n := time.Now(), len(a.won)
 		rs := g.readMany(b.ctx, b.pick(idx), b.pickNames(idx), nil, filled)
 		for k, w := range again {
-			settle(w, rs[k], true)
+			d.settle(w, rs[k], true, resolve, &a)
 		}
-		slots := g.tryClaim(pickAt(b.keys, won[n:]))
-		b.loadWon(won[n:], fences[n:], slots, at)
+		slots := g.tryClaim(pickAt(b.keys, a.won[n:]))
+		b.loadWon(a.won[n:], a.fences[n:], slots, at)
 	}
-	if len(failed) > 0 {
-		b.degrade(failed)
+	if len(a.failed) > 0 {
+		b.degrade(a.failed)
 	}
-	b.loadOversize(over)
+	b.loadOversize(a.over)
+}
+
+// rereadActs is what a reread's keys call for beyond their answers.
+type rereadActs struct {
+	won, failed []int
+	fences      []int64 // of the leases won
+	over        []overKey
+}
+
+// settle acts on r, a read of w's key after a wake-up (own: this batch's
+// read, whose lease it may act on).
+func (d batchWait) settle(w *waiter, r batchRead, own bool, resolve func(*waiter), a *rereadActs) {
+	b, g := d.batch, d.g
+	key := b.keys[w.i]
+	if r.err != nil {
+		// Redis trouble while waiting: load on this node alone.
+		a.failed = append(a.failed, w.i)
+		resolve(w)
+		return
+	}
+	if r.hit {
+		b.serve(w.i, r.e, r, Shared)
+		resolve(w)
+		return
+	}
+	e, st := g.classify(key, r.rr)
+	switch {
+	case st == fresh:
+		b.serve(w.i, e, r, Shared)
+		resolve(w)
+	case st == stale:
+		b.serve(w.i, e, r, Stale)
+		resolve(w)
+	case st == oversized:
+		a.over = append(a.over, overKey{i: w.i, e: e, now: r.rr.now})
+		resolve(w)
+	case r.rr.x > 0 && own:
+		g.leaseHook(key, true)
+		a.won, a.fences = append(a.won, w.i), append(a.fences, r.rr.x)
+		resolve(w)
+	case r.rr.x > 0:
+		w.joinable = true
+	case r.rr.x < 0:
+		w.holder = time.Duration(-r.rr.x) * time.Millisecond
+	default:
+		w.force = true
+	}
 }

@@ -137,13 +137,6 @@ func isQuiet(err error) bool {
 	return errors.Is(err, ErrNotFound) || isNoStore(err)
 }
 
-// leaseHook reports a lease outcome to Hooks.Lease.
-func (g *Group) leaseHook(key string, won bool) {
-	if h := g.opts.Hooks.Lease; h != nil {
-		h(key, won)
-	}
-}
-
 // missHook reports a miss to Hooks.Miss.
 func (g *Group) missHook(key string) {
 	if h := g.opts.Hooks.Miss; h != nil {

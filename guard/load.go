@@ -98,9 +98,7 @@ func (g *Group) fillFor(co callOptions, fence int64, o outcome, refresh bool) fi
 // loadLeased calls load while a watchdog keeps the lease fence alive
 // (fence 0: no lease). The watchdog stops however the load ends.
 func (g *Group) loadLeased(ctx context.Context, key string, nm names, load LoadFunc, fence int64, prev *entry.Entry) outcome {
-	if fence > 0 {
-		defer g.renewLease(nm, fence)()
-	}
+	defer g.watchLeases([]heldLease{{nm, fence}}, time.Now())()
 	o, _ := g.callLoader(ctx, key, load, false, prev)
 	return o
 }

@@ -59,112 +59,94 @@ func (g *Group) missFlight(ctx context.Context, c *call, x int64) (Result, error
 	}
 }
 
-// waitState is where a miss flight's wait for another node's fill stands.
-type waitState struct {
-	start  time.Time
-	poll   time.Duration // the fallback poll, doubling up to LockTTL
-	holder time.Duration // the holder's remaining lease, when known
-	force  bool          // read at once, trying the lease even if "fresh"
+// missWait is the driver of a single key's wait for another node's fill
+// (see waitFor): its reads, and what they found.
+type missWait struct {
+	g   *Group
+	ctx context.Context // the flight's, detached from its callers
+	c   *call
 	// failing: the last read found a failing marker (Private): after
 	// WaitTimeout no load outside the lease, whatever the policy.
 	failing bool
 	marker  *entry.Entry // where a pass marker found is handed to the callers
-	// woke: the wait woke at least once; notified: its last wake-up was
-	// the fill's notification (reported once, when the wait ends).
-	woke, notified bool
-	k              keep       // of the last read, for the in-process tier
-	at             time.Time  // when the last read was sent
-	from           *valueRead // set to the read whose value the wait returns
+	from    *valueRead   // set to the read whose value the wait returns
+	res     Result
+	err     error
 }
 
 // resolveMiss is the body of a miss flight: wait for another node's fill
 // (woken by its notification, or by a fallback poll for lost messages and
 // expired leases), load under a lease a later read wins, or, after
-// WaitTimeout, apply WaitTimeoutPolicy.
+// WaitTimeout, apply WaitTimeoutPolicy. x is the read's lease outcome:
+// < 0, another node holds the lease (-x ms left); 0, the read judged the
+// entry fresh yet it did not decode (or it was an expired negative
+// entry): read again at once, trying the lease.
 func (g *Group) resolveMiss(ctx context.Context, c *call, x int64, marker *entry.Entry, from *valueRead) (Result, error) {
-	wake := make(chan struct{}, 1)
-	defer g.hub.Register(c.nm.entry, wake)()
-	// The first poll is short: a fill can land between the read and the
-	// registration above. x == 0: the read judged the entry fresh yet it
-	// did not decode (or it was an expired negative entry); read again at
-	// once, trying the lease.
-	w := waitState{start: time.Now(), poll: 50 * time.Millisecond,
-		holder: time.Duration(-x) * time.Millisecond, force: x == 0, marker: marker, from: from}
-	defer func() { g.wokenHook(c.key, w.woke, w.notified, w.start) }()
-	deadline := w.start.Add(g.opts.WaitTimeout)
-	for remaining := time.Until(deadline); remaining > 0; remaining = time.Until(deadline) {
-		if !w.force {
-			g.awaitFill(ctx, c.key, &w, wake, remaining)
-		}
-		w.k, w.at = g.keepOf(c.nm.entry), time.Now()
-		rr, err := g.read(ctx, c.nm, w.force)
-		w.force = false
-		if err != nil {
-			// Redis trouble while waiting: load on this node alone.
-			return g.loadOnly(ctx, c.key, c.load, Degraded)
-		}
-		if res, err, done := g.afterWait(ctx, c, rr, &w); done {
-			return res, err
-		}
-	}
-	if w.failing {
-		return Result{}, turnTimeout(c.key)
-	}
-	if c.co.waitPolicy == ReturnError {
-		return Result{}, ErrWaitTimeout
-	}
-	// Fence 0: stored only if nothing newer landed and nothing was
-	// invalidated meanwhile.
-	return g.loadAndFill(ctx, c, 0, false, nil)
+	d := &missWait{g: g, ctx: ctx, c: c, marker: marker, from: from}
+	w := &waiter{key: c.key, name: c.nm.entry, holder: time.Duration(-x) * time.Millisecond, force: x == 0}
+	g.waitFor(ctx, []*waiter{w}, d)
+	return d.res, d.err
 }
 
-// awaitFill waits for the fill notification or the fallback poll.
-func (g *Group) awaitFill(ctx context.Context, key string, w *waitState, wake <-chan struct{}, remaining time.Duration) {
-	d := min(w.poll, remaining)
-	if w.holder > 0 {
-		d = min(d, w.holder)
+// reread reads the key again after a wake-up and acts on what it finds.
+func (d *missWait) reread(ws []*waiter, resolve func(*waiter), _ bool) {
+	w, g, c := ws[0], d.g, d.c
+	k, at := g.keepOf(c.nm.entry), time.Now()
+	rr, err := g.read(d.ctx, c.nm, w.force)
+	w.force = false
+	if err != nil {
+		// Redis trouble while waiting: load on this node alone.
+		d.res, d.err = g.loadOnly(d.ctx, c.key, c.load, Degraded)
+		resolve(w)
+		return
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	g.step(ctx, "wait")
-	notified := false
-	select {
-	case <-wake:
-		notified = true
-	case <-t.C:
-	}
-	w.woke, w.notified = true, notified
-	w.poll = min(w.poll*2, g.opts.LockTTL)
-}
-
-// afterWait acts on a read made after a wake-up: a value landed, this
-// node won the lease, or the wait goes on (done false).
-func (g *Group) afterWait(ctx context.Context, c *call, rr readReply, w *waitState) (res Result, err error, done bool) {
 	e, st := g.classify(c.key, rr)
-	w.failing = e.Failing
+	d.failing = e.Failing
 	switch {
 	case st == passing:
-		*w.marker = e
-		return Result{}, errPassing, true
-	case st == fresh:
-		*w.from = valueRead{ok: true, e: e, tk: w.k.tk, at: w.at}
-		res, err = g.served(c.key, e, rr.now, Shared, w.k)
-		return res, err, true
-	case st == stale:
-		*w.from = valueRead{ok: true, e: e, tk: w.k.tk, at: w.at}
-		res, err = g.served(c.key, e, rr.now, Stale, w.k)
-		return res, err, true
+		*d.marker, d.err = e, errPassing
+	case st == fresh || st == stale:
+		*d.from = valueRead{ok: true, e: e, tk: k.tk, at: at}
+		status := Shared
+		if st == stale {
+			status = Stale
+		}
+		d.res, d.err = g.served(c.key, e, rr.now, status, k)
 	case st == oversized:
-		res, err = g.loadOversize(ctx, c.key, c.load, e, rr.now)
-		return res, err, true
+		d.res, d.err = g.loadOversize(d.ctx, c.key, c.load, e, rr.now)
 	case rr.x > 0:
 		g.leaseHook(c.key, true)
-		res, err = g.loadAndFill(ctx, c, rr.x, false, kept(e))
-		return res, err, true
+		d.res, d.err = g.loadAndFill(d.ctx, c, rr.x, false, kept(e))
 	case rr.x < 0:
 		w.holder = time.Duration(-rr.x) * time.Millisecond
+		return
 	default:
 		w.force = true // undecodable yet "fresh" to the script
+		return
 	}
-	return Result{}, nil, false
+	resolve(w)
+}
+
+// joined takes a load of this process the wait joined: a value, unless
+// it was another caller's private answer.
+func (d *missWait) joined(_ *waiter, o outcome) bool {
+	if privateOf(o.err) != nil {
+		return false
+	}
+	d.res, d.err = Result{Value: o.v, Status: Shared}, o.err
+	return true
+}
+
+// late applies WaitTimeoutPolicy: no load outside the lease at a failing
+// key; ErrWaitTimeout; or a load of this node's own, stored only if
+// nothing newer landed and nothing was invalidated meanwhile (fence 0).
+func (d *missWait) late([]*waiter) {
+	switch {
+	case d.failing:
+		d.err = turnTimeout(d.c.key)
+	case d.c.co.waitPolicy == ReturnError:
+		d.err = ErrWaitTimeout
+	default:
+		d.res, d.err = d.g.loadAndFill(d.ctx, d.c, 0, false, nil)
+	}
 }

@@ -171,6 +171,23 @@ const (
 const MaxKeyBytes = 64 << 10
 
 func (o Options) withDefaults() (Options, error) {
+	if o.Namespace == "" {
+		o.Namespace = "stampede:"
+	}
+	if !hashtag.ValidPrefix(o.Namespace) {
+		return o, fmt.Errorf("guard: Namespace %q must not contain '{' or '}'", o.Namespace)
+	}
+	if err := o.durations(); err != nil {
+		return o, err
+	}
+	if err := o.numbers(); err != nil {
+		return o, err
+	}
+	return o, nil
+}
+
+// durations sets the durations' defaults, or says which is out of range.
+func (o *Options) durations() error {
 	def := func(d *time.Duration, v time.Duration, name string) error {
 		switch {
 		case *d < 0:
@@ -179,12 +196,6 @@ func (o Options) withDefaults() (Options, error) {
 			*d = v
 		}
 		return nil
-	}
-	if o.Namespace == "" {
-		o.Namespace = "stampede:"
-	}
-	if !hashtag.ValidPrefix(o.Namespace) {
-		return o, fmt.Errorf("guard: Namespace %q must not contain '{' or '}'", o.Namespace)
 	}
 	// The fields that can be off: Disabled means 0 from here on.
 	off := func(d *time.Duration, v time.Duration, name string) error {
@@ -209,28 +220,30 @@ func (o Options) withDefaults() (Options, error) {
 		def(&o.BreakerCooldown, time.Second, "BreakerCooldown"),
 		def(&o.LocalTTL, time.Minute, "LocalTTL"),
 	}
-	if err := errors.Join(errs...); err != nil {
-		return o, err
-	}
+	return errors.Join(errs...)
+}
+
+// numbers sets the other fields' defaults, or says which is out of range.
+func (o *Options) numbers() error {
 	switch {
 	case o.Jitter == Disabled:
 		o.Jitter = 0
 	case !(o.Jitter >= 0 && o.Jitter < 1): // NaN too
-		return o, fmt.Errorf("guard: Jitter %v outside [0, 1) (Disabled turns it off)", o.Jitter)
+		return fmt.Errorf("guard: Jitter %v outside [0, 1) (Disabled turns it off)", o.Jitter)
 	case o.Jitter == 0:
 		o.Jitter = 0.1
 	}
 	if !(o.EarlyRefreshBeta >= 0 && o.EarlyRefreshBeta <= math.MaxFloat64) { // NaN and +Inf too
-		return o, fmt.Errorf("guard: EarlyRefreshBeta %v is not a finite number >= 0", o.EarlyRefreshBeta)
+		return fmt.Errorf("guard: EarlyRefreshBeta %v is not a finite number >= 0", o.EarlyRefreshBeta)
 	}
 	if o.LockTTL < 3*time.Millisecond {
-		return o, fmt.Errorf("guard: LockTTL %v is below 3ms", o.LockTTL)
+		return fmt.Errorf("guard: LockTTL %v is below 3ms", o.LockTTL)
 	}
 	switch {
 	case o.MaxHitBatch == Disabled:
 		o.MaxHitBatch = 1
 	case o.MaxHitBatch < 0:
-		return o, fmt.Errorf("guard: negative MaxHitBatch %d (Disabled turns batching off)", o.MaxHitBatch)
+		return fmt.Errorf("guard: negative MaxHitBatch %d (Disabled turns batching off)", o.MaxHitBatch)
 	case o.MaxHitBatch == 0:
 		o.MaxHitBatch = defaultHitBatch
 	}
@@ -238,12 +251,12 @@ func (o Options) withDefaults() (Options, error) {
 	case o.LocalEntries == Disabled:
 		o.LocalEntries = 0
 	case o.LocalEntries < 0:
-		return o, fmt.Errorf("guard: negative LocalEntries %d (Disabled turns the tier off)", o.LocalEntries)
+		return fmt.Errorf("guard: negative LocalEntries %d (Disabled turns the tier off)", o.LocalEntries)
 	case o.LocalEntries == 0:
 		o.LocalEntries = defaultLocalEntries
 	}
 	if o.BreakerFailures < 0 || o.MaxValueBytes < 0 || o.LocalBytes < 0 || o.MaxBatch < 0 {
-		return o, errors.New("guard: negative BreakerFailures, MaxValueBytes, LocalBytes or MaxBatch")
+		return errors.New("guard: negative BreakerFailures, MaxValueBytes, LocalBytes or MaxBatch")
 	}
 	if o.LocalBytes == 0 {
 		o.LocalBytes = defaultLocalBytes
@@ -258,9 +271,9 @@ func (o Options) withDefaults() (Options, error) {
 		o.MaxValueBytes = 8 << 20
 	}
 	if o.WaitTimeoutPolicy != LoadLocally && o.WaitTimeoutPolicy != ReturnError {
-		return o, fmt.Errorf("guard: unknown WaitTimeoutPolicy %d", o.WaitTimeoutPolicy)
+		return fmt.Errorf("guard: unknown WaitTimeoutPolicy %d", o.WaitTimeoutPolicy)
 	}
-	return o, nil
+	return nil
 }
 
 func (g *Group) callOptions(opts []CallOption) callOptions {

@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stampede-go/stampede/guard/internal/entry"
 )
 
@@ -263,62 +262,6 @@ func (t *Tier) Seen(key, name string, e *entry.Entry) {
 	t.putMark(key, name, e, cur)
 }
 
-// putMark puts a mark of e's version for key in the place of cur, with mu
-// held.
-func (t *Tier) putMark(key, name string, e *entry.Entry, cur *Item) {
-	if cur != nil {
-		t.unlink(cur)
-	}
-	if !t.Live.Load() {
-		return // a generation change refuses every reply sent before
-	}
-	it := &Item{key: key, name: name, cost: len(key) + len(name) + Overhead, Entry: *e, mark: true}
-	it.Entry.Value = nil
-	t.insert(it)
-}
-
-// insert adds it, with mu held, and evicts the least recently used copies
-// past the bounds.
-func (t *Tier) insert(it *Item) {
-	if b := tagBase(t.prefix, it.name); len(b) < len(it.name) {
-		it.tag = b
-	}
-	t.byKey[it.key], t.byName[it.name] = it, it
-	t.bytes += it.cost
-	t.link(it)
-	for len(t.byKey) > t.maxEntries || t.bytes > t.maxBytes {
-		t.evict(t.head.prev)
-	}
-}
-
-// evict drops the least recently used item it, with mu held. What it
-// recorded (its version) is lost, so the replies already sent of its entry
-// are refused, and so are the values of reads others joined (current).
-func (t *Tier) evict(it *Item) {
-	t.erase(it.name)
-	t.unlink(it)
-}
-
-// erase bumps the counters of the entry named name whose copy or mark is
-// about to go: replies already sent are refused (stripes), and so are the
-// values of reads others joined (erased, see current).
-func (t *Tier) erase(name string) {
-	i := t.stripe(name)
-	t.erased[i].Add(1)
-	t.stripes[i].Add(1)
-}
-
-// toMark turns the expired copy it into a mark of its version, with mu
-// held: the value goes, what was returned is still known (keep, current).
-func (t *Tier) toMark(it *Item) {
-	if it.mark {
-		return
-	}
-	// A new item: callers served the copy may still read it.
-	t.unlink(it)
-	t.putMark(it.key, it.name, &it.Entry, nil)
-}
-
 // Current reports whether the entry e of the entry named name, read with
 // ticket tk by a read another call sent and this one joined (perhaps sent
 // before this call began), may be returned to this call: no newer version
@@ -410,16 +353,6 @@ func (t *Tier) Flush() {
 	t.flushAll()
 }
 
-func (t *Tier) flushAll() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	clear(t.byKey)
-	clear(t.byName)
-	clear(t.byTag)
-	t.head.next, t.head.prev = &t.head, &t.head
-	t.bytes = 0
-}
-
 // Len returns the number of copies held (marks apart).
 func (t *Tier) Len() int {
 	if t == nil {
@@ -434,102 +367,4 @@ func (t *Tier) Len() int {
 		}
 	}
 	return n
-}
-
-// link adds it, with mu held: first in the LRU list, and to its tag's.
-func (t *Tier) link(it *Item) {
-	t.front(it)
-	if it.tag != "" {
-		first := t.byTag[it.tag]
-		it.tnext = first
-		if first != nil {
-			first.tprev = it
-		}
-		t.byTag[it.tag] = it
-	}
-}
-
-func (t *Tier) front(it *Item) {
-	it.prev, it.next = &t.head, t.head.next
-	it.next.prev = it
-	t.head.next = it
-}
-
-func (t *Tier) toFront(it *Item) {
-	if t.head.next == it {
-		return
-	}
-	it.prev.next, it.next.prev = it.next, it.prev
-	t.front(it)
-}
-
-// unlink removes it, with mu held.
-func (t *Tier) unlink(it *Item) {
-	it.prev.next, it.next.prev = it.next, it.prev
-	it.prev, it.next = nil, nil
-	if it.tag != "" {
-		switch {
-		case it.tprev != nil:
-			it.tprev.tnext = it.tnext
-		case t.byTag[it.tag] == it:
-			if it.tnext != nil {
-				t.byTag[it.tag] = it.tnext
-			} else {
-				delete(t.byTag, it.tag)
-			}
-		}
-		if it.tnext != nil {
-			it.tnext.tprev = it.tprev
-		}
-		it.tprev, it.tnext = nil, nil
-	}
-	if t.byKey[it.key] == it {
-		delete(t.byKey, it.key)
-	}
-	if t.byName[it.name] == it {
-		delete(t.byName, it.name)
-	}
-	t.bytes -= it.cost
-}
-
-// Config configures a tier.
-type Config struct {
-	Namespace string        // the Group's: every entry name starts with it and "{"
-	Entries   int           // the most copies kept
-	Bytes     int           // the most bytes the copies cost
-	TTL       time.Duration // the longest a copy is served (LocalTTL)
-	// OnRedisError is told when a report connection is lost or refused,
-	// once per outage (op "track"); OnState of each change of the tier's
-	// state (see the Why constants). Either may be nil.
-	OnRedisError func(op string, err error)
-	OnState      func(on bool, why string)
-}
-
-// New returns the tier of a Group on rdb, its report connections started,
-// or nil when it is off: c.Entries is 0 (told to OnState as WhyDisabled),
-// or rdb is a client whose changes cannot be followed (WhyUnsupported): a
-// *redis.Ring, or a cluster client that reads from replicas.
-func New(rdb redis.UniversalClient, c Config) *Tier {
-	off := func(why string) *Tier {
-		if c.OnState != nil {
-			c.OnState(false, why)
-		}
-		return nil
-	}
-	if c.Entries <= 0 {
-		return off(WhyDisabled)
-	}
-	t := newStore(c)
-	if t.coh = newCoherence(rdb, t, c); t.coh == nil {
-		return off(WhyUnsupported)
-	}
-	return t
-}
-
-// Close stops the report connections and waits for them: the tier serves
-// nothing after.
-func (t *Tier) Close() {
-	if t != nil {
-		t.coh.close()
-	}
 }

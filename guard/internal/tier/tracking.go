@@ -2,12 +2,8 @@ package tier
 
 import (
 	"context"
-	"errors"
 	"maps"
-	"net"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,22 +38,9 @@ import (
 // not listen to yet (a new node, a promoted replica) stops the tier until
 // it does. The localTier doc says how late replies are kept out.
 
-// invalidateChannel is where Redis sends the reports of a tracking
-// connection that redirects to a subscribed RESP2 connection.
-const invalidateChannel = "__redis__:invalidate"
-
-// healthEvery is how long a report connection may stay silent before it
-// is probed (SUBSCRIBE again, whose confirmation is the answer); a probe
-// unanswered within healthEvery more counts as a lost connection.
-const healthEvery = 500 * time.Millisecond
-
 // reconcileEvery is how often a cluster's masters are compared with the
 // connections listening to them.
 const reconcileEvery = time.Second
-
-// maxTrackBackoff bounds the wait before a lost or refused report
-// connection is tried again.
-const maxTrackBackoff = 2 * time.Second
 
 // coherence keeps one report connection per master for a tier.
 type coherence struct {
@@ -85,20 +68,6 @@ type coherence struct {
 	wg   sync.WaitGroup
 	kick chan struct{} // asks the reconciler to run now
 	quit chan struct{}
-}
-
-// tracker is one report connection.
-type tracker struct {
-	addr string
-	rdb  *redis.Client
-	quit chan struct{}
-	up   bool // confirmed; guarded by coherence.mu
-	// fc watches the connection dialled last, for the fence (tierfence.go);
-	// nil before the first.
-	fc atomic.Pointer[fenceConn]
-
-	mu sync.Mutex
-	ps *redis.PubSub // the current subscription, closed by stop
 }
 
 // newCoherence returns the coherence of tier for rdb, started, or nil
@@ -177,16 +146,6 @@ func (c *coherence) update() {
 	}
 	c.tell()
 }
-
-// Why the tier is off, as Hooks.LocalTier tells it.
-const (
-	WhyDisabled    = "disabled"    // Options.LocalEntries is Disabled
-	WhyUnsupported = "unsupported" // a client whose changes cannot be followed
-	WhyConnecting  = "connecting"  // a report connection not confirmed yet
-	WhyLost        = "lost"        // a report connection lost or silent
-	WhyRefused     = "refused"     // Redis refused tracking (ACL, version)
-	WhyClosed      = "closed"      // the Group is closed
-)
 
 // setWhy records why the tier is off from now on, mu held.
 func (c *coherence) setWhy(why string) {
@@ -294,167 +253,6 @@ func (c *coherence) reconcile() {
 	c.update()
 }
 
-// run keeps t's report connection, until t is stopped.
-func (c *coherence) run(t *tracker) {
-	defer c.wg.Done()
-	var ts trackState
-	ts.backoff = time.Millisecond
-	for {
-		err := c.listen(t, &ts)
-		select {
-		case <-t.quit:
-			return
-		default:
-		}
-		if isFlush(err) {
-			// FLUSHALL or FLUSHDB: every copy goes (the tier stops until
-			// the connection go-redis makes anew is confirmed). An event
-			// of the data, not a fault: nothing is reported.
-			c.setDown(t, WhyConnecting)
-			continue
-		}
-		c.setDown(t, whyLost(err))
-		if c.cc != nil {
-			// A master lost may have failed over: look at the map again.
-			c.cc.ReloadState(context.Background())
-			c.poke()
-		}
-		if !ts.reported && c.hook != nil {
-			// Once per outage: a refusal (ACL, a server without
-			// tracking) would otherwise be reported at every retry.
-			c.hook("track", err)
-		}
-		ts.reported = true
-		wait := time.NewTimer(ts.backoff)
-		select {
-		case <-t.quit:
-			wait.Stop()
-			return
-		case <-wait.C:
-		}
-		ts.backoff = min(ts.backoff*2, maxTrackBackoff)
-	}
-}
-
-// trackState is what a tracker's connections pass on to the next.
-type trackState struct {
-	backoff  time.Duration // before the next attempt
-	reported bool          // this outage was reported
-}
-
-// isFlush reports whether err is how go-redis reads Redis's report of a
-// flush: an invalidation message whose payload is null (RESP2), which it
-// does not parse.
-func isFlush(err error) bool {
-	return err != nil && strings.HasSuffix(err.Error(), "unsupported pubsub message payload: <nil>")
-}
-
-// whyLost tells a refusal (Redis answered with an error: an ACL without
-// CLIENT TRACKING, a server without it) from a lost connection.
-func whyLost(err error) string {
-	var rerr redis.Error
-	if errors.As(err, &rerr) {
-		return WhyRefused
-	}
-	return WhyLost
-}
-
-// errSilent is how a report connection that stopped answering is lost.
-var errSilent = errors.New("guard: report connection silent")
-
-// listen subscribes t's connection and applies its reports until it is
-// lost (the error) or t is stopped.
-func (c *coherence) listen(t *tracker, ts *trackState) error {
-	ctx := context.Background()
-	ps := t.rdb.Subscribe(ctx, invalidateChannel)
-	defer ps.Close()
-	if !t.setPubSub(ps) {
-		return nil
-	}
-	probed := false
-	for {
-		msg, err := ps.ReceiveTimeout(ctx, healthEvery)
-		var ne net.Error
-		switch {
-		case err == nil:
-		case errors.As(err, &ne) && ne.Timeout() && !probed:
-			// Silence: probe with a SUBSCRIBE that changes nothing (a
-			// PING would need one more command in the user's ACL).
-			if err := ps.Subscribe(ctx, invalidateChannel); err != nil {
-				return err
-			}
-			probed = true
-			continue
-		case errors.As(err, &ne) && ne.Timeout():
-			return errSilent
-		default:
-			// Lost, refused (the ACL, a server without tracking), or a
-			// flush (FLUSHALL), whose report go-redis does not parse (see
-			// isFlush). Each means the tier cannot know what changed.
-			return err
-		}
-		probed = false
-		switch m := msg.(type) {
-		case *redis.Subscription:
-			if m.Kind == "subscribe" {
-				ts.backoff, ts.reported = time.Millisecond, false
-				c.setUp(t, true)
-			}
-		case *redis.Message:
-			for _, name := range m.PayloadSlice {
-				c.changed(name)
-			}
-			if m.Payload != "" {
-				c.changed(m.Payload)
-			}
-		}
-	}
-}
-
-// changed applies the report that the key name changed.
-func (c *coherence) changed(name string) {
-	if IsEntryName(c.prefix, name) {
-		c.tier.Changed(name)
-		return
-	}
-	// A tag's invalidation (InvalidateTag, on any node): the copies of
-	// its keys go, even those whose entries it could not name.
-	if base, ok := strings.CutSuffix(name, ":tinv"); ok && strings.HasPrefix(base, c.prefix) && strings.IndexByte(base, '}') == len(base)-1 {
-		c.tier.ChangedTag(base)
-	}
-}
-
-// setDown marks t's connection lost, for why.
-func (c *coherence) setDown(t *tracker, why string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.trackers[t.addr] != t {
-		return
-	}
-	c.why = why
-	c.setUpLocked(t, false)
-}
-
-func (c *coherence) setUp(t *tracker, up bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.setUpLocked(t, up)
-}
-
-func (c *coherence) setUpLocked(t *tracker, up bool) {
-	if c.trackers[t.addr] != t || t.up == up {
-		c.tell()
-		return
-	}
-	t.up = up
-	if up {
-		c.down--
-	} else {
-		c.down++
-	}
-	c.update()
-}
-
 // Close stops every tracker and waits for them: the tier is off after.
 func (c *coherence) close() {
 	if c == nil {
@@ -475,120 +273,4 @@ func (c *coherence) close() {
 	for _, t := range trackers {
 		_ = t.rdb.Close()
 	}
-}
-
-// setPubSub records ps as t's subscription; false when t was stopped.
-func (t *tracker) setPubSub(ps *redis.PubSub) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	select {
-	case <-t.quit:
-		return false
-	default:
-	}
-	t.ps = ps
-	return true
-}
-
-// stop ends t's goroutine; it does not wait for it.
-func (t *tracker) stop() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	select {
-	case <-t.quit:
-		return
-	default:
-	}
-	close(t.quit)
-	if t.ps != nil {
-		_ = t.ps.Close() // unblocks its Receive
-	}
-}
-
-// trackerOptions are the options of t's report connection to the node
-// that o reaches: the same address, dialer (its connections watched for
-// the fence), credentials and TLS, RESP2 (reports on a subscribed
-// connection), one connection, and tracking turned on as it connects,
-// again after every reconnect.
-func trackerOptions(o *redis.Options, ns string, t *tracker) *redis.Options {
-	dial := o.Dialer
-	if dial == nil {
-		dial = redis.NewDialer(o)
-	}
-	return &redis.Options{
-		Network: o.Network, Addr: o.Addr,
-		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			cn, err := dial(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			cn, fc := watch(cn)
-			t.fc.Store(fc)
-			return cn, nil
-		},
-		Username: o.Username, Password: o.Password,
-		CredentialsProvider:          o.CredentialsProvider,
-		CredentialsProviderContext:   o.CredentialsProviderContext,
-		StreamingCredentialsProvider: o.StreamingCredentialsProvider,
-		TLSConfig:                    o.TLSConfig, DialTimeout: o.DialTimeout,
-		ClientName: o.ClientName, DisableIdentity: o.DisableIdentity || o.DisableIndentity,
-		IdentitySuffix: o.IdentitySuffix,
-		Protocol:       2, PoolSize: 1, MaxRetries: -1, ContextTimeoutEnabled: true,
-		OnConnect: func(ctx context.Context, cn *redis.Conn) error {
-			id, err := cn.ClientID(ctx).Result()
-			if err != nil {
-				return err
-			}
-			return cn.Do(ctx, "CLIENT", "TRACKING", "on", "REDIRECT", id, "BCAST", "PREFIX", ns).Err()
-		},
-	}
-}
-
-// IsEntryName reports whether the Redis key name is the entry of a key of
-// the namespace whose names start with prefix, its Namespace and "{" (see
-// names): "ns{e}" for a key without a hash tag of its own, "ns{t}/len:key"
-// for one with; the other names of a key, and a tag's, continue after the
-// '}' otherwise.
-func IsEntryName(prefix, name string) bool {
-	rest, ok := strings.CutPrefix(name, prefix)
-	if !ok {
-		return false
-	}
-	i := strings.IndexByte(rest, '}')
-	if i < 0 {
-		return false
-	}
-	rest = rest[i+1:]
-	if rest == "" {
-		return true
-	}
-	rest, ok = strings.CutPrefix(rest, "/")
-	if !ok {
-		return false
-	}
-	n, key, ok := strings.Cut(rest, ":")
-	if !ok {
-		return false
-	}
-	l, err := strconv.Atoi(n)
-	return err == nil && l == len(key)
-}
-
-// Watched returns how many report connections the tier keeps and how many
-// of them the fence watches (tests: TLS and Unix sockets are not watched).
-func (t *Tier) Watched() (conns, watched int) {
-	if t == nil {
-		return 0, 0
-	}
-	all := t.coh.all.Load()
-	if all == nil {
-		return 0, 0
-	}
-	for _, tr := range *all {
-		conns++
-		if fc := tr.fc.Load(); fc != nil && fc != unfenced {
-			watched++
-		}
-	}
-	return conns, watched
 }

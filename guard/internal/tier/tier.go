@@ -1,0 +1,65 @@
+// Package tier is a Group's in-process tier: fresh values kept in memory,
+// so that a hot key's hit costs no round trip, kept coherent by Redis's
+// reports of every change (tracking.go, conn.go) and served only while
+// every report that reached this host was applied (fence.go). The store
+// (store.go, list.go) keeps late replies out by tickets. A nil *Tier is an
+// off tier: it keeps and serves nothing.
+package tier
+
+import (
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Config configures a tier.
+type Config struct {
+	Namespace string        // the Group's: every entry name starts with it and "{"
+	Entries   int           // the most copies kept
+	Bytes     int           // the most bytes the copies cost
+	TTL       time.Duration // the longest a copy is served (LocalTTL)
+	// OnRedisError is told when a report connection is lost or refused,
+	// once per outage (op "track"); OnState of each change of the tier's
+	// state (see the Why constants). Either may be nil.
+	OnRedisError func(op string, err error)
+	OnState      func(on bool, why string)
+}
+
+// New returns the tier of a Group on rdb, its report connections started,
+// or nil when it is off: c.Entries is 0 (told to OnState as WhyDisabled),
+// or rdb is a client whose changes cannot be followed (WhyUnsupported): a
+// *redis.Ring, or a cluster client that reads from replicas.
+func New(rdb redis.UniversalClient, c Config) *Tier {
+	off := func(why string) *Tier {
+		if c.OnState != nil {
+			c.OnState(false, why)
+		}
+		return nil
+	}
+	if c.Entries <= 0 {
+		return off(WhyDisabled)
+	}
+	t := newStore(c)
+	if t.coh = newCoherence(rdb, t, c); t.coh == nil {
+		return off(WhyUnsupported)
+	}
+	return t
+}
+
+// Close stops the report connections and waits for them: the tier serves
+// nothing after.
+func (t *Tier) Close() {
+	if t != nil {
+		t.coh.close()
+	}
+}
+
+// Why the tier is off, as Hooks.LocalTier tells it.
+const (
+	WhyDisabled    = "disabled"    // Options.LocalEntries is Disabled
+	WhyUnsupported = "unsupported" // a client whose changes cannot be followed
+	WhyConnecting  = "connecting"  // a report connection not confirmed yet
+	WhyLost        = "lost"        // a report connection lost or silent
+	WhyRefused     = "refused"     // Redis refused tracking (ACL, version)
+	WhyClosed      = "closed"      // the Group is closed
+)
