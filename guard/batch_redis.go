@@ -217,18 +217,18 @@ func (g *Group) storeMany(ctx context.Context, items []fillItem) {
 	for i, it := range items {
 		f := it.f
 		fresh := f.fresh
-		if f.mode == "-" {
+		if f.mode == fillNone {
 			fresh = time.Millisecond // windows are not used, but must be valid
 		}
 		calls[i] = lua.Call{Keys: it.nm.keys, Args: []any{f.fence, f.value, ms(fresh), ms(f.stale),
-			f.loadDur.Microseconds(), f.flags, f.mode, ms(f.keepLease), it.nm.entry, g.keepArg}}
+			f.loadDur.Microseconds(), string(f.flags), string(f.mode), ms(f.keepLease), it.nm.entry, g.keepArg}}
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.opts.RedisTimeout)
 	defer cancel()
 	sent := g.clk.local()
 	_, cmds := g.pipeline(rctx, nil, lua.GuardFill, calls)
 	for _, it := range items {
-		if it.f.mode != "-" {
+		if it.f.mode != fillNone {
 			g.loc.Changed(it.nm.entry) // as store does
 		}
 	}

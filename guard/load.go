@@ -37,64 +37,6 @@ func (g *Group) loadAndFill(ctx context.Context, c *call, fence int64, refresh b
 	return Result{Value: v, Status: Miss, Fresh: f.freshWindow(), Oversize: len(v) > g.opts.MaxValueBytes}, nil
 }
 
-// fillFor decides what a load's outcome stores.
-func (g *Group) fillFor(co callOptions, fence int64, o outcome, refresh bool) fillSpec {
-	v, err := o.v, o.err
-	f := fillSpec{fence: fence, loadDur: o.d, mode: "w"}
-	switch {
-	case err == nil && o.win != nil:
-		// The loader said how long this value lives: exactly that long.
-		f.value, f.fresh, f.stale = v, o.win.Fresh, o.win.Stale
-		if o.win.MustRevalidate {
-			f.flags = "r"
-		}
-		if f.fresh == 0 {
-			f.fresh = g.jittered(co.freshFor)
-		}
-		switch f.stale {
-		case 0:
-			f.stale = co.staleFor
-		case Disabled:
-			f.stale = 0
-		}
-		switch f.fresh {
-		case Disabled:
-			f.mode = "-" // served to the callers of this flight, not stored
-		case Expired:
-			f.fresh = 0
-			if f.stale == 0 {
-				f.mode = "-" // neither served stale nor kept: useless
-			}
-		}
-	case err == nil:
-		f.value, f.fresh, f.stale = v, g.jittered(co.freshFor), co.staleFor
-	case privateOf(err) != nil:
-		f.private(g, privateOf(err), co, refresh)
-	case isNoStore(err):
-		f.mode = "-" // the lease is released; nothing is stored or backed off
-	case errors.Is(err, ErrNotFound) && g.opts.NegativeFor > 0:
-		f.fresh, f.flags = g.opts.NegativeFor, "n"
-	case errors.Is(err, ErrNotFound):
-		f.mode = "-"
-	case refresh:
-		// Stale-if-error: keep the stale value, and hold the lease for the
-		// back-off so no node retries at once.
-		f.mode, f.keepLease = "-", g.opts.ErrorBackoff
-	default:
-		// A cold key: an error marker (never over a value) makes every node
-		// back off instead of calling the failing loader again.
-		f.mode, f.fresh, f.flags, f.value = "m", g.opts.ErrorBackoff, "e", causeText(err)
-	}
-	if err == nil && len(v) > g.opts.MaxValueBytes && f.mode == "w" {
-		f.overMarker(v)
-	}
-	if o.reval != nil && f.mode == "w" && f.flags != "o" {
-		// Only the new head travels; the script keeps the stored tail.
-		f.mode, f.value, f.trim, f.expect = "k", o.reval.head, o.reval.trim, o.reval.expect
-	}
-	return f
-}
-
 // loadLeased calls load while a watchdog keeps the lease fence alive
 // (fence 0: no lease). The watchdog stops however the load ends.
 func (g *Group) loadLeased(ctx context.Context, key string, nm names, load LoadFunc, fence int64, prev *entry.Entry) outcome {

@@ -132,8 +132,8 @@ func (g *Group) passLoad(ctx context.Context, c *call, e entry.Entry) (Result, e
 		return Result{Status: Passed}, o.err
 	}
 	f := g.fillFor(c.co, 0, o, false)
-	if f.mode == "w" && f.flags != "n" {
-		f.mode = "c"
+	if f.mode == fillWrite && f.flags != flagNegative {
+		f.mode = fillIfSame
 		f.expect = strconv.FormatInt(e.Fence, 10) + "," + strconv.FormatInt(e.Written, 10)
 		g.store(ctx, c.key, c.nm, f)
 	}
@@ -143,23 +143,4 @@ func (g *Group) passLoad(ctx context.Context, c *call, e entry.Entry) (Result, e
 // passFor is how long a Pass answer marks its key.
 func (g *Group) passFor(pe *privateError, co callOptions) time.Duration {
 	return min(pe.pass, co.freshFor)
-}
-
-// private sets f for a load that answered Private or Pass (pe).
-func (f *fillSpec) private(g *Group, pe *privateError, co callOptions, refresh bool) {
-	switch {
-	case refresh && pe.pass > 0:
-		f.mode = "-" // the stale value stays; the next caller refreshes
-	case refresh:
-		// Stale-if-error, as for any failure: the stale value keeps being
-		// served and no node refreshes for the back-off.
-		f.mode, f.keepLease = "-", g.opts.ErrorBackoff
-	case pe.pass > 0 && g.passFor(pe, co) > 0:
-		// Written where no value is stored (a marker never replaces one).
-		f.mode, f.flags, f.fresh, f.stale = "m", "p", g.passFor(pe, co), 0
-	default:
-		// Failing: the lease is released for the next caller's turn, and
-		// the marker keeps every node to turns for WaitTimeout.
-		f.mode, f.flags, f.fresh, f.stale = "m", "f", 0, g.opts.WaitTimeout
-	}
 }

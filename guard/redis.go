@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 	"unsafe"
 
 	"github.com/stampede-go/stampede/internal/lua"
@@ -82,91 +81,6 @@ func (g *Group) readReplyOf(nm names, v []any, sent int64) (readReply, error) {
 	rr.x, _ = v[2].(int64)
 	g.clk.observe(rr.now, sent)
 	return rr, nil
-}
-
-// fillSpec is what loadAndFill stores.
-type fillSpec struct {
-	fence        int64
-	value        []byte
-	fresh, stale time.Duration
-	loadDur      time.Duration
-	flags        string
-	mode         string // "w" write, "m" write if missing, "k" revalidated, "-" no write
-	keepLease    time.Duration
-	trim         int    // mode "k": stored payload bytes value replaces
-	expect       string // mode "k": "fence,written" of the entry revalidated
-	keep         []byte // flags "o": the value kept in process once the marker is stored
-}
-
-// overMarker turns the fill of value v, too large for Redis, into an
-// oversize marker with v's windows (see Options.MaxValueBytes). A value never served
-// stale (flags "r") gets a marker without a stale window: a marker cannot
-// be revalidated.
-func (f *fillSpec) overMarker(v []byte) {
-	if f.flags == "r" {
-		f.stale = 0
-	}
-	f.flags, f.value, f.keep = "o", nil, v
-	if f.fresh+f.stale <= 0 {
-		f.mode = "-" // neither fresh nor stale: nothing to mark
-	}
-}
-
-// freshWindow is how long a stored value is fresh, for Result.Fresh.
-func (f fillSpec) freshWindow() time.Duration {
-	if f.mode == "-" {
-		return 0
-	}
-	return f.fresh
-}
-
-// store runs guard_fill.lua: store (subject to the fence), settle the lease,
-// wake the waiters. Failures are reported through hooks; the callers have
-// their value either way.
-func (g *Group) store(ctx context.Context, key string, nm names, f fillSpec) {
-	fresh := f.fresh
-	if f.mode == "-" {
-		fresh = time.Millisecond // windows are not used, but must be valid
-	}
-	if f.mode != "-" {
-		// Whatever the outcome (a timeout may have run the script): a
-		// read sent before it returns may carry the value it replaced,
-		// which is kept no more in the in-process tier.
-		defer g.loc.Changed(nm.entry)
-	}
-	sent := g.clk.local()
-	reply, err := g.fillQ.Call(context.WithoutCancel(ctx), lua.Call{Keys: nm.keys, Args: []any{f.fence, f.value, ms(fresh), ms(f.stale),
-		f.loadDur.Microseconds(), f.flags, f.mode, ms(f.keepLease), nm.entry, g.keepArg, f.trim, f.expect}})
-	if err != nil {
-		g.redisFailed("fill", err)
-		return
-	}
-	g.br.Success()
-	g.filled(key, nm, f, reply, sent)
-}
-
-// filled acts on a reply of guard_fill.lua for fill f of key, sent at
-// local time sent: the clock sample, the hint of a value stored, the
-// rejection or foreign values reported.
-func (g *Group) filled(key string, nm names, f fillSpec, reply []any, sent int64) {
-	if len(reply) != 4 {
-		return
-	}
-	written, _ := reply[0].(int64)
-	now, _ := reply[1].(int64)
-	g.foreign(nm, reply[3])
-	g.clk.observe(now, sent)
-	switch {
-	case f.mode != "-" && written == 0:
-		if h := g.opts.Hooks.FillRejected; h != nil {
-			h(key)
-		}
-	case written == 1 && f.flags == "o":
-		g.keepOversize(key, f.keep, now, now+ms(f.fresh)+ms(f.stale))
-		g.hint(key, nm, now+ms(f.fresh))
-	case written == 1 && (f.flags == "" || f.flags == "r"):
-		g.hint(key, nm, now+ms(f.fresh))
-	}
 }
 
 // foreign reports, through the Corrupt hook, the names of a key under which

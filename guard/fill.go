@@ -1,0 +1,199 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/stampede-go/stampede/internal/lua"
+)
+
+// The fill: what a load's outcome stores (fillFor), and the one round trip
+// that stores it, settles the lease and wakes the waiters (guard_fill.lua).
+
+// fillMode is how guard_fill.lua writes: its ARGV[7].
+type fillMode string
+
+const (
+	fillWrite     fillMode = "w" // write, subject to the fence
+	fillIfMissing fillMode = "m" // write where no value is stored (a marker never replaces one)
+	fillKeepTail  fillMode = "k" // a revalidation: the new head, then the stored tail
+	fillIfSame    fillMode = "c" // write if the stored entry is still the one read
+	fillNone      fillMode = "-" // write nothing: settle the lease, wake the waiters
+)
+
+// fillFlag is what an entry holds: guard_fill.lua's ARGV[6], the entry's
+// flags (see package entry).
+type fillFlag string
+
+const (
+	flagValue      fillFlag = ""  // a value
+	flagNegative   fillFlag = "n" // the loader said not found
+	flagError      fillFlag = "e" // a cold key's load failed: the error text
+	flagRevalidate fillFlag = "r" // a value never served stale, kept to revalidate
+	flagFailing    fillFlag = "f" // no value: loads fail for their own callers
+	flagPass       fillFlag = "p" // no value: each call runs its own load
+	flagOversize   fillFlag = "o" // no value: each node keeps its own copy
+)
+
+// fillFor decides what a load's outcome stores.
+func (g *Group) fillFor(co callOptions, fence int64, o outcome, refresh bool) fillSpec {
+	v, err := o.v, o.err
+	f := fillSpec{fence: fence, loadDur: o.d, mode: fillWrite}
+	switch {
+	case err == nil && o.win != nil:
+		// The loader said how long this value lives: exactly that long.
+		f.value, f.fresh, f.stale = v, o.win.Fresh, o.win.Stale
+		if o.win.MustRevalidate {
+			f.flags = flagRevalidate
+		}
+		if f.fresh == 0 {
+			f.fresh = g.jittered(co.freshFor)
+		}
+		switch f.stale {
+		case 0:
+			f.stale = co.staleFor
+		case Disabled:
+			f.stale = 0
+		}
+		switch f.fresh {
+		case Disabled:
+			f.mode = fillNone // served to the callers of this flight, not stored
+		case Expired:
+			f.fresh = 0
+			if f.stale == 0 {
+				f.mode = fillNone // neither served stale nor kept: useless
+			}
+		}
+	case err == nil:
+		f.value, f.fresh, f.stale = v, g.jittered(co.freshFor), co.staleFor
+	case privateOf(err) != nil:
+		f.private(g, privateOf(err), co, refresh)
+	case isNoStore(err):
+		f.mode = fillNone // the lease is released; nothing is stored or backed off
+	case errors.Is(err, ErrNotFound) && g.opts.NegativeFor > 0:
+		f.fresh, f.flags = g.opts.NegativeFor, flagNegative
+	case errors.Is(err, ErrNotFound):
+		f.mode = fillNone
+	case refresh:
+		// Stale-if-error: keep the stale value, and hold the lease for the
+		// back-off so no node retries at once.
+		f.mode, f.keepLease = fillNone, g.opts.ErrorBackoff
+	default:
+		// A cold key: an error marker (never over a value) makes every node
+		// back off instead of calling the failing loader again.
+		f.mode, f.fresh, f.flags, f.value = fillIfMissing, g.opts.ErrorBackoff, flagError, causeText(err)
+	}
+	if err == nil && len(v) > g.opts.MaxValueBytes && f.mode == fillWrite {
+		f.overMarker(v)
+	}
+	if o.reval != nil && f.mode == fillWrite && f.flags != flagOversize {
+		// Only the new head travels; the script keeps the stored tail.
+		f.mode, f.value, f.trim, f.expect = fillKeepTail, o.reval.head, o.reval.trim, o.reval.expect
+	}
+	return f
+}
+
+// fillSpec is what loadAndFill stores.
+type fillSpec struct {
+	fence        int64
+	value        []byte
+	fresh, stale time.Duration
+	loadDur      time.Duration
+	flags        fillFlag
+	mode         fillMode
+	keepLease    time.Duration
+	trim         int    // mode "k": stored payload bytes value replaces
+	expect       string // mode "k": "fence,written" of the entry revalidated
+	keep         []byte // flags "o": the value kept in process once the marker is stored
+}
+
+// overMarker turns the fill of value v, too large for Redis, into an
+// oversize marker with v's windows (see Options.MaxValueBytes). A value never served
+// stale (flags "r") gets a marker without a stale window: a marker cannot
+// be revalidated.
+func (f *fillSpec) overMarker(v []byte) {
+	if f.flags == flagRevalidate {
+		f.stale = 0
+	}
+	f.flags, f.value, f.keep = flagOversize, nil, v
+	if f.fresh+f.stale <= 0 {
+		f.mode = fillNone // neither fresh nor stale: nothing to mark
+	}
+}
+
+// freshWindow is how long a stored value is fresh, for Result.Fresh.
+func (f fillSpec) freshWindow() time.Duration {
+	if f.mode == fillNone {
+		return 0
+	}
+	return f.fresh
+}
+
+// store runs guard_fill.lua: store (subject to the fence), settle the lease,
+// wake the waiters. Failures are reported through hooks; the callers have
+// their value either way.
+func (g *Group) store(ctx context.Context, key string, nm names, f fillSpec) {
+	fresh := f.fresh
+	if f.mode == fillNone {
+		fresh = time.Millisecond // windows are not used, but must be valid
+	}
+	if f.mode != fillNone {
+		// Whatever the outcome (a timeout may have run the script): a
+		// read sent before it returns may carry the value it replaced,
+		// which is kept no more in the in-process tier.
+		defer g.loc.Changed(nm.entry)
+	}
+	sent := g.clk.local()
+	reply, err := g.fillQ.Call(context.WithoutCancel(ctx), lua.Call{Keys: nm.keys, Args: []any{f.fence, f.value, ms(fresh), ms(f.stale),
+		f.loadDur.Microseconds(), string(f.flags), string(f.mode), ms(f.keepLease), nm.entry, g.keepArg, f.trim, f.expect}})
+	if err != nil {
+		g.redisFailed("fill", err)
+		return
+	}
+	g.br.Success()
+	g.filled(key, nm, f, reply, sent)
+}
+
+// filled acts on a reply of guard_fill.lua for fill f of key, sent at
+// local time sent: the clock sample, the hint of a value stored, the
+// rejection or foreign values reported.
+func (g *Group) filled(key string, nm names, f fillSpec, reply []any, sent int64) {
+	if len(reply) != 4 {
+		return
+	}
+	written, _ := reply[0].(int64)
+	now, _ := reply[1].(int64)
+	g.foreign(nm, reply[3])
+	g.clk.observe(now, sent)
+	switch {
+	case f.mode != fillNone && written == 0:
+		if h := g.opts.Hooks.FillRejected; h != nil {
+			h(key)
+		}
+	case written == 1 && f.flags == flagOversize:
+		g.keepOversize(key, f.keep, now, now+ms(f.fresh)+ms(f.stale))
+		g.hint(key, nm, now+ms(f.fresh))
+	case written == 1 && (f.flags == flagValue || f.flags == flagRevalidate):
+		g.hint(key, nm, now+ms(f.fresh))
+	}
+}
+
+// private sets f for a load that answered Private or Pass (pe).
+func (f *fillSpec) private(g *Group, pe *privateError, co callOptions, refresh bool) {
+	switch {
+	case refresh && pe.pass > 0:
+		f.mode = fillNone // the stale value stays; the next caller refreshes
+	case refresh:
+		// Stale-if-error, as for any failure: the stale value keeps being
+		// served and no node refreshes for the back-off.
+		f.mode, f.keepLease = fillNone, g.opts.ErrorBackoff
+	case pe.pass > 0 && g.passFor(pe, co) > 0:
+		// Written where no value is stored (a marker never replaces one).
+		f.mode, f.flags, f.fresh, f.stale = fillIfMissing, flagPass, g.passFor(pe, co), 0
+	default:
+		// Failing: the lease is released for the next caller's turn, and
+		// the marker keeps every node to turns for WaitTimeout.
+		f.mode, f.flags, f.fresh, f.stale = fillIfMissing, flagFailing, 0, g.opts.WaitTimeout
+	}
+}
