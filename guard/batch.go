@@ -30,30 +30,25 @@ import (
 //
 // The work runs detached from the caller, who leaves on its own ctx.
 
-// BatchLoadFunc loads the values of keys from the origin in one call. It
-// returns the values it found: a key it does not return has no value (as
-// ErrNotFound from a LoadFunc), which is cached for NegativeFor. Keys it
-// returns that it was not asked for are ignored (and counted in
-// BatchLoadStats.Unasked). An error fails every key of the call; its keys
-// are then handled as a LoadFunc's error would be (stale-if-error, back-off).
+// BatchLoadFunc loads the values of keys in one call. A key it does not return
+// has no value (as ErrNotFound, cached for NegativeFor); keys it was not asked
+// for are ignored. An error fails every key of the call, as a LoadFunc's error
+// would.
 type BatchLoadFunc func(ctx context.Context, keys []string) (map[string][]byte, error)
 
-// BatchStats describes one GetMany or FetchMany call, for Hooks.Batch.
-// Every key is counted once, under the outcome it got.
+// BatchStats is what became of one GetMany or FetchMany call's keys, for
+// Hooks.Batch: each key is counted once.
 type BatchStats struct {
-	Keys     int // distinct keys asked for
-	Hits     int // fresh values, from Redis or the in-process tier
-	Stale    int // stale values
-	Loaded   int // values loaded by this call's loader calls
-	Shared   int // values loaded by someone else: another node, or a load of this process the call joined
-	Degraded int // keys loaded without Redis
-	NotFound int // keys without a value (negative entries included)
-	Failed   int // keys that got an error
-	// Loads is how many loader calls the call made (background refreshes
-	// not included).
-	Loads int
-	// Took is how long the call's work took, waits and loads included.
-	Took time.Duration
+	Keys     int           // distinct keys asked for
+	Hits     int           // fresh values, from Redis or the in-process tier
+	Stale    int           // stale values
+	Loaded   int           // values loaded by this call's loader calls
+	Shared   int           // values loaded by another node, or a load this call joined
+	Degraded int           // keys loaded without Redis
+	NotFound int           // keys without a value (negative entries included)
+	Failed   int           // keys that got an error
+	Loads    int           // loader calls made (background refreshes apart)
+	Took     time.Duration // the call's work, waits and loads included
 }
 
 // BatchLoadStats describes one batch loader call, for Hooks.BatchLoad.
@@ -67,21 +62,13 @@ type BatchLoadStats struct {
 	Err     error
 }
 
-// GetMany returns the values of keys, loading those without a usable value
-// with load; the result holds the keys that have a value. The hits of the
-// whole batch cost one Redis round trip per Redis node, the keys this node
-// wins the lease of go to load together (MaxBatch keys per call), and their
-// fills go back in one round trip per node. Keys another node is loading
-// are waited for; keys already loading in this process join that load.
-// Repeated keys are asked for once. The values are shared with the other
-// callers that got them: read them, never modify them. One pipeline
-// carries the whole batch, bounded by RedisTimeout: for batches of
-// thousands of keys, raise it or split the batch.
-//
-// err is nil when every key was answered (with a value or as not found);
-// otherwise it joins the distinct errors of the keys that failed, and the
-// map still holds the values found. A cancelled ctx returns ctx.Err() at
-// once; the batch's loads and fills go on for the other callers.
+// GetMany returns the values of keys, loading with load those without a usable
+// value; keys without a value are left out. The batch is read in one round
+// trip per Redis node, the keys this node leases are loaded together (MaxBatch
+// per call) and filled in one more; keys loading elsewhere are waited for or
+// joined. The values are shared: never modify them. err joins the distinct
+// errors of the keys that failed; the map holds the values found. A cancelled
+// ctx returns at once; the work goes on for the others.
 func (g *Group) GetMany(ctx context.Context, keys []string, load BatchLoadFunc, opts ...CallOption) (map[string][]byte, error) {
 	if load == nil {
 		return nil, errors.New("guard: nil BatchLoadFunc")
@@ -92,14 +79,10 @@ func (g *Group) GetMany(ctx context.Context, keys []string, load BatchLoadFunc, 
 	}, opts)
 }
 
-// FetchMany is GetMany for values of any type, stored as Fetch stores them
-// (JSON; []byte and string as they are), and ids of any comparable type
-// mapped to keys by key. load gets the ids to load and returns the values
-// it found; an id it does not return has no value and is cached
-// negatively. The result holds the ids that have a value, each the
-// caller's own (a []byte is a copy, as with Fetch). Repeated ids are asked
-// for once; distinct ids whose keys are equal share one value (load is
-// asked for the first of them).
+// FetchMany is GetMany for values of any type, stored as Fetch stores them,
+// with ids of any comparable type mapped to keys by key. An id load does not
+// return has no value. Each id's value is the caller's own; ids whose keys are
+// equal share one load.
 func FetchMany[ID comparable, T any](ctx context.Context, g *Group, ids []ID, key func(ID) string, load func(context.Context, []ID) (map[ID]T, error), opts ...CallOption) (map[ID]T, error) {
 	switch {
 	case key == nil:

@@ -17,16 +17,11 @@ func (g *Group) Get(ctx context.Context, key string, load LoadFunc, opts ...Call
 	return r.Value, err
 }
 
-// Do returns the value of key with its Status and Age.
-//
-// A fresh value costs one Redis round trip (none from the in-process tier).
-// A stale value is returned at once; if this caller's read won the key's
-// refresh lease, the value is reloaded in the background. With no usable
-// value, one caller in the fleet loads it (singleflight in this process, a
-// Redis lease across processes) and the others wait for its fill, each
-// leaving on its own ctx. Errors of load reach the callers of its flight;
-// ErrNotFound is cached for NegativeFor. When Redis fails, Do loads through
-// this process's singleflight alone. load runs at most once per call.
+// Do returns the value of key with its Status and Age. A fresh value costs one
+// Redis round trip, or none from the in-process tier; a stale one is returned
+// at once while one node refreshes it. With no usable value, one caller in the
+// fleet loads it and the others wait for its fill, each leaving on its own
+// ctx. load runs at most once per call.
 func (g *Group) Do(ctx context.Context, key string, load LoadFunc, opts ...CallOption) (Result, error) {
 	if err := g.check(ctx, key, load); err != nil {
 		return Result{}, err

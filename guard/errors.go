@@ -7,45 +7,26 @@ import (
 )
 
 var (
-	// ErrNotFound is returned by a loader to say the key has no value. The
-	// guard caches that answer for Options.NegativeFor and returns
-	// ErrNotFound to every caller meanwhile, so a missing row is not looked
-	// up again by every node.
+	// ErrNotFound is what a loader returns for a key with no value; the
+	// answer is cached for NegativeFor.
 	ErrNotFound = errors.New("guard: not found")
-
-	// ErrWaitTimeout is returned, with Options.WaitTimeoutPolicy set to
-	// ReturnError, when another node's fill did not land within
-	// Options.WaitTimeout.
+	// ErrWaitTimeout: another node's fill did not land within WaitTimeout
+	// (with WaitTimeoutPolicy ReturnError).
 	ErrWaitTimeout = errors.New("guard: timed out waiting for another node's fill")
-
-	// ErrBackoff is returned while a cold key is backing off after its load
-	// failed on some node: the failing loader is not called again by every
-	// node at once. The back-off lasts Options.ErrorBackoff. The error
-	// returned is a *BackoffError, which names the key and the error of
-	// the load that failed; errors.Is(err, ErrBackoff) reports it.
+	// ErrBackoff: a key's load failed lately, on some node, and no node
+	// loads it again for ErrorBackoff. The error is a *BackoffError.
 	ErrBackoff = errors.New("guard: load failed recently; backing off")
-
-	// ErrClosed is returned by calls on a closed Group.
+	// ErrClosed: the Group is closed.
 	ErrClosed = errors.New("guard: group closed")
-
-	// ErrGoexit is the error the callers of a flight get when its loader
-	// called runtime.Goexit (t.FailNow in a test, say) instead of
-	// returning. Like a panic, it is treated as a failed load: the lease is
-	// released and the key backs off.
+	// ErrGoexit: the loader called runtime.Goexit; a failed load.
 	ErrGoexit = errors.New("guard: loader called runtime.Goexit")
-
-	// ErrLoadTimeout is the error the callers of a flight get when its
-	// loader did not return within Options.LoadTimeout and its grace (see
-	// there): the load is abandoned, and treated as a failed load. It wraps
-	// context.DeadlineExceeded.
+	// ErrLoadTimeout: the loader was abandoned after LoadTimeout; a
+	// failed load. It wraps context.DeadlineExceeded.
 	ErrLoadTimeout = fmt.Errorf("guard: loader abandoned after LoadTimeout: %w", context.DeadlineExceeded)
-
-	// ErrNoPrevious is wrapped by the error of a load that answered
-	// Revalidated with no previous value to revalidate (see Previous), or
-	// with a trim outside it.
+	// ErrNoPrevious: a loader answered Revalidated with nothing to
+	// revalidate.
 	ErrNoPrevious = errors.New("guard: Revalidated without a previous value")
-
-	// ErrNotCached is returned by Peek when no servable value is stored.
+	// ErrNotCached: Peek found nothing servable.
 	ErrNotCached = errors.New("guard: not cached")
 )
 
@@ -103,12 +84,9 @@ func (p *PanicError) Unwrap() error {
 	return err
 }
 
-// NoStore marks a loader's answer that is not an origin failure but must not
-// be stored or shared with other nodes (a response that turned out private,
-// say). The guard returns it to the callers of the flight as it is (the
-// callers of this process's flight see the same error: errors.As finds what
-// err wraps), stores nothing, releases the lease at once and backs off
-// nothing, so the next caller loads again.
+// NoStore marks a loader's answer that must not be stored or shared beyond the
+// callers of its flight, and is no origin failure: nothing is stored, the
+// lease is released and nothing backs off.
 func NoStore(err error) error {
 	if err == nil {
 		err = errors.New("guard: not stored")

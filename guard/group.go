@@ -75,13 +75,10 @@ type Group struct {
 	closeOnce    sync.Once
 }
 
-// New returns a Group that keeps its entries in rdb (a *redis.Client, a
-// *redis.ClusterClient or any UniversalClient). It returns an error for a nil
-// client (a nil interface, or a nil pointer behind it), invalid options, or
-// a *redis.Client or *redis.ClusterClient made
-// without ContextTimeoutEnabled: go-redis then ignores context deadlines on
-// the socket, so RedisTimeout could not bound a call to a stalled Redis (it
-// would wait out ReadTimeout, 3s by default, on every retry).
+// New returns a Group on rdb (a *redis.Client, a *redis.ClusterClient or
+// another UniversalClient). It returns an error for a nil client, invalid
+// options, or a client made without ContextTimeoutEnabled (RedisTimeout could
+// not bound its calls).
 func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 	if isNil(rdb) {
 		return nil, errors.New("guard: nil Redis client")
@@ -172,13 +169,9 @@ var leaseGrace = time.Second // a var for tests
 // are kept after last use.
 const fenceRetention = 24 * time.Hour
 
-// Close stops the Group: it waits for background refreshes (each bounded by
-// LoadTimeout and its grace; an abandoned loader is not waited for), closes
-// the fill subscription and the in-process tier's report connections, and
-// stops renewing the leases
-// of loads still running for callers (their fills are still stored while
-// their fences hold). Calls after Close return ErrClosed. It does not close
-// the Redis client.
+// Close stops the Group: it waits for background refreshes, closes its
+// subscriptions and stops renewing leases. Calls after Close return ErrClosed.
+// It does not close the Redis client.
 func (g *Group) Close() error {
 	var err error
 	g.closeOnce.Do(func() {

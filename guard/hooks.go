@@ -10,8 +10,63 @@ import (
 	"github.com/stampede-go/stampede/guard/internal/tier"
 )
 
-// MergeHooks returns Hooks that call each of hs in turn (for metrics and
-// logs together). Nil funcs are skipped.
+// Hooks are optional funcs for metrics and logs (nil ones are skipped),
+// called on the goroutine that saw the event: they must be quick and must
+// not block. key is the caller's key.
+type Hooks struct {
+	// Hit: a fresh value was served; local: from the in-process tier.
+	Hit func(key string, age time.Duration, local bool)
+	// Stale: a stale value was served while a refresh runs or backs off.
+	Stale func(key string, age time.Duration)
+	// Miss: no usable value; the caller loads, waits or shares a flight.
+	Miss func(key string)
+	// Coalesced: the caller shared a flight of this process.
+	Coalesced func(key string)
+	// Load: a loader call ended, after d, with err.
+	Load func(key string, d time.Duration, err error)
+	// Lease: this node won a key's refresh lease, or found it held.
+	Lease func(key string, won bool)
+	// Woken: a wait for another node's fill ended, once per wait (per key
+	// of a batch); notified: by the fill's notification, rather than a
+	// poll, WaitTimeout or a joined load. A wait whose first read found
+	// the value is not reported.
+	Woken func(key string, notified bool, waited time.Duration)
+	// RefreshError: a background refresh failed; stale is served.
+	RefreshError func(key string, err error)
+	// FillRejected: a fill was refused: a newer value or an Invalidate
+	// came after this node's lease was granted.
+	FillRejected func(key string)
+	// RedisError: a Redis call failed; op names it ("track": the tier's
+	// report connection was lost or refused, once per outage).
+	RedisError func(op string, err error)
+	// Breaker: the Redis breaker opened or closed, once per change.
+	Breaker func(open bool)
+	// Corrupt: an undecodable entry, or foreign data under one of the
+	// key's names, was dropped and treated as a miss.
+	Corrupt func(key string, err error)
+	// Oversize: a load returned size bytes, over MaxValueBytes: not
+	// stored in Redis.
+	Oversize func(key string, size int)
+	// Batch: a GetMany or FetchMany call finished its work. The hooks
+	// above run for each of its keys as well.
+	Batch func(BatchStats)
+	// BatchLoad: a batch loader call ended. Load runs for each of its
+	// keys as well.
+	BatchLoad func(BatchLoadStats)
+	// Unready: the fill subscription New starts failed (refused, or not
+	// confirmed within WaitTimeout), with a *ReadyError per failed check.
+	// At most once per Group; the Group serves meanwhile.
+	Unready func(err error)
+	// LocalTier: the in-process tier started serving or stopped; once
+	// from New, then at each change. why is "" when on, else "disabled",
+	// "unsupported" (a client it cannot follow), "connecting", "lost",
+	// "refused" (an ACL, an old server) or "closed". Only a tier that
+	// should be on and is not ("connecting" for long, "lost",
+	// "refused") calls for an operator.
+	LocalTier func(on bool, why string)
+}
+
+// MergeHooks returns Hooks that call each of hs in turn.
 func MergeHooks(hs ...Hooks) Hooks {
 	var m Hooks
 	for _, h := range hs {
@@ -66,16 +121,12 @@ func chain3[A, B, C any](f, g func(A, B, C)) func(A, B, C) {
 	return func(a A, b B, c C) { f(a, b, c); g(a, b, c) }
 }
 
-// LogHooks returns Hooks that log the events worth a line to l, one line
-// per change of state rather than per attempt: the breaker opening (error)
-// and closing (info, with how many Redis calls failed while it was open,
-// which are not logged one by one), the in-process tier stopping (warn when
-// its connection was lost or refused, info otherwise) and starting (info),
-// a failed background refresh or load (warn), a corrupt entry or foreign
-// data (warn), a value too large to store (warn) and a failed Redis call
-// while the breaker is closed (warn). Keys are not logged, only their
-// length: they may carry user data. Combine with metrics hooks through
-// MergeHooks. Nothing is logged unless these hooks are installed.
+// LogHooks returns Hooks that log to l one line per change of state, not per
+// attempt: the breaker opening and closing (with the Redis calls that failed
+// meanwhile, unlogged), the in-process tier stopping and starting, failed
+// loads and refreshes, corrupt or foreign data, oversized values, and failed
+// Redis calls while the breaker is closed. Keys are not logged, only their
+// length.
 func LogHooks(l *slog.Logger) Hooks {
 	ctx := context.Background()
 	// While the breaker is open, the probes' failures are not logged:

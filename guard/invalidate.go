@@ -13,14 +13,10 @@ import (
 	"github.com/stampede-go/stampede/internal/hashtag"
 )
 
-// Invalidate deletes key's value everywhere: its Redis entry (and this
-// process's local copy), any refresh in flight (its fill will be rejected)
-// and wakes the waiters so they load anew.
-//
-// When Redis fails it (unreachable, slower than RedisTimeout), Invalidate
-// returns the error and the Group tries it again in the background, backing
-// off up to a second between tries, until it lands or the Group is closed:
-// an invalidation made while Redis is away takes effect once it is back.
+// Invalidate drops key's value everywhere: its entry, every node's copy, and
+// any refresh in flight (its fill will be rejected); the waiters load anew. A
+// failure (Redis unreachable or slow) is returned, and the invalidation is
+// retried in the background until it lands or the Group is closed.
 func (g *Group) Invalidate(ctx context.Context, key string) error {
 	if err := g.check(ctx, key, func(context.Context) ([]byte, error) { return nil, nil }); err != nil {
 		return err
@@ -54,21 +50,11 @@ func (g *Group) invalidate(ctx context.Context, nm names) error {
 	return nil
 }
 
-// InvalidateTag deletes, everywhere, the value of every key of the Group
-// that holds the Redis Cluster hash tag tag (a key "{tag}..." or "...{tag}..."
-// whose first non-empty tag is tag), as Invalidate does for one key: the
-// entries, their refreshes in flight (their fills are rejected) and this
-// process's local copies; callers waiting for a fill of any of them load
-// anew. A load of any key of the tag whose lease was taken before the call
-// (even of a key never stored yet) stores nothing. It costs two round trips
-// (the tag's member set is read, then every member is dropped in one
-// script), more if a key of the tag is filled meanwhile.
-//
-// The keys of a tag are those filled since its last invalidation: each
-// fill adds its key to the tag's member set, in the same round trip. The
-// HTTP middleware keys every variant of one URL under one tag, so that an
-// unsafe request (RFC 9111 §4.4) drops them all. A failure is returned and
-// tried again in the background, as for Invalidate.
+// InvalidateTag invalidates, as Invalidate does, every key of the Group that
+// holds the hash tag tag (a key "{tag}..." or "...{tag}..."): the keys filled
+// since the tag's last invalidation, and the loads of any of its keys whose
+// lease was taken before. The HTTP middleware tags every variant of one URL
+// so. A failure is returned and retried as for Invalidate.
 func (g *Group) InvalidateTag(ctx context.Context, tag string) error {
 	switch {
 	case tag == "" || strings.Contains(tag, "}"):

@@ -5,18 +5,10 @@ import (
 	"fmt"
 )
 
-// Peek returns what is stored under key without loading it: one read, no
-// lease taken, no waiting, no refresh started. The value comes with Status
-// Hit (fresh, from Redis or the in-process tier) or Stale (in its stale
-// window; a value that must be revalidated past its freshness is never
-// returned). It returns ErrNotFound for a negative entry, and ErrNotCached
-// when nothing servable is stored (nothing, an error marker, a corrupt
-// entry, which is reported through Hooks.Corrupt) or Redis cannot be
-// asked (the breaker is open, or the read failed: that error is wrapped
-// too and reported through Hooks.RedisError).
-//
-// An HTTP cache uses it for a HEAD request, which the origin can answer
-// itself when nothing is stored, and for a client's only-if-cached.
+// Peek returns what is stored under key without loading it: no lease, no wait,
+// no refresh. Status is Hit or Stale. It returns ErrNotFound for a negative
+// entry, and ErrNotCached when nothing servable is stored or Redis cannot be
+// asked. An HTTP cache uses it for HEAD and only-if-cached requests.
 func (g *Group) Peek(ctx context.Context, key string) (Result, error) {
 	if err := g.check(ctx, key, noLoad); err != nil {
 		return Result{}, err

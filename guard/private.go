@@ -30,18 +30,11 @@ import (
 //     first of them whose load returns a value stores it, which ends the
 //     window (so the window never hides a shareable value for long).
 
-// Private marks err, returned by a loader, as its own caller's: the guard
-// returns it to the caller whose load it was and to no one else. Nothing is
-// stored and the key's lease is released at once: the other callers of the
-// flight, in this process and on other nodes, take turns, each running its
-// own load, one at a time across the fleet, until one load's value is
-// stored and shared with everyone still waiting. A caller whose turn has
-// not come within Options.WaitTimeout of its call gets an error wrapping
-// ErrBackoff. While turns go on, the key holds a "failing" marker (no
-// value), so that no node loads it outside the lease after WaitTimeout.
-//
-// A stale value is still served while a refresh fails with Private, as for
-// any failure (stale-if-error): the refresh's failure reaches no caller.
+// Private marks a loader's error as its own caller's: no other caller gets it.
+// Nothing is stored and the lease is released: the other callers take turns,
+// one load at a time across the fleet, until one value is stored and shared. A
+// caller whose turn does not come within WaitTimeout gets ErrBackoff. A
+// refresh that fails with Private keeps its stale value served.
 func Private(err error) error {
 	if err == nil {
 		err = errors.New("guard: private failure")
@@ -49,16 +42,11 @@ func Private(err error) error {
 	return &privateError{err: err}
 }
 
-// Pass marks err, returned by a loader, as its own caller's (as Private)
-// and marks the key "pass" for d, fleet-wide: calls of the key in that
-// window run their own load at once, with no flight, no lease and no
-// waiting, and get Status Pass. The first of those loads to return a value
-// stores it (if nothing else changed the key meanwhile), which ends the
-// window; their errors reach only their own callers. Every call in the
-// window gets Status Passed. d is capped at the call's FreshFor; 0 or less
-// marks nothing, and the other callers take turns as with Private. A
-// refresh's Pass (a stale value exists) stores nothing and marks nothing:
-// the stale value keeps being served, and the next caller refreshes.
+// Pass marks a loader's error as its own caller's, as Private, and marks the
+// key pass for d (at most FreshFor), fleet-wide: calls in that window run
+// their own load at once, with no flight, lease or wait, and get Status
+// Passed. The first such load that returns a value stores it, which ends the
+// window. A refresh's Pass marks nothing.
 func Pass(err error, d time.Duration) error {
 	if err == nil {
 		err = errors.New("guard: not shared")

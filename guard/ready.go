@@ -15,9 +15,8 @@ import (
 	"github.com/stampede-go/stampede/internal/notify"
 )
 
-// ReadyTimeout bounds Ready when its ctx has no deadline. It leaves room
-// under a Kubernetes probe's default timeout (1s), and a healthy Redis
-// answers Ready in a few round trips of well under a millisecond each.
+// ReadyTimeout bounds Ready when its ctx has no deadline: under a Kubernetes
+// probe's default timeout (1s).
 const ReadyTimeout = 500 * time.Millisecond
 
 // ReadyError is one failed check of Ready. Ready joins one per failed check

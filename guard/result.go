@@ -14,22 +14,12 @@ type LoadFunc func(ctx context.Context) ([]byte, error)
 type Status uint8
 
 const (
-	// Hit: a fresh value, from Redis or from the in-process tier.
-	Hit Status = iota + 1
-	// Stale: a value past its fresh time, served while one node refreshes it
-	// (or while refreshes fail and back off).
-	Stale
-	// Miss: there was no usable value and this caller's flight loaded it.
-	Miss
-	// Shared: the value was loaded by someone else: another caller of this
-	// process (singleflight) or another node (woken by its fill).
-	Shared
-	// Degraded: Redis was unavailable; the value was loaded through this
-	// process's singleflight alone.
-	Degraded
-	// Passed: the key is marked pass (a load answered Pass lately): this
-	// call ran its own load, shared with no caller (see Pass).
-	Passed
+	Hit      Status = iota + 1 // a fresh value, from Redis or the in-process tier
+	Stale                      // a stale value, served while one node refreshes it
+	Miss                       // no usable value: this call's flight loaded it
+	Shared                     // loaded by another caller or another node
+	Degraded                   // Redis unavailable: served by this node alone
+	Passed                     // the key is marked pass: this call's own load (see Pass)
 )
 
 func (s Status) String() string {
@@ -50,26 +40,17 @@ func (s Status) String() string {
 	return "Status(" + strconv.Itoa(int(s)) + ")"
 }
 
-// Result is a value with where it came from and how old it is.
+// Result is a value, where it came from and how old it is.
 type Result struct {
-	// Value is shared with the other callers that got the same value (and
-	// with the in-process tier): read it, never modify it. Copying it for
-	// every caller would cost each hit an allocation and a copy of the
-	// value (a 100 KB hit a quarter more time); Fetch, Wrap and FetchMany,
-	// which decode a value anyway, return values the caller owns.
+	// Value is shared with the other callers that got it: never modify
+	// it. (Fetch and Wrap return values the caller owns.)
 	Value  []byte
 	Status Status
-	// Age is the time since the value was loaded, judged on the Redis clock
-	// (0 for a value this call loaded).
+	// Age is the time since the value was loaded (Redis clock).
 	Age time.Duration
-	// Fresh is how much longer the value is fresh, judged on the Redis
-	// clock when it was read: its whole fresh window for a value this
-	// call's flight stored, zero or less for a stale value (minus how long
-	// it has been stale), zero for a value that was not stored (Degraded,
-	// or a load the guard did not store).
+	// Fresh is how much longer the value is fresh, when it was read:
+	// zero or less once stale, zero for a value not stored.
 	Fresh time.Duration
-	// Oversize: the value is larger than Options.MaxValueBytes, so Redis
-	// holds only a marker of it, and each node its own copy (see
-	// MaxValueBytes).
+	// Oversize: the value is over MaxValueBytes: not in Redis.
 	Oversize bool
 }

@@ -8,15 +8,10 @@ import (
 	"fmt"
 )
 
-// Fetch is Do for values of any type: load's result is stored as JSON
-// (a T of []byte or string is stored as it is; an any holding one is
-// JSON, as any other value, so that every call decodes what was stored
-// the way encoding/json decodes into T). The value returned is the
-// caller's own: a []byte is a copy (unlike Do's Result.Value, which is
-// shared), and other types are decoded afresh for each call. A nil g or load is an error,
-// as for Do. A value JSON cannot encode is returned as an error to the
-// callers of the flight and stores nothing (see NoStore): it is a bug of
-// the caller, not an origin failure to back off from.
+// Fetch is Do for values of any type, stored as JSON ([]byte and string as
+// they are). The value returned is the caller's own, decoded for each call. A
+// value JSON cannot encode is returned as an error and nothing is stored (see
+// NoStore).
 func Fetch[T any](ctx context.Context, g *Group, key string, load func(context.Context) (T, error), opts ...CallOption) (T, error) {
 	var zero T
 	if load == nil {
@@ -41,11 +36,9 @@ func Fetch[T any](ctx context.Context, g *Group, key string, load func(context.C
 	return unmarshal[T](raw)
 }
 
-// Wrap returns load guarded by g: calls with arguments that map to the same
-// key share one load across the fleet. Each call's value is its own, as
-// Fetch's. It panics if g, key or load is nil:
-// those are programming errors, caught where the func is built rather than
-// on every call.
+// Wrap returns load guarded by g: calls whose arguments map to one key share
+// one load across the fleet, and get values of their own, as Fetch's. It
+// panics on a nil g, key or load, where the func is built.
 func Wrap[A, T any](g *Group, key func(A) string, load func(context.Context, A) (T, error), opts ...CallOption) func(context.Context, A) (T, error) {
 	switch {
 	case g == nil:
