@@ -235,12 +235,16 @@ func runChannel(b *testing.B, topo, cand string, changes int) channelRun {
 			return ns + "inv{" + tags[crc16(key[i+1:j])%16384] + "}"
 		}
 		cc := writer.(*redis.ClusterClient)
-		slots, err := cc.ClusterSlots(ctx).Result()
+		var masters []string
+		err := cc.ForEachMaster(ctx, func(_ context.Context, m *redis.Client) error {
+			masters = append(masters, m.Options().Addr)
+			return nil
+		})
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, r := range slots {
-			c := redis.NewClient(&redis.Options{Addr: r.Nodes[0].Addr, Protocol: 2})
+		for _, addr := range masters {
+			c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2})
 			b.Cleanup(func() { _ = c.Close() })
 			ps := c.Subscribe(ctx)
 			n := 0

@@ -113,7 +113,7 @@ func (b *batch) degrade(idx []int) {
 // callBatch runs the loader on keys in a goroutine of its own, bounded by
 // LoadTimeout, so that neither a panic (turned into *PanicError) nor
 // runtime.Goexit can take the batch's work with it.
-func (b *batch) callBatch(keys []string) (vals map[string][]byte, unasked int, err error, d time.Duration) {
+func (b *batch) callBatch(keys []string) (vals map[string][]byte, unasked int, d time.Duration, err error) {
 	ctx, cancel := context.WithTimeout(b.ctx, b.g.opts.LoadTimeout)
 	defer cancel()
 	type outcome struct {
@@ -143,7 +143,7 @@ func (b *batch) callBatch(keys []string) (vals map[string][]byte, unasked int, e
 	if !ok {
 		o = outcome{err: ErrLoadTimeout}
 	}
-	return o.vals, o.unasked, o.err, time.Since(start)
+	return o.vals, o.unasked, time.Since(start), o.err
 }
 
 // flight loads the keys idx, claimed in slots, in one loader call. With
@@ -160,7 +160,7 @@ func (b *batch) flight(idx []int, fences []int64, slots []*runningLoad, useRedis
 		}
 		stop = g.watchLeases(ls, leased)
 	}
-	vals, unasked, err, d := b.callBatch(keys)
+	vals, unasked, d, err := b.callBatch(keys)
 	if !b.refresh {
 		b.loads.Add(1)
 	}

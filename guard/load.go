@@ -185,25 +185,25 @@ func (g *Group) runLoader(ctx context.Context, key string, load LoadFunc, prev *
 	o := outcome{v: v, err: err, d: d, win: slot.take()}
 	var rv *revalidatedError
 	if errors.As(err, &rv) {
-		o.v, o.err, o.reval = revalidate(prev, rv)
+		o.v, o.reval, o.err = revalidate(prev, rv)
 	}
 	return o
 }
 
 // revalidate builds the value of a Revalidated answer from the previous
 // entry: head followed by the previous value less its first trim bytes.
-func revalidate(prev *entry.Entry, rv *revalidatedError) ([]byte, error, *revalidation) {
+func revalidate(prev *entry.Entry, rv *revalidatedError) ([]byte, *revalidation, error) {
 	if prev == nil {
-		return nil, ErrNoPrevious, nil
+		return nil, nil, ErrNoPrevious
 	}
 	if rv.trim < 0 || rv.trim > len(prev.Value) {
-		return nil, fmt.Errorf("%w: trim %d of a %d-byte value", ErrNoPrevious, rv.trim, len(prev.Value)), nil
+		return nil, nil, fmt.Errorf("%w: trim %d of a %d-byte value", ErrNoPrevious, rv.trim, len(prev.Value))
 	}
 	tail := prev.Value[rv.trim:]
 	v := make([]byte, 0, len(rv.head)+len(tail))
 	v = append(append(v, rv.head...), tail...)
-	return v, nil, &revalidation{head: rv.head, trim: rv.trim,
-		expect: strconv.FormatInt(prev.Fence, 10) + "," + strconv.FormatInt(prev.Written, 10)}
+	return v, &revalidation{head: rv.head, trim: rv.trim,
+		expect: strconv.FormatInt(prev.Fence, 10) + "," + strconv.FormatInt(prev.Written, 10)}, nil
 }
 
 // loadOnly loads without Redis, sharing a load of key already running in

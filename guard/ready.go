@@ -101,7 +101,7 @@ func (g *Group) Ready(ctx context.Context) error {
 	return errors.Join(redisErr, scriptsErr, subErr)
 }
 
-var errRedisDown = errors.New("Redis does not answer")
+var errRedisDown = errors.New("guard: Redis does not answer")
 
 // redisTime sends TIME to Redis, to every master of a cluster. TIME rather
 // than PING: the least-privilege ACL grants it (the scripts call it).

@@ -45,14 +45,6 @@ func (s *tierStates) get() (states, errs []string) {
 	return slices.Clone(s.states), slices.Clone(s.errs)
 }
 
-func (s *tierStates) last() string {
-	st, _ := s.get()
-	if len(st) == 0 {
-		return ""
-	}
-	return st[len(st)-1]
-}
-
 // TestLocalTierState: Hooks.LocalTier tells the tier's first state and
 // each change, with why it is off: connecting at start, on once the
 // report connection is confirmed, lost when Redis kills it, on again,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -306,17 +307,26 @@ func (c *Cluster) masterFor(key string) (*Server, error) {
 			errs = append(errs, err)
 			continue
 		}
-		ranges, err := a.ClusterSlots(ctx).Result()
+		shards, err := a.ClusterShards(ctx).Result()
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		for _, r := range ranges {
-			if int64(r.Start) <= slot && slot <= int64(r.End) && len(r.Nodes) > 0 {
-				if s := c.byAddr(r.Nodes[0].Addr); s != nil {
-					return s, nil
+		for _, sh := range shards {
+			for _, r := range sh.Slots {
+				if int64(r.Start) > slot || slot > int64(r.End) {
+					continue
 				}
-				return nil, fmt.Errorf("slot %d is served by %s, not a node of this cluster", slot, r.Nodes[0].Addr)
+				for _, nd := range sh.Nodes {
+					if nd.Role != "master" || nd.Health != "online" {
+						continue
+					}
+					addr := net.JoinHostPort(nd.IP, strconv.FormatInt(nd.Port, 10))
+					if s := c.byAddr(addr); s != nil {
+						return s, nil
+					}
+					return nil, fmt.Errorf("slot %d is served by %s, not a node of this cluster", slot, addr)
+				}
 			}
 		}
 		return nil, fmt.Errorf("slot %d is not served, says %s", slot, n.Addr)

@@ -3,7 +3,6 @@ package breaker
 import (
 	"context"
 	"errors"
-	"fmt"
 	"runtime"
 	"slices"
 	"sync"
@@ -188,7 +187,7 @@ func TestBreakerConcurrentProbe(t *testing.T) {
 					probes++
 					mu.Unlock()
 					if p == 0 {
-						panic(fmt.Sprint("allowed with no probe"))
+						panic("allowed with no probe")
 					}
 				}
 			})

@@ -36,8 +36,8 @@ func TestSharedDeadline(t *testing.T) {
 		}
 		time.Sleep(timeout / 10) // past it: a new deadline
 		c := sd.bounded(context.Background(), timeout)
-		if dl, _ := c.Deadline(); dl.Sub(time.Now()) != timeout {
-			t.Errorf("deadline %v from now, want %v", dl.Sub(time.Now()), timeout)
+		if dl, _ := c.Deadline(); time.Until(dl) != timeout {
+			t.Errorf("deadline %v from now, want %v", time.Until(dl), timeout)
 		}
 		time.Sleep(timeout) // every deadline handed out has passed
 		synctest.Wait()

@@ -258,9 +258,11 @@ func trackerOptions(o *redis.Options, ns string, t *tracker) *redis.Options {
 		CredentialsProviderContext:   o.CredentialsProviderContext,
 		StreamingCredentialsProvider: o.StreamingCredentialsProvider,
 		TLSConfig:                    o.TLSConfig, DialTimeout: o.DialTimeout,
-		ClientName: o.ClientName, DisableIdentity: o.DisableIdentity || o.DisableIndentity,
-		IdentitySuffix: o.IdentitySuffix,
-		Protocol:       2, PoolSize: 1, MaxRetries: -1, ContextTimeoutEnabled: true,
+		ClientName: o.ClientName,
+		//lint:ignore SA1019 the misspelt field is still honoured for whoever sets it
+		DisableIdentity: o.DisableIdentity || o.DisableIndentity,
+		IdentitySuffix:  o.IdentitySuffix,
+		Protocol:        2, PoolSize: 1, MaxRetries: -1, ContextTimeoutEnabled: true,
 		OnConnect: func(ctx context.Context, cn *redis.Conn) error {
 			id, err := cn.ClientID(ctx).Result()
 			if err != nil {

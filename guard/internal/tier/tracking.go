@@ -147,12 +147,6 @@ func (c *coherence) update() {
 	c.tell()
 }
 
-// setWhy records why the tier is off from now on, mu held.
-func (c *coherence) setWhy(why string) {
-	c.why = why
-	c.tell()
-}
-
 // tell reports the tier's state to Hooks.LocalTier when it changed, mu
 // held (so the reports come in the order of the changes).
 func (c *coherence) tell() {
