@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"math/rand/v2"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -235,24 +236,31 @@ func runChannel(b *testing.B, topo, cand string, changes int) channelRun {
 			return ns + "inv{" + tags[crc16(key[i+1:j])%16384] + "}"
 		}
 		cc := writer.(*redis.ClusterClient)
-		var masters []string
-		err := cc.ForEachMaster(ctx, func(_ context.Context, m *redis.Client) error {
-			masters = append(masters, m.Options().Addr)
-			return nil
-		})
+		shards, err := cc.ClusterShards(ctx).Result()
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, addr := range masters {
+		for _, sh := range shards {
+			addr := ""
+			for _, nd := range sh.Nodes {
+				if nd.Role == "master" && nd.Health == "online" {
+					addr = net.JoinHostPort(nd.IP, strconv.FormatInt(nd.Port, 10))
+				}
+			}
+			if addr == "" {
+				continue
+			}
 			c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2})
 			b.Cleanup(func() { _ = c.Close() })
 			ps := c.Subscribe(ctx)
 			n := 0
-			for s := r.Start; s <= r.End; s++ {
-				if err := ps.SSubscribe(ctx, ns+"inv{"+tags[s]+"}"); err != nil {
-					b.Fatal(err)
+			for _, r := range sh.Slots {
+				for s := r.Start; s <= r.End; s++ {
+					if err := ps.SSubscribe(ctx, ns+"inv{"+tags[s]+"}"); err != nil {
+						b.Fatal(err)
+					}
+					n++
 				}
-				n++
 			}
 			listen(ps, n)
 		}
