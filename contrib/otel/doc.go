@@ -30,7 +30,8 @@
 //	stampede.corrupt.entries      counter
 //	stampede.oversize.values      counter, values over MaxValueBytes (not stored)
 //	stampede.unready              counter, Groups whose start-up subscription failed
-//	stampede.redis.errors         counter, stampede.redis.op: get, read, fill, renew, release, invalidate
+//	stampede.redis.errors         counter, stampede.redis.op: get, read, fill, renew, release, invalidate,
+//	                              subscribe (the fill subscription), track (the tier's reports)
 //	stampede.breaker.open         up-down counter: 1 while the Group's Redis breaker is open, else 0
 //	stampede.breaker.transitions  counter, stampede.breaker.state: open, closed
 //	stampede.local_tier.state     observed up-down counter, a state set: the current

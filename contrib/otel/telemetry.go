@@ -91,7 +91,7 @@ type lockSeries struct {
 }
 
 // redisOps are the op values guard.Hooks.RedisError reports today.
-var redisOps = []string{"get", "read", "fill", "renew", "release", "invalidate"}
+var redisOps = []string{"get", "read", "fill", "renew", "release", "invalidate", "subscribe", "track"}
 
 // New returns Telemetry whose instruments come from opts.MeterProvider. It
 // fails only if the provider fails to make an instrument.

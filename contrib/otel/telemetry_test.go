@@ -162,6 +162,7 @@ func TestZeroSeries(t *testing.T) {
 	for _, k := range []string{
 		"stampede.requests{" + g + ",stampede.status=hit_local}",
 		"stampede.redis.errors{" + g + ",stampede.redis.op=invalidate}",
+		"stampede.redis.errors{" + g + ",stampede.redis.op=track}",
 		"stampede.breaker.open{" + g + "}",
 		"stampede.breaker.transitions{stampede.breaker.state=closed," + g + "}",
 		"stampede.local_tier.state{" + g + ",stampede.local_tier.state=on}",

@@ -28,7 +28,8 @@
 //	stampede_corrupt_entries_total           undecodable entries
 //	stampede_oversize_values_total           values over MaxValueBytes, not stored
 //	stampede_unready_total                   Groups whose start-up subscription failed
-//	stampede_redis_errors_total{op}          get, read, fill, renew, release, invalidate
+//	stampede_redis_errors_total{op}          get, read, fill, renew, release, invalidate,
+//	                                         subscribe (the fill subscription), track (the tier's reports)
 //	stampede_breaker_open                    gauge: 1 while the Group's Redis breaker is open, else 0
 //	stampede_breaker_transitions_total{state} open, closed
 //	stampede_local_tier_state{state}         state set of the in-process tier, the current state at 1:

@@ -79,7 +79,7 @@ type lockSeries struct {
 
 // redisOps are the op values guard.Hooks.RedisError reports today; their
 // series exist (at zero) from the start, so alerts on rate() see them.
-var redisOps = []string{"get", "read", "fill", "renew", "release", "invalidate"}
+var redisOps = []string{"get", "read", "fill", "renew", "release", "invalidate", "subscribe", "track"}
 
 // New returns Metrics for the guard Group or lock Client named by
 // opts.Group. Register it with a prometheus.Registerer. New panics if a

@@ -236,7 +236,7 @@ func TestSeriesAppearWithTheirHooks(t *testing.T) {
 	m.GuardHooks()
 	for name, want := range map[string]int{
 		"stampede_requests_total":      4,
-		"stampede_redis_errors_total":  6,
+		"stampede_redis_errors_total":  8,
 		"stampede_breaker_open":        1,
 		"stampede_local_tier_state":    7, // every state, at 0 until the Group tells its own
 		"stampede_lock_obtained_total": 0,
