@@ -30,9 +30,13 @@
 //	stampede.corrupt.entries      counter
 //	stampede.oversize.values      counter, values over MaxValueBytes (not stored)
 //	stampede.unready              counter, Groups whose start-up subscription failed
-//	stampede.redis.errors         counter, stampede.redis.op: get, read, fill, renew, release, invalidate
-//	stampede.breaker.open         up-down counter: open Redis breakers
+//	stampede.redis.errors         counter, stampede.redis.op: get, read, fill, renew, release, invalidate,
+//	                              subscribe (the fill subscription), track (the tier's reports)
+//	stampede.breaker.open         up-down counter: 1 while the Group's Redis breaker is open, else 0
 //	stampede.breaker.transitions  counter, stampede.breaker.state: open, closed
+//	stampede.local_tier.state     observed up-down counter, a state set: the current
+//	                              stampede.local_tier.state at 1, the others at 0: on, disabled,
+//	                              unsupported, connecting, lost, refused, closed
 //	stampede.lock.obtained        counter
 //	stampede.lock.wait.duration   histogram
 //	stampede.lock.renewals        counter, stampede.result: ok, failed

@@ -21,14 +21,15 @@ const ScopeName = "github.com/stampede-go/stampede/contrib/otel"
 
 // Attribute keys.
 const (
-	GroupKey  = attribute.Key("stampede.group")
-	KeyKey    = attribute.Key("stampede.key")
-	StatusKey = attribute.Key("stampede.status")        // stampede.requests, spans of Do
-	ResultKey = attribute.Key("stampede.result")        // loads, leases, lock renewals, spans of WrapLoad
-	SourceKey = attribute.Key("stampede.source")        // wakeups
-	OpKey     = attribute.Key("stampede.redis.op")      // redis errors
-	StateKey  = attribute.Key("stampede.breaker.state") // breaker transitions
-	AgeKey    = attribute.Key("stampede.age")           // spans of Do: the value's age in seconds
+	GroupKey     = attribute.Key("stampede.group")
+	KeyKey       = attribute.Key("stampede.key")
+	StatusKey    = attribute.Key("stampede.status")           // stampede.requests, spans of Do
+	ResultKey    = attribute.Key("stampede.result")           // loads, leases, lock renewals, spans of WrapLoad
+	SourceKey    = attribute.Key("stampede.source")           // wakeups
+	OpKey        = attribute.Key("stampede.redis.op")         // redis errors
+	StateKey     = attribute.Key("stampede.breaker.state")    // breaker transitions
+	TierStateKey = attribute.Key("stampede.local_tier.state") // the in-process tier's state set
+	AgeKey       = attribute.Key("stampede.age")              // spans of Do: the value's age in seconds
 )
 
 // Span names.
@@ -52,6 +53,7 @@ type Telemetry struct {
 	loadDur, waitDur                             metric.Float64Histogram
 	lockObtained, lockRenewals, lockLost, lockRe metric.Int64Counter
 	lockWait, lockHold                           metric.Float64Histogram
+	tier                                         *tierState
 
 	guardOnce sync.Once
 	guardKeys labels.Set[guardSeries]
@@ -89,7 +91,7 @@ type lockSeries struct {
 }
 
 // redisOps are the op values guard.Hooks.RedisError reports today.
-var redisOps = []string{"get", "read", "fill", "renew", "release", "invalidate"}
+var redisOps = []string{"get", "read", "fill", "renew", "release", "invalidate", "subscribe", "track"}
 
 // New returns Telemetry whose instruments come from opts.MeterProvider. It
 // fails only if the provider fails to make an instrument.
@@ -149,6 +151,8 @@ func New(opts Options) (*Telemetry, error) {
 	errs = append(errs, err)
 	t.breakerTrans = counter("stampede.breaker.transitions", "{transition}",
 		"Redis breaker state changes, by the state entered (stampede.breaker.state): open, closed.")
+	t.tier, err = newTierState(mt, t.group)
+	errs = append(errs, err)
 
 	t.lockObtained = counter("stampede.lock.obtained", "{lock}", "Locks (or reentrant holds) obtained.")
 	t.lockWait = seconds("stampede.lock.wait.duration", "Time callers waited to obtain a lock.")
@@ -265,6 +269,7 @@ func (t *Telemetry) initGuard() {
 		zero(t.breakerTrans, t.breakerTo[:]...)
 		t.breakerOpen.Add(context.Background(), 0, t.plain...)
 		zero(t.unready, t.plain)
+		t.tier.bound.Store(true)
 	})
 }
 
@@ -319,6 +324,7 @@ func (t *Telemetry) GuardHooks() guard.Hooks {
 		Corrupt:      func(key string, _ error) { t.corrupt.Add(bg, 1, t.guardSeries(key).base...) },
 		Oversize:     func(key string, _ int) { t.oversize.Add(bg, 1, t.guardSeries(key).base...) },
 		Unready:      func(error) { t.unready.Add(bg, 1, t.plain...) },
+		LocalTier:    t.tier.hook,
 		RedisError: func(op string, _ error) {
 			o, ok := t.redisOps[op]
 			if !ok {

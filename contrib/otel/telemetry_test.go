@@ -96,6 +96,12 @@ func TestGuardHooks(t *testing.T) {
 				"stampede.breaker.transitions{stampede.breaker.state=open," + g + "}":   1,
 				"stampede.breaker.transitions{stampede.breaker.state=closed," + g + "}": 1,
 			}},
+		{"local tier on", func(h guard.Hooks) { h.LocalTier(false, "connecting"); h.LocalTier(true, "") },
+			map[string]float64{"stampede.local_tier.state{" + g + ",stampede.local_tier.state=on}": 1}},
+		{"local tier lost", func(h guard.Hooks) { h.LocalTier(true, ""); h.LocalTier(false, "lost") },
+			map[string]float64{"stampede.local_tier.state{" + g + ",stampede.local_tier.state=lost}": 1}},
+		{"local tier off for a reason of a later guard", func(h guard.Hooks) { h.LocalTier(false, "drained") },
+			map[string]float64{"stampede.local_tier.state{" + g + ",stampede.local_tier.state=drained}": 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -156,8 +162,11 @@ func TestZeroSeries(t *testing.T) {
 	for _, k := range []string{
 		"stampede.requests{" + g + ",stampede.status=hit_local}",
 		"stampede.redis.errors{" + g + ",stampede.redis.op=invalidate}",
+		"stampede.redis.errors{" + g + ",stampede.redis.op=track}",
 		"stampede.breaker.open{" + g + "}",
 		"stampede.breaker.transitions{stampede.breaker.state=closed," + g + "}",
+		"stampede.local_tier.state{" + g + ",stampede.local_tier.state=on}",
+		"stampede.local_tier.state{" + g + ",stampede.local_tier.state=closed}",
 	} {
 		if v, ok := got[k]; !ok || v != 0 {
 			t.Errorf("%s = %v (present %v), want 0", k, v, ok)
@@ -386,5 +395,32 @@ func TestHooksDoNotAllocate(t *testing.T) {
 		if allocs != 0 {
 			t.Errorf("KeyLabel set %v: %v allocations per run, want 0", opts.KeyLabel != nil, allocs)
 		}
+	}
+}
+
+// The tier's state is a state set: every state has a point, exactly one
+// at 1.
+func TestLocalTierStateSet(t *testing.T) {
+	tel, reader, _ := setup(t, stampedeotel.Options{})
+	h := tel.GuardHooks()
+	h.LocalTier(false, "connecting")
+	h.LocalTier(true, "")
+	h.LocalTier(false, "refused")
+	got := map[string]float64{}
+	for k, v := range collect(t, reader, true) {
+		if strings.HasPrefix(k, "stampede.local_tier.state{") {
+			got[k] = v
+		}
+	}
+	want := map[string]float64{}
+	for _, st := range []string{"on", "disabled", "unsupported", "connecting", "lost", "refused", "closed"} {
+		want["stampede.local_tier.state{"+g+",stampede.local_tier.state="+st+"}"] = 0
+	}
+	want["stampede.local_tier.state{"+g+",stampede.local_tier.state=refused}"] = 1
+	if len(got) != len(want) {
+		t.Errorf("%d points, want %d: %v", len(got), len(want), got)
+	}
+	if d := diff(got, want); d != "" {
+		t.Error(d)
 	}
 }

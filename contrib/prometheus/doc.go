@@ -28,9 +28,12 @@
 //	stampede_corrupt_entries_total           undecodable entries
 //	stampede_oversize_values_total           values over MaxValueBytes, not stored
 //	stampede_unready_total                   Groups whose start-up subscription failed
-//	stampede_redis_errors_total{op}          get, read, fill, renew, release, invalidate
-//	stampede_breaker_open                    gauge: open Redis breakers
+//	stampede_redis_errors_total{op}          get, read, fill, renew, release, invalidate,
+//	                                         subscribe (the fill subscription), track (the tier's reports)
+//	stampede_breaker_open                    gauge: 1 while the Group's Redis breaker is open, else 0
 //	stampede_breaker_transitions_total{state} open, closed
+//	stampede_local_tier_state{state}         state set of the in-process tier, the current state at 1:
+//	                                         on, disabled, unsupported, connecting, lost, refused, closed
 //	stampede_lock_obtained_total
 //	stampede_lock_wait_duration_seconds
 //	stampede_lock_renewals_total{result}     ok, failed
@@ -48,6 +51,12 @@
 //
 // A loader's guard.NoStore answer counts as result="error": the hook sees
 // only the error.
+//
+// The in-process tier is off on purpose when disabled (LocalEntries is
+// guard.Disabled) or unsupported (a client the guard cannot follow changes
+// on); connecting for long, lost and refused are a tier that should be on
+// and is not. Alerting rules and a Grafana dashboard for these metrics are
+// in this module's alerts/ and dashboards/ folders (docs/operations.md).
 //
 // The hooks are cheap: each series is bound once (at the first GuardHooks or
 // LockHooks call, or at the first event of a key label), so an event is a

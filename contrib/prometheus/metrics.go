@@ -34,6 +34,7 @@ type Metrics struct {
 	redisErrs    *prometheus.CounterVec   // op
 	breakerVec   *prometheus.GaugeVec     // no variable labels; bound by GuardHooks
 	breakerTrans *prometheus.CounterVec   // state
+	tier         *tierCollector           // state; bound by GuardHooks
 
 	// lock
 	lockObtained *prometheus.CounterVec   // [key]
@@ -78,7 +79,7 @@ type lockSeries struct {
 
 // redisOps are the op values guard.Hooks.RedisError reports today; their
 // series exist (at zero) from the start, so alerts on rate() see them.
-var redisOps = []string{"get", "read", "fill", "renew", "release", "invalidate"}
+var redisOps = []string{"get", "read", "fill", "renew", "release", "invalidate", "subscribe", "track"}
 
 // New returns Metrics for the guard Group or lock Client named by
 // opts.Group. Register it with a prometheus.Registerer. New panics if a
@@ -143,6 +144,8 @@ func New(opts Options) *Metrics {
 	m.all = append(m.all, m.breakerVec)
 	m.breakerTrans = counter("", "breaker_transitions_total",
 		"Redis breaker state changes, by the state entered: open, closed.", []string{"state"})
+	m.tier = newTierCollector(o)
+	m.all = append(m.all, m.tier)
 
 	m.lockObtained = counter("lock", "obtained_total", "Locks (or reentrant holds) obtained.", keyed)
 	m.lockWait = histogram("lock", "wait_duration_seconds", "Time callers waited to obtain a lock.")
@@ -251,6 +254,7 @@ func (m *Metrics) GuardHooks() guard.Hooks {
 		}
 		m.breaker = m.breakerVec.WithLabelValues()
 		m.unreadyC = m.unready.WithLabelValues()
+		m.tier.bound.Store(true)
 	})
 	return guard.Hooks{
 		Hit: func(key string, _ time.Duration, local bool) {
@@ -296,6 +300,7 @@ func (m *Metrics) GuardHooks() guard.Hooks {
 		Corrupt:      func(key string, _ error) { m.guardSeries(key).corrupt.Inc() },
 		Oversize:     func(key string, _ int) { m.guardSeries(key).oversize.Inc() },
 		Unready:      func(error) { m.unreadyC.Inc() },
+		LocalTier:    m.tier.hook,
 		RedisError: func(op string, _ error) {
 			if c, ok := m.redisOps[op]; ok {
 				c.Inc()

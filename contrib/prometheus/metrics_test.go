@@ -170,6 +170,14 @@ func TestGuardHooks(t *testing.T) {
 				`stampede_breaker_transitions_total{` + g + `,state="open"}`:   1,
 				`stampede_breaker_transitions_total{` + g + `,state="closed"}`: 1,
 			}},
+		{"local tier on", func(h guard.Hooks) { h.LocalTier(false, "connecting"); h.LocalTier(true, "") },
+			map[string]float64{`stampede_local_tier_state{` + g + `,state="on"}`: 1}},
+		{"local tier lost", func(h guard.Hooks) { h.LocalTier(true, ""); h.LocalTier(false, "lost") },
+			map[string]float64{`stampede_local_tier_state{` + g + `,state="lost"}`: 1}},
+		{"local tier disabled", func(h guard.Hooks) { h.LocalTier(false, "disabled") },
+			map[string]float64{`stampede_local_tier_state{` + g + `,state="disabled"}`: 1}},
+		{"local tier off for a reason of a later guard", func(h guard.Hooks) { h.LocalTier(false, "drained") },
+			map[string]float64{`stampede_local_tier_state{` + g + `,state="drained"}`: 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -228,8 +236,9 @@ func TestSeriesAppearWithTheirHooks(t *testing.T) {
 	m.GuardHooks()
 	for name, want := range map[string]int{
 		"stampede_requests_total":      4,
-		"stampede_redis_errors_total":  6,
+		"stampede_redis_errors_total":  8,
 		"stampede_breaker_open":        1,
+		"stampede_local_tier_state":    7, // every state, at 0 until the Group tells its own
 		"stampede_lock_obtained_total": 0,
 	} {
 		if n, err := testutil.GatherAndCount(reg, name); err != nil || n != want {
@@ -476,5 +485,29 @@ func TestLint(t *testing.T) {
 	}
 	for _, p := range problems {
 		t.Errorf("%s: %s", p.Metric, p.Text)
+	}
+}
+
+// The tier's state is a state set: every state has a series, exactly one
+// at 1.
+func TestLocalTierStateSet(t *testing.T) {
+	m, reg := newMetrics(t, stampedeprom.Options{Group: "products"})
+	h := m.GuardHooks()
+	h.LocalTier(false, "connecting")
+	h.LocalTier(true, "")
+	h.LocalTier(false, "refused")
+	const want = `
+# HELP stampede_local_tier_state State of the Group's in-process tier, one series per state at 0 or 1: on, or why it is off (disabled, unsupported, connecting, lost, refused, closed).
+# TYPE stampede_local_tier_state gauge
+stampede_local_tier_state{group="products",state="closed"} 0
+stampede_local_tier_state{group="products",state="connecting"} 0
+stampede_local_tier_state{group="products",state="disabled"} 0
+stampede_local_tier_state{group="products",state="lost"} 0
+stampede_local_tier_state{group="products",state="on"} 0
+stampede_local_tier_state{group="products",state="refused"} 1
+stampede_local_tier_state{group="products",state="unsupported"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "stampede_local_tier_state"); err != nil {
+		t.Error(err)
 	}
 }
