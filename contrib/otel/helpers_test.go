@@ -55,7 +55,7 @@ func collect(t *testing.T, reader sdkmetric.Reader, all bool) map[string]float64
 		}
 		var kv []string
 		for _, a := range set.ToSlice() {
-			kv = append(kv, fmt.Sprintf("%s=%s", a.Key, a.Value.Emit()))
+			kv = append(kv, fmt.Sprintf("%s=%s", a.Key, a.Value.String()))
 		}
 		got[name+"{"+strings.Join(kv, ",")+"}"] = v
 	}

@@ -250,7 +250,7 @@ func TestDefaultsToGlobalProviders(t *testing.T) {
 func attrs(s sdktrace.ReadOnlySpan) map[attribute.Key]string {
 	m := map[attribute.Key]string{}
 	for _, a := range s.Attributes() {
-		m[a.Key] = a.Value.Emit()
+		m[a.Key] = a.Value.String()
 	}
 	return m
 }

@@ -142,7 +142,7 @@ func (o Options) check(g *guard.Group) error {
 	}
 	for _, s := range o.Statuses {
 		if s < 200 || s > 499 || s == http.StatusPartialContent || s == http.StatusNotModified {
-			return fmt.Errorf("Statuses holds %d: a 1xx, 206, 304 or 5xx is never shared by its status (a 5xx the origin marks fresh is, with UpstreamWindows)", s)
+			return fmt.Errorf("the Statuses setting holds %d: a 1xx, 206, 304 or 5xx is never shared by its status (a 5xx the origin marks fresh is, with UpstreamWindows)", s)
 		}
 	}
 	for _, list := range []struct {
