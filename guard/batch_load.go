@@ -4,6 +4,8 @@ import (
 	"context"
 	"runtime/debug"
 	"time"
+
+	"github.com/stampede-go/stampede/guard/internal/tier"
 )
 
 // tryClaim marks as loading in this process each key of keys no load of
@@ -83,6 +85,7 @@ func (g *Group) claimLoads(keys []string) []*runningLoad {
 // most one load of a key runs in this process at a time.
 func (b *batch) degrade(idx []int) {
 	g := b.g
+	idx = b.fromReserve(idx)
 	var mine []int
 	var slots []*runningLoad
 	g.lmu.Lock()
@@ -203,6 +206,9 @@ func (b *batch) flight(idx []int, fences []int64, slots []*runningLoad, useRedis
 		h(BatchLoadStats{Keys: len(keys), Found: found, Unasked: unasked, Refresh: b.refresh, Took: d, Err: err})
 	}
 	st := Degraded
+	if !useRedis {
+		b.keepDegraded(idx, vals, errs)
+	}
 	if useRedis {
 		st = Miss
 		items := make([]fillItem, len(idx))
@@ -223,5 +229,53 @@ func (b *batch) flight(idx []int, fences []int64, slots []*runningLoad, useRedis
 	}
 	for j, i := range idx {
 		b.set(i, keyResult{v: vals[keys[j]], st: st, err: errs[j]})
+	}
+}
+
+// fromReserve answers the keys idx that the reserve holds (see
+// Group.fromReserve), refreshing the stale ones in the background in one
+// loader call, and returns the others.
+func (b *batch) fromReserve(idx []int) []int {
+	g, now := b.g, time.Now()
+	var rest, refresh []int
+	for _, i := range idx {
+		k, ok := g.reserve.Get(b.keys[i])
+		if !ok || !now.Before(k.StaleUntil) {
+			rest = append(rest, i)
+			continue
+		}
+		st := Degraded
+		if !now.Before(k.FreshUntil) {
+			st = Stale
+			if g.reserve.StartRefresh(b.keys[i], now) {
+				refresh = append(refresh, i)
+			}
+		}
+		b.set(i, keyResult{v: k.Value, st: st})
+	}
+	if len(refresh) > 0 {
+		b.background(func(bg *batch) {
+			slots := g.claimLoads(bg.pick(refresh))
+			bg.flight(refresh, make([]int64, len(refresh)), slots, false, time.Time{})
+		})
+	}
+	return rest
+}
+
+// keepDegraded keeps in the reserve the values a batch loaded without
+// Redis; a background refresh's failures back off ErrorBackoff.
+func (b *batch) keepDegraded(idx []int, vals map[string][]byte, errs []error) {
+	g, now := b.g, time.Now()
+	for j, i := range idx {
+		k := b.keys[i]
+		if errs[j] != nil {
+			if b.refresh {
+				g.reserve.RefreshFailed(k, now.Add(g.opts.ErrorBackoff))
+			}
+			continue
+		}
+		fresh := g.jittered(b.co.freshFor)
+		g.reserve.Put(tier.Kept{Key: k, Name: b.nms[i].entry, Value: vals[k], FreshUntil: now.Add(fresh),
+			StaleUntil: now.Add(fresh + b.co.staleFor), Base: now})
 	}
 }

@@ -73,6 +73,8 @@ type call struct {
 	load  LoadFunc    // runs at most once, whichever stages ask for it
 	co    callOptions // the windows of the value it loads
 	start time.Time   // bounds the turns it waits for (takeTurns)
+	// reread: the call read Redis again after a failure (degraded)
+	reread bool
 }
 
 func (g *Group) newCall(key string, load LoadFunc, co callOptions) *call {

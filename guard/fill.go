@@ -159,6 +159,7 @@ func (g *Group) store(ctx context.Context, key string, nm names, f fillSpec) {
 // local time sent: the clock sample, the hint of a value stored, the
 // rejection or foreign values reported.
 func (g *Group) filled(key string, nm names, f fillSpec, reply []any, sent int64) {
+
 	if len(reply) != 4 {
 		return
 	}

@@ -33,7 +33,11 @@ type Group struct {
 	sf   singleflight.Group
 	br   breaker.Breaker
 	loc  *tier.Tier // the in-process tier; nil when off
-	over overStore  // this node's copies of values over MaxValueBytes
+	// reserve holds what this node serves while it cannot coordinate
+	// (degrade.go)
+	reserve *tier.Reserve
+	reach   *reach    // whether Redis accepts connections, past the client's pool
+	over    overStore // this node's copies of values over MaxValueBytes
 
 	firstLease time.Duration   // lease taken by a read, before the watchdog extends it
 	clk        redisClock      // estimate of the Redis clock, for the fast hit path
@@ -99,7 +103,8 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 		inv:     invRetry{stop: make(chan struct{})},
 		hints:   newHints(),
 		over:    newOverStore(),
-		br:      breaker.Breaker{Threshold: o.BreakerFailures, Cooldown: o.BreakerCooldown, Hook: o.Hooks.Breaker},
+		reserve: newReserve(o),
+		reach:   newReach(rdb, o.RedisTimeout),
 	}
 	g.hits = commit.NewHits(rdb, o.MaxHitBatch, o.RedisTimeout)
 	g.readQ = commit.NewScripts(rdb, lua.GuardRead, o.MaxHitBatch, o.RedisTimeout)
@@ -116,8 +121,21 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 	}
 	g.waitArg = ms(wait)
 	g.keepArg = ms(fenceRetention)
+	// The reserve serves while this node's calls to Redis fail, and no
+	// longer: it is emptied when a call succeeds again, or when the tier
+	// comes back while calls succeed (a report connection lost alone).
+	g.br = breaker.Breaker{Threshold: o.BreakerFailures, Cooldown: o.BreakerCooldown,
+		Hook: o.Hooks.Breaker, Recovered: g.reserve.Clear}
 	g.loc = tier.New(rdb, tier.Config{Namespace: o.Namespace, Entries: o.LocalEntries, Bytes: o.LocalBytes,
-		TTL: o.LocalTTL, OnRedisError: o.Hooks.RedisError, OnState: o.Hooks.LocalTier})
+		TTL: o.LocalTTL, OnRedisError: o.Hooks.RedisError, OnState: o.Hooks.LocalTier,
+		Reserve: g.reserve, RedisNow: g.clk.now, OnLive: func() {
+			if !g.br.Failing() {
+				g.reserve.Clear()
+			}
+			// The report connections reach Redis again: an open breaker
+			// probes now rather than at the end of its cooldown.
+			g.br.ProbeNow()
+		}})
 	// Subscribe the fill channel now, so the first waiter finds it ready.
 	// A failure here (Redis down) is retried by the hub's dispatcher.
 	g.goBackground(func() {
@@ -134,6 +152,16 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 		}
 	})
 	return g, nil
+}
+
+// newReserve returns the reserve of a Group: bounded as the tier is, or as
+// its default when the tier is off.
+func newReserve(o Options) *tier.Reserve {
+	entries, bytes := o.LocalEntries, o.LocalBytes
+	if entries <= 0 {
+		entries = defaultLocalEntries
+	}
+	return tier.NewReserve(entries, bytes)
 }
 
 // isNil reports whether rdb is nil or a nil pointer (a typed nil, such as

@@ -22,6 +22,7 @@ func (g *Group) Invalidate(ctx context.Context, key string) error {
 		return err
 	}
 	g.loc.Remove(key)
+	g.reserve.Remove(key)
 	g.hints.c.Remove(key)
 	g.over.c.Remove(key)
 	nm := g.names(key)
@@ -114,9 +115,14 @@ func (g *Group) invalidateTag(ctx context.Context, tag string) error {
 	return errors.New("guard: invalidate tag: its keys kept being filled; try again")
 }
 
-// dropLocalTag drops this process's local copies of the keys of tag.
+// dropLocalTag drops this process's local copies of the keys of tag, and
+// what its reserve holds of them.
 // (The fast path's hints need no dropping: its GET of a tagged key reads
 // the tag's invalidation time too.)
 func (g *Group) dropLocalTag(tag string) {
 	g.loc.ChangedTag(hashtag.Base(g.opts.Namespace, tag))
+	g.reserve.RemoveIf(func(key string) bool {
+		t, ok := hashtag.Tag(key)
+		return ok && t == tag
+	})
 }

@@ -95,8 +95,8 @@ func (d *missWait) reread(ws []*waiter, resolve func(*waiter), _ bool) {
 	rr, err := g.read(d.ctx, c.nm, w.force)
 	w.force = false
 	if err != nil {
-		// Redis trouble while waiting: load on this node alone.
-		d.res, d.err = g.loadOnly(d.ctx, c.key, c.load, Degraded)
+		// Redis trouble while waiting: serve on this node alone.
+		d.res, d.err = g.alone(d.ctx, c)
 		resolve(w)
 		return
 	}

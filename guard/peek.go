@@ -2,7 +2,9 @@ package guard
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 )
 
 // Peek returns what is stored under key without loading it: no lease, no wait,
@@ -18,14 +20,14 @@ func (g *Group) Peek(ctx context.Context, key string) (Result, error) {
 	}
 	probe, ok := g.br.Allow()
 	if !ok {
-		return Result{}, fmt.Errorf("%w: Redis unavailable (breaker open)", ErrNotCached)
+		return g.peekReserve(key, errors.New("Redis unavailable (breaker open)"))
 	}
 	defer g.br.Release(probe)
 	nm := g.names(key)
 	k := g.keepOf(nm.entry)
 	rr, err := g.peekRead(ctx, nm)
 	if err != nil {
-		return Result{}, fmt.Errorf("%w: %w", ErrNotCached, err)
+		return g.peekReserve(key, err)
 	}
 	e, st := g.classify(key, rr)
 	switch {
@@ -39,3 +41,19 @@ func (g *Group) Peek(ctx context.Context, key string) (Result, error) {
 
 // noLoad stands for the loader Peek does not have, for the checks of Do.
 func noLoad(context.Context) ([]byte, error) { return nil, ErrNotCached }
+
+// peekReserve answers a Peek that could not ask Redis (why) from the
+// reserve, as a call would be answered (see fromReserve), without a
+// refresh.
+func (g *Group) peekReserve(key string, why error) (Result, error) {
+	k, ok := g.reserve.Get(key)
+	now := time.Now()
+	if !ok || !now.Before(k.StaleUntil) {
+		return Result{}, fmt.Errorf("%w: %w", ErrNotCached, why)
+	}
+	res := Result{Value: k.Value, Status: Degraded, Age: now.Sub(k.Base), Fresh: k.FreshUntil.Sub(now)}
+	if !now.Before(k.FreshUntil) {
+		res.Status = Stale
+	}
+	return res, nil
+}

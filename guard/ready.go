@@ -19,22 +19,13 @@ import (
 // probe's default timeout (1s).
 const ReadyTimeout = 500 * time.Millisecond
 
-// ReadyError is one failed check of Ready. Ready joins one per failed check
-// (errors.Join); errors.As finds the first.
+// ReadyError is one failed check of Ready or Coordinating; they join one
+// per failed check, and errors.As finds the first. Check is "redis" (no
+// answer to TIME, or an error), "scripts" (a guard script cannot run: no
+// scripting, an ACL that refuses it or the guard's keys) or
+// "subscription" (the fill channel is not subscribed: waiters are woken
+// late).
 type ReadyError struct {
-	// Check names what failed:
-	//
-	//	"redis"         Redis did not answer TIME (on every master of a
-	//	                cluster) within the deadline, or answered with an
-	//	                error (LOADING, MASTERDOWN, NOPERM, ...).
-	//	"scripts"       a guard script could not be run or loaded: scripting
-	//	                is disabled or refused to this user, its keys are
-	//	                outside the user's key patterns, or the server
-	//	                cannot compile it.
-	//	"subscription"  Redis has not confirmed the Group's subscription to
-	//	                its fill channel (refused, or not yet made): waiters
-	//	                on another node's fill are woken by their fallback
-	//	                timer only, up to WaitTimeout late.
 	Check string
 	Err   error
 }
@@ -43,27 +34,32 @@ func (e *ReadyError) Error() string { return "guard: not ready: " + e.Check + ":
 
 func (e *ReadyError) Unwrap() error { return e.Err }
 
-// Ready reports whether the Group can coordinate through Redis, for a
-// readiness probe: it returns nil, or one *ReadyError per failed check,
-// joined. It checks, concurrently and within ctx's deadline (ReadyTimeout
-// when ctx has none), that
-//
-//   - Redis answers (TIME, on every master of a *redis.ClusterClient);
-//   - the guard's scripts run: each is called by EVALSHA (EVAL, which
-//     loads it, when the server does not have it) with arguments the
-//     script rejects before it touches a key, on names of a key of this
-//     Group's Namespace, so that the check writes nothing and needs no
-//     command beyond those the guard sends (the least-privilege ACL of
-//     docs/security.md). On a cluster the scripts are so checked on one
-//     master; the others load them on first use;
-//   - Redis has confirmed the subscription to the Group's fill channel.
-//     Once confirmed it stays so (go-redis subscribes again after a
-//     reconnect), so after an outage it is the first check that fails.
-//
-// A Group that is not ready still answers its callers (degraded: through
-// this process alone, or woken late); Ready says whether it coordinates
-// with the fleet. Ready returns ErrClosed after Close.
+// Ready reports whether this node can serve its callers, for a readiness
+// probe. A Redis outage does not fail it: the Group serves meanwhile, from
+// what it holds in memory and through its own loads (Coordinating says
+// whether it coordinates with the fleet). It fails only on what waiting
+// will not heal, with a *ReadyError per failed check: Redis refusing the
+// guard's scripts, keys or fill channel (an ACL, a server that cannot run
+// them) or its credentials. It returns ErrClosed after Close.
 func (g *Group) Ready(ctx context.Context) error {
+	var out []error
+	for _, err := range unjoin(g.Coordinating(ctx)) {
+		var re *ReadyError
+		if errors.Is(err, ErrClosed) || errors.As(err, &re) && refused(re.Err) {
+			out = append(out, err)
+		}
+	}
+	return errors.Join(out...)
+}
+
+// Coordinating reports whether the Group coordinates with the fleet
+// through Redis, for dashboards and alerts rather than readiness: nil, or a
+// *ReadyError per failed check, joined. It checks, concurrently and within
+// ctx's deadline (ReadyTimeout when it has none), that Redis answers TIME
+// (every master of a cluster), that every guard script runs (called with
+// arguments it rejects before it touches a key: the check writes nothing)
+// and that the fill channel's subscription is confirmed.
+func (g *Group) Coordinating(ctx context.Context) error {
 	if g.closed.Load() {
 		return ErrClosed
 	}
@@ -100,6 +96,44 @@ func (g *Group) Ready(ctx context.Context) error {
 	wg.Wait()
 	return errors.Join(redisErr, scriptsErr, subErr)
 }
+
+// unjoin returns the errors err joins (or err alone).
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	if err == nil {
+		return nil
+	}
+	return []error{err}
+}
+
+// refused reports whether err says Redis refuses what the guard needs, for
+// good: an error reply that waiting will not change (NOPERM, WRONGPASS,
+// an unknown command, a script that does not compile, a check the script
+// did not reject), as opposed to no answer or a reply of a passing state
+// (LOADING, BUSY, MASTERDOWN, CLUSTERDOWN, TRYAGAIN, READONLY, OOM, ...).
+func refused(err error) bool {
+	var check *checkError
+	if errors.As(err, &check) {
+		return true
+	}
+	var reply redis.Error
+	if !errors.As(err, &reply) {
+		return false
+	}
+	msg := strings.TrimPrefix(reply.Error(), "ERR ")
+	for _, p := range passingReplies {
+		if strings.HasPrefix(msg, p) {
+			return false
+		}
+	}
+	return true
+}
+
+// passingReplies are the error replies of a state Redis leaves by itself.
+var passingReplies = [...]string{"LOADING", "BUSY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY",
+	"NOREPLICAS", "MISCONF", "OOM", "MOVED", "ASK", "max number of clients"}
 
 var errRedisDown = errors.New("guard: Redis does not answer")
 
@@ -145,7 +179,7 @@ func (g *Group) scriptsRun(ctx context.Context) error {
 		switch {
 		case err != nil && strings.HasPrefix(err.Error(), p.reject):
 		case err == nil:
-			errs = append(errs, fmt.Errorf("%s: ran with the check's arguments (want its rejection %q)", p.name, p.reject))
+			errs = append(errs, &checkError{fmt.Sprintf("%s: ran with the check's arguments (want its rejection %q)", p.name, p.reject)})
 		default:
 			errs = append(errs, fmt.Errorf("%s: %w", p.name, err))
 			if rerr := redis.Error(nil); !errors.As(err, &rerr) {
@@ -175,3 +209,10 @@ func (g *Group) unready(subErr error) {
 	}
 	h(errors.Join(redisErr, &ReadyError{"subscription", fmt.Errorf("fill channel not subscribed: %w", subErr)}))
 }
+
+// checkError is a script check whose script answered, but not as the
+// guard's script would: another script under its hash, or a server that
+// runs it differently.
+type checkError struct{ msg string }
+
+func (e *checkError) Error() string { return e.msg }

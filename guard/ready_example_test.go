@@ -8,9 +8,10 @@ import (
 	"github.com/stampede-go/stampede/guard"
 )
 
-// A readiness probe: 503 with the failed checks while the Group cannot
-// coordinate through Redis. The request has no deadline, so Ready is
-// bounded by guard.ReadyTimeout.
+// A readiness probe: 503 with the failed checks only when Redis refuses
+// what the Group needs (an ACL, a server without Lua); a Redis outage
+// leaves it ready, since the node serves meanwhile. The request has no
+// deadline, so Ready is bounded by guard.ReadyTimeout.
 func ExampleGroup_Ready() {
 	rdb, stop := newRedis()
 	defer stop()

@@ -107,17 +107,35 @@ func TestReadyLoadsScripts(t *testing.T) {
 	}
 }
 
+// readyServing fails t unless Ready answers nil within ReadyTimeout: the
+// node serves its callers, whatever Redis does.
+func readyServing(t *testing.T, g *Group) {
+	t.Helper()
+	start := time.Now()
+	if err := g.Ready(context.Background()); err != nil {
+		t.Fatalf("Ready on a serving node: %v; want nil (a Redis outage is not the node's)", err)
+	}
+	if took := time.Since(start); took > ReadyTimeout+time.Second {
+		t.Errorf("Ready took %v; want it within ReadyTimeout (%v)", took, ReadyTimeout)
+	}
+}
+
 func allTrue(b []bool) bool  { return !slices.Contains(b, false) }
 func allFalse(b []bool) bool { return !slices.Contains(b, true) }
 
-// readyWithin calls Ready with a deadline d away and fails t unless it
-// returns an error by then (with slack for a loaded machine).
-func readyWithin(t *testing.T, g *Group, d time.Duration) (time.Duration, error) {
+// readyWithin calls Coordinating (Ready when ready is set) with a deadline
+// d away and fails t unless it returns an error by then (with slack for a
+// loaded machine).
+func readyWithin(t *testing.T, g *Group, d time.Duration, ready ...bool) (time.Duration, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	start := time.Now()
-	err := g.Ready(ctx)
+	check := g.Coordinating
+	if len(ready) > 0 && ready[0] {
+		check = g.Ready
+	}
+	err := check(ctx)
 	took := time.Since(start)
 	if err == nil {
 		t.Fatalf("Ready = nil after %v", took)
@@ -129,9 +147,10 @@ func readyWithin(t *testing.T, g *Group, d time.Duration) (time.Duration, error)
 	return took, err
 }
 
-// TestReadyRedisKilled: after Redis dies, Ready fails within its deadline
-// and names Redis and the scripts. The subscription was confirmed before
-// the kill: that check does not see the outage (see Ready).
+// TestReadyRedisKilled: after Redis dies, Ready answers nil at once (the
+// node serves, degraded), while Coordinating fails within its deadline and
+// names Redis and the scripts. The subscription was confirmed before the
+// kill: that check does not see the outage.
 func TestReadyRedisKilled(t *testing.T) {
 	srv := redistest.Start(t)
 	g := newGroup(t, srv.Client(t), Options{})
@@ -139,6 +158,7 @@ func TestReadyRedisKilled(t *testing.T) {
 		t.Fatalf("Ready before the kill: %v", err)
 	}
 	srv.Kill(t)
+	readyServing(t, g)
 	_, err := readyWithin(t, g, 2*time.Second)
 	checks := readyChecks(t, err)
 	if checks["redis"] == nil || checks["scripts"] == nil {
@@ -150,8 +170,8 @@ func TestReadyRedisKilled(t *testing.T) {
 }
 
 // TestReadyRedisFrozen: a stopped (SIGSTOP) Redis accepts connections and
-// never answers; Ready fails at its deadline, naming Redis; without a
-// deadline of the caller's, at ReadyTimeout.
+// never answers; Ready answers nil, Coordinating fails at its deadline,
+// naming Redis; without a deadline of the caller's, at ReadyTimeout.
 func TestReadyRedisFrozen(t *testing.T) {
 	srv := redistest.Start(t)
 	g := newGroup(t, srv.Client(t), Options{})
@@ -161,6 +181,7 @@ func TestReadyRedisFrozen(t *testing.T) {
 	srv.Freeze(t)
 	t.Cleanup(func() { srv.Thaw(t) }) // before the Group's Close
 
+	readyServing(t, g)
 	_, err := readyWithin(t, g, 300*time.Millisecond)
 	checks := readyChecks(t, err)
 	if !errors.Is(checks["redis"], context.DeadlineExceeded) {
@@ -171,16 +192,17 @@ func TestReadyRedisFrozen(t *testing.T) {
 	}
 
 	start := time.Now()
-	err = g.Ready(context.Background())
+	err = g.Coordinating(context.Background())
 	if took := time.Since(start); err == nil || took > ReadyTimeout+time.Second {
-		t.Errorf("Ready without a deadline on a frozen Redis: %v after %v, want an error within ReadyTimeout (%v)", err, took, ReadyTimeout)
+		t.Errorf("Coordinating without a deadline on a frozen Redis: %v after %v, want an error within ReadyTimeout (%v)", err, took, ReadyTimeout)
 	}
 }
 
 // TestReadyRedisDownAtStart: a Group made while Redis is unreachable is
-// not ready (all three checks fail, the subscription's cut short by the
-// failed TIME instead of waiting out the deadline), and Hooks.Unready
-// reports it once, within WaitTimeout.
+// ready (it serves through its own loads) and does not coordinate (all
+// three checks fail, the subscription's cut short by the failed TIME
+// instead of waiting out the deadline), and Hooks.Unready reports it once,
+// within WaitTimeout.
 func TestReadyRedisDownAtStart(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -204,6 +226,7 @@ func TestReadyRedisDownAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	readyServing(t, g)
 	took, err := readyWithin(t, g, 5*time.Second)
 	checks := readyChecks(t, err)
 	for _, c := range []string{"redis", "scripts", "subscription"} {
@@ -266,7 +289,7 @@ func TestReadySubscriptionRefused(t *testing.T) {
 		},
 	}})
 
-	_, err := readyWithin(t, g, 5*time.Second)
+	_, err := readyWithin(t, g, 5*time.Second, true)
 	checks := readyChecks(t, err)
 	if len(checks) != 1 || checks["subscription"] == nil || !strings.Contains(checks["subscription"].Error(), "NOPERM") {
 		t.Errorf("Ready as a user without channels: %v; want the subscription check alone, with NOPERM", err)

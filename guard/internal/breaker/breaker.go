@@ -32,6 +32,9 @@ type Breaker struct {
 	Threshold int
 	Cooldown  time.Duration
 	Hook      func(open bool)
+	// Recovered is called when a call succeeds after failures, open or
+	// not: the caller can use Redis again.
+	Recovered func()
 
 	mu        sync.Mutex
 	fails     int
@@ -74,12 +77,30 @@ func (b *Breaker) Release(probe uint64) {
 // Success records that Redis answered.
 func (b *Breaker) Success() {
 	b.mu.Lock()
-	wasOpen := b.fails >= b.Threshold
+	failing, wasOpen := b.fails > 0, b.fails >= b.Threshold
 	b.fails, b.probe = 0, 0
 	b.mu.Unlock()
+	if failing && b.Recovered != nil {
+		b.Recovered()
+	}
 	if wasOpen && b.Hook != nil {
 		b.Hook(false)
 	}
+}
+
+// ProbeNow ends the cooldown of an open breaker: the next call probes.
+func (b *Breaker) ProbeNow() {
+	b.mu.Lock()
+	b.openUntil = time.Time{}
+	b.mu.Unlock()
+}
+
+// Failing reports whether the last Redis call failed (the breaker counts
+// failures in a row, open or not).
+func (b *Breaker) Failing() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.fails > 0
 }
 
 // Failure records that Redis did not answer (or answered an error that

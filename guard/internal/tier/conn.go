@@ -59,6 +59,9 @@ func (c *coherence) run(t *tracker) {
 			// FLUSHALL or FLUSHDB: every copy goes (the tier stops until
 			// the connection go-redis makes anew is confirmed). An event
 			// of the data, not a fault: nothing is reported.
+			c.mu.Lock()
+			c.flushed = true
+			c.mu.Unlock()
 			c.setDown(t, WhyConnecting)
 			continue
 		}

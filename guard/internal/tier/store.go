@@ -86,6 +86,11 @@ type Tier struct {
 	// the tier alone.
 	fence func() bool
 	coh   *coherence // the report connections
+	// reserve takes the copies when the tier stops; nil: none. redisNow
+	// is the estimate of the Redis clock that judges their windows.
+	reserve  *Reserve
+	redisNow func() (int64, bool)
+	onLive   func() // Config.OnLive
 
 	mu     sync.Mutex
 	byKey  map[string]*Item
@@ -297,6 +302,7 @@ func (t *Tier) Changed(name string) {
 		t.unlink(it)
 	}
 	t.mu.Unlock()
+	t.reserve.changed(name)
 }
 
 // ChangedTag drops the copies of the keys of the tag whose base ("ns{T}")
@@ -312,6 +318,7 @@ func (t *Tier) ChangedTag(base string) {
 		t.unlink(it)
 	}
 	t.mu.Unlock()
+	t.reserve.changedTag(base)
 }
 
 // Remove drops the copy of key, if any.
@@ -331,6 +338,14 @@ func (t *Tier) Remove(key string) {
 // keeping copies. Either way the generation changes, so no read sent
 // before is kept after.
 func (t *Tier) SetLive(live bool) {
+	t.setLive(live, false)
+}
+
+// setLive is SetLive; keep hands the copies to the reserve when the tier
+// stops (a lost connection, not a flush: the values may serve while the
+// Group cannot reach Redis). The tier back on empties the reserve: a copy
+// kept through an outage is never served past it.
+func (t *Tier) setLive(live, keep bool) {
 	if t == nil {
 		return
 	}
@@ -338,11 +353,42 @@ func (t *Tier) SetLive(live bool) {
 		t.Live.Store(false)
 	}
 	t.gen.Add(1)
+	if keep {
+		t.toReserve()
+	}
 	t.flushAll()
 	if live {
+		if t.onLive != nil {
+			t.onLive()
+		}
 		t.Live.Store(true)
 	}
 }
+
+// toReserve hands the copies to the reserve.
+func (t *Tier) toReserve() {
+	if t.reserve == nil || t.redisNow == nil {
+		return
+	}
+	rnow, known := t.redisNow()
+	if !known {
+		return
+	}
+	now := time.Now()
+	at := func(redisMs int64) time.Time { return now.Add(time.Duration(redisMs-rnow) * time.Millisecond) }
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for it := t.head.prev; it != &t.head; it = it.prev {
+		if !it.mark {
+			t.reserve.Put(Kept{Key: it.key, Name: it.name, Value: it.Entry.Value, FreshUntil: at(it.Entry.FreshUntil),
+				StaleUntil: at(it.Entry.StaleUntil), Base: it.Base})
+		}
+	}
+}
+
+// Serving reports whether the tier serves: every report connection is
+// confirmed, so Redis is up.
+func (t *Tier) Serving() bool { return t != nil && t.Live.Load() }
 
 // Flush drops every copy, and the values of every read already sent.
 func (t *Tier) Flush() {

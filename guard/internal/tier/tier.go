@@ -23,6 +23,14 @@ type Config struct {
 	// state (see the Why constants). Either may be nil.
 	OnRedisError func(op string, err error)
 	OnState      func(on bool, why string)
+	// Reserve takes the copies when the tier stops for a lost connection,
+	// and loses the values the reports name; nil: none.
+	Reserve *Reserve
+	// RedisNow estimates the Redis clock (ms) that the copies' windows are
+	// on, and false before it knows.
+	RedisNow func() (int64, bool)
+	// OnLive is called when the tier comes back on, before it serves.
+	OnLive func()
 }
 
 // New returns the tier of a Group on rdb, its report connections started,
@@ -40,6 +48,7 @@ func New(rdb redis.UniversalClient, c Config) *Tier {
 		return off(WhyDisabled)
 	}
 	t := newStore(c)
+	t.reserve, t.redisNow, t.onLive = c.Reserve, c.RedisNow, c.OnLive
 	if t.coh = newCoherence(rdb, t, c); t.coh == nil {
 		return off(WhyUnsupported)
 	}

@@ -61,6 +61,7 @@ type coherence struct {
 	down    int  // trackers not confirmed yet
 	pending bool // a cluster's masters not reconciled since a new node
 	live    bool
+	flushed bool   // the tier stops for a flush (no copy to the reserve)
 	why     string // why the tier is off (tierConnecting...), for state
 	shown   string // what state was last told: "on", or a why
 	closed  bool
@@ -142,7 +143,9 @@ func (c *coherence) update() {
 	live := !c.closed && !c.pending && c.down == 0 && len(c.trackers) > 0
 	if live != c.live {
 		c.live = live
-		c.tier.SetLive(live)
+		// A flush's copies are gone from Redis; others serve on.
+		c.tier.setLive(live, !c.flushed && !c.closed)
+		c.flushed = false
 	}
 	c.tell()
 }

@@ -1,0 +1,205 @@
+package guard
+
+import (
+	"context"
+	"time"
+
+	"github.com/stampede-go/stampede/guard/internal/tier"
+)
+
+// Serving without Redis. While the Group cannot coordinate through Redis
+// (the breaker is open, or a call's Redis read failed), it degrades to a
+// per-node cache, never below: a value this node holds in memory (the
+// reserve: the tier's copies when Redis went away, and what it loaded
+// since) is served within its windows, as Degraded while fresh and as
+// Stale after, with no load; a stale one is refreshed in the background,
+// once per node, backing off ErrorBackoff after a failure; only a key
+// this node holds nothing of is loaded for its callers, one load of a key
+// at a time in this process. So the origin's load during an outage follows
+// the number of keys and nodes, not the rate of calls. The reserve is
+// emptied when coordination resumes.
+
+// degraded serves a caller while Redis is unavailable: from the reserve,
+// else by one loader call per key in this process at a time, whose value
+// the reserve keeps. A load's private answer reaches its own caller only;
+// the others take turns.
+func (g *Group) degraded(ctx context.Context, c *call) (Result, error) {
+	if res, ok := g.fromReserve(ctx, c); ok {
+		return res, nil
+	}
+	if !c.reread && (!g.br.Failing() || g.loc.Serving()) {
+		// Redis is up: it answered another call since this one failed (a
+		// connection that died with the outage, say), or the tier's
+		// report connections reach it. Read again, past the breaker,
+		// rather than load what the fleet loads once. Once per call.
+		c.reread = true
+		return g.readPath(ctx, c)
+	}
+	return g.alone(ctx, c)
+}
+
+// alone serves c from the reserve, or by a load of this node's own, which
+// the reserve keeps; see degraded.
+func (g *Group) alone(ctx context.Context, c *call) (Result, error) {
+	if res, ok := g.fromReserve(ctx, c); ok {
+		return res, nil
+	}
+	detached := context.WithoutCancel(ctx)
+	return g.takeTurns(ctx, c, func() (Result, error) {
+		ch := g.sf.DoChan("d"+c.key, func() (any, error) {
+			o, own := g.callLoader(detached, c.key, c.load, true, nil)
+			if own {
+				g.keepDegraded(c, o)
+			} else if privateOf(o.err) != nil {
+				return degradedOutcome{owner: c}, errTurn
+			}
+			return degradedOutcome{res: Result{Value: o.v, Status: Degraded}, owner: c}, o.err
+		})
+		select {
+		case r := <-ch:
+			d, _ := r.Val.(degradedOutcome)
+			return d.res, mine(c, d.owner, r.Err)
+		case <-ctx.Done():
+			return Result{}, ctx.Err()
+		}
+	})
+}
+
+// degradedOutcome is a degraded flight's answer and whose load it was.
+type degradedOutcome struct {
+	res   Result
+	owner *call
+}
+
+// fromReserve answers c from the reserve: a value within its fresh window
+// as Degraded, within its stale window as Stale, starting its refresh.
+func (g *Group) fromReserve(ctx context.Context, c *call) (Result, bool) {
+	k, ok := g.reserve.Get(c.key)
+	if !ok {
+		return Result{}, false
+	}
+	now := time.Now()
+	res := Result{Value: k.Value, Status: Degraded, Age: now.Sub(k.Base), Fresh: k.FreshUntil.Sub(now)}
+	switch {
+	case now.Before(k.FreshUntil):
+		if h := g.opts.Hooks.Hit; h != nil {
+			h(c.key, res.Age, true)
+		}
+	case now.Before(k.StaleUntil):
+		res.Status = Stale
+		if h := g.opts.Hooks.Stale; h != nil {
+			h(c.key, res.Age)
+		}
+		g.refreshReserve(ctx, c, now)
+	default:
+		g.reserve.Remove(c.key)
+		return Result{}, false
+	}
+	return res, true
+}
+
+// refreshReserve reloads c's stale value in the background, unless a
+// refresh of it runs or backs off; the value it loads is kept, and a
+// failure backs off ErrorBackoff.
+func (g *Group) refreshReserve(ctx context.Context, c *call, now time.Time) {
+	if !g.reserve.StartRefresh(c.key, now) {
+		return
+	}
+	detached := context.WithoutCancel(ctx)
+	g.goBackground(func() {
+		if next, ok := g.refreshCoordinated(detached, c); ok {
+			g.reserve.RefreshFailed(c.key, next)
+			return
+		}
+		o, _ := g.callLoader(detached, c.key, c.load, true, nil)
+		if !g.keepDegraded(c, o) {
+			if h := g.opts.Hooks.RefreshError; h != nil && o.err != nil {
+				h(c.key, o.err)
+			}
+			g.reserve.RefreshFailed(c.key, time.Now().Add(g.opts.ErrorBackoff))
+		}
+	})
+}
+
+// coordinateRetry is how soon a reserve's refresh tries Redis again when
+// Redis is known up but this client did not reach it.
+const coordinateRetry = 100 * time.Millisecond
+
+// refreshCoordinated tries a reserve's refresh through Redis first, as any
+// refresh goes: Redis may be back (this refresh may be the breaker's
+// probe) while this node still serves its reserve, and then the fleet
+// loads the key once, not once per node. It reads the key, trying its
+// lease: a value stored meanwhile is kept; a lease won is loaded and
+// filled; a lease held elsewhere is waited out (next: when to look
+// again). ok is false when Redis cannot be asked: load on this node.
+func (g *Group) refreshCoordinated(ctx context.Context, c *call) (next time.Time, ok bool) {
+	probe, allowed := g.br.Allow()
+	if !allowed {
+		return time.Time{}, false
+	}
+	defer g.br.Release(probe)
+	rr, err := g.read(ctx, c.nm, false)
+	if err != nil {
+		if g.loc.Serving() || g.reach.redisUp() {
+			// Redis is up (the tier's report connections reach it, or a
+			// connection can be made): this client will reach it soon.
+			// Wait for it rather than load here.
+			return time.Now().Add(coordinateRetry), true
+		}
+		return time.Time{}, false
+	}
+	e, st := g.classify(c.key, rr)
+	switch {
+	case rr.x > 0:
+		g.leaseHook(c.key, true)
+		res, err := g.loadAndFill(ctx, c, rr.x, st == stale, kept(e))
+		if err == nil {
+			g.keepDegraded(c, outcome{v: res.Value})
+		}
+	case st == fresh || st == stale:
+		left := time.Duration(e.FreshUntil-rr.now) * time.Millisecond
+		g.reserve.Put(tier.Kept{Key: c.key, Name: c.nm.entry, Value: e.Value, FreshUntil: time.Now().Add(left),
+			StaleUntil: time.Now().Add(time.Duration(e.StaleUntil-rr.now) * time.Millisecond),
+			Base:       time.Now().Add(-time.Duration(max(rr.now-e.Written, 0)) * time.Millisecond)})
+	case rr.x < 0:
+		g.leaseHook(c.key, false)
+		return time.Now().Add(time.Duration(-rr.x) * time.Millisecond), true
+	}
+	return time.Now().Add(g.opts.ErrorBackoff), true
+}
+
+// keepDegraded keeps the value c's load returned without Redis in the
+// reserve, with the windows it would have been stored with; false when
+// there is nothing to keep (an error, or no window).
+func (g *Group) keepDegraded(c *call, o outcome) bool {
+	if o.err != nil {
+		return false
+	}
+	fresh, stale := g.jittered(c.co.freshFor), c.co.staleFor
+	if o.win != nil {
+		fresh, stale = o.win.Fresh, o.win.Stale
+		switch {
+		case fresh == Disabled:
+			return false
+		case fresh == Expired:
+			fresh = 0
+		case fresh == 0:
+			fresh = g.jittered(c.co.freshFor)
+		}
+		switch stale {
+		case 0:
+			stale = c.co.staleFor
+		case Disabled:
+			stale = 0
+		}
+		if o.win.MustRevalidate {
+			stale = 0 // never served stale
+		}
+	}
+	if fresh+stale <= 0 {
+		return false
+	}
+	now := time.Now()
+	g.reserve.Put(tier.Kept{Key: c.key, Name: c.nm.entry, Value: o.v, FreshUntil: now.Add(fresh), StaleUntil: now.Add(fresh + stale), Base: now})
+	return true
+}

@@ -1,0 +1,203 @@
+package tier
+
+import (
+	"container/list"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Reserve holds the values this node served, for the moments it cannot
+// coordinate through Redis: while Redis is down, a node serves what it
+// holds rather than load every call (guard's degraded path). It is fed by
+// the tier's copies when the tier stops (a lost report connection: Redis
+// died, or a failover began) and by the loads made without Redis, and
+// emptied once this node reads Redis again (and when the tier comes back
+// while it does): a value kept through an outage is not served past it.
+// Meanwhile the reports of the tier's connections, once back, drop the
+// values of the entries they name, as they drop the tier's copies. Each
+// value is served within its own windows, judged on the estimate of the
+// local clock.
+//
+// It is bounded as the tier is (entries and bytes, least recently used
+// out). A nil *Reserve keeps nothing.
+type Reserve struct {
+	maxEntries, maxBytes int
+
+	mu    sync.Mutex
+	byKey map[string]*list.Element // of *Kept
+	keyOf map[string]string        // entry name → key
+	lru   list.List                // front: the most recent
+	bytes int
+}
+
+// Kept is a value held in the reserve.
+type Kept struct {
+	Key        string
+	Name       string // the entry's name in Redis
+	Value      []byte
+	FreshUntil time.Time // served as fresh before this (local clock)
+	StaleUntil time.Time // served as stale before this
+	Base       time.Time // when the value was written, for Age
+	// NextTry is when a refresh of the key may start again (a failed one
+	// backs off); Refreshing is set while one runs.
+	NextTry    time.Time
+	Refreshing bool
+}
+
+func (k *Kept) cost() int { return len(k.Key) + len(k.Value) + Overhead }
+
+// NewReserve returns a reserve of at most entries values and bytes bytes.
+func NewReserve(entries, bytes int) *Reserve {
+	return &Reserve{maxEntries: entries, maxBytes: bytes, byKey: map[string]*list.Element{}, keyOf: map[string]string{}}
+}
+
+// Put keeps k, in the place of any value of its key.
+func (r *Reserve) Put(k Kept) {
+	if r == nil || k.cost() > r.maxBytes/8 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.removeLocked(k.Key)
+	r.byKey[k.Key] = r.lru.PushFront(&k)
+	r.keyOf[k.Name] = k.Key
+	r.bytes += k.cost()
+	for r.lru.Len() > r.maxEntries || r.bytes > r.maxBytes {
+		r.removeLocked(r.lru.Back().Value.(*Kept).Key)
+	}
+}
+
+// Get returns a copy of the value kept for key.
+func (r *Reserve) Get(key string) (Kept, bool) {
+	if r == nil {
+		return Kept{}, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	el := r.byKey[key]
+	if el == nil {
+		return Kept{}, false
+	}
+	r.lru.MoveToFront(el)
+	return *el.Value.(*Kept), true
+}
+
+// StartRefresh marks key's value refreshing, if it is kept, no refresh of
+// it runs and its back-off (NextTry) is over at now; it reports whether
+// the caller is to refresh it.
+func (r *Reserve) StartRefresh(key string, now time.Time) bool {
+	if r == nil {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	el := r.byKey[key]
+	if el == nil {
+		return false
+	}
+	k := el.Value.(*Kept)
+	if k.Refreshing || now.Before(k.NextTry) {
+		return false
+	}
+	k.Refreshing = true
+	return true
+}
+
+// RefreshFailed ends key's refresh, with no new try before next.
+func (r *Reserve) RefreshFailed(key string, next time.Time) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if el := r.byKey[key]; el != nil {
+		k := el.Value.(*Kept)
+		k.Refreshing, k.NextTry = false, next
+	}
+}
+
+// Remove drops key's value.
+func (r *Reserve) Remove(key string) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	r.removeLocked(key)
+	r.mu.Unlock()
+}
+
+// RemoveIf drops the values whose keys match.
+func (r *Reserve) RemoveIf(match func(key string) bool) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for key := range r.byKey {
+		if match(key) {
+			r.removeLocked(key)
+		}
+	}
+}
+
+// Clear drops every value.
+func (r *Reserve) Clear() {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	clear(r.byKey)
+	clear(r.keyOf)
+	r.lru.Init()
+	r.bytes = 0
+	r.mu.Unlock()
+}
+
+// Len returns how many values are kept.
+func (r *Reserve) Len() int {
+	if r == nil {
+		return 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lru.Len()
+}
+
+func (r *Reserve) removeLocked(key string) {
+	if el := r.byKey[key]; el != nil {
+		k := el.Value.(*Kept)
+		r.bytes -= k.cost()
+		r.lru.Remove(el)
+		delete(r.byKey, key)
+		delete(r.keyOf, k.Name)
+	}
+}
+
+// changed drops the value of the entry named name, which changed in Redis
+// (a report).
+func (r *Reserve) changed(name string) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	if key, ok := r.keyOf[name]; ok {
+		r.removeLocked(key)
+	}
+	r.mu.Unlock()
+}
+
+// changedTag drops the values of the entries whose names start with base,
+// a tag's ("ns{T}"), whose invalidation was reported.
+func (r *Reserve) changedTag(base string) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for name, key := range r.keyOf {
+		if strings.HasPrefix(name, base) {
+			r.removeLocked(key)
+		}
+	}
+}
