@@ -6,6 +6,12 @@
 //	mux := http.NewServeMux()
 //	http.ListenAndServe(addr, guardhttp.Middleware(g, guardhttp.Config{})(mux))
 //
+// Config.Skipper leaves routes out: a request it skips reaches the handler
+// untouched (no key, no Cache-Status, no invalidation). Wrapping a whole
+// mux, skip what each instance answers for itself, such as /metrics and
+// health or readiness probes: shared, instance B would answer a scrape
+// with instance A's counters.
+//
 // # What is shared
 //
 // Only GET requests are cached; HEAD is served from the GET entry (same

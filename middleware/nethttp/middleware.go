@@ -12,6 +12,16 @@ import (
 // Config configures Middleware. The zero value is safe: see the package
 // documentation for what is never shared.
 type Config struct {
+	// Skipper, when it returns true, passes the request to the handler
+	// untouched: no key is derived, no Cache-Status is set, nothing is
+	// stored, served from the cache or invalidated (an unsafe request it
+	// skips invalidates nothing). Leave out what is per instance or must
+	// never be shared: /metrics, health and readiness probes, debug
+	// endpoints. It is called for every request, so it must be quick.
+	// echo's and gin's Config have the same field, on their context.
+	// Default: nothing is skipped.
+	Skipper func(r *http.Request) bool
+
 	// KeyHeaders are request headers whose values are part of the key
 	// (Accept-Encoding, Accept-Language...), besides the forwarding
 	// headers, which are keyed unless UnkeyedForwarding. A response
@@ -141,6 +151,10 @@ func Middleware(g *guard.Group, cfg Config) func(http.Handler) http.Handler {
 			return nil
 		}
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if cfg.Skipper != nil && cfg.Skipper(r) {
+				next.ServeHTTP(w, r)
+				return
+			}
 			if inv := eng.Unsafe(r); inv != nil {
 				// RFC 9111 §4.4: invalidated before the status goes out.
 				uw := &httpcache.UnsafeWriter{ResponseWriter: w, Before: inv}
