@@ -26,8 +26,11 @@
 // ports (localhost:8080, localhost:8081), or a load balancer that rewrites
 // Host to each backend's address, therefore split one URL into one entry
 // per Host, and one origin call per refresh per Host: correct (a handler
-// may answer per Host), but not what a fleet behind one name wants. Set
-// Config.KeyHost to the site's name there; the key then holds it instead.
+// may answer per Host), but not what a fleet behind one name wants. Worse,
+// an unsafe request through one instance invalidates the entries of the
+// Host it arrived with only: the instances reached under other Hosts go on
+// serving the old response until it expires. Set Config.KeyHost to the
+// site's name there; the key, and invalidation, then hold it instead.
 //
 // # Cache poisoning
 //

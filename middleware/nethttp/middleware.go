@@ -108,9 +108,11 @@ type Config struct {
 	// KeyHost, when set, is keyed instead of each request's Host. The key
 	// holds the Host as sent, so a load balancer that rewrites Host to each
 	// backend's address, or local processes on different ports, split one
-	// URL into one entry (and one origin call) per backend: set KeyHost to
-	// the site's name there. Set it only when every request through this
-	// middleware is for one site. Default: the Host as sent.
+	// URL into one entry (and one origin call) per backend, and an unsafe
+	// request through one backend invalidates that backend's entry only:
+	// the others go on serving the old response. Set KeyHost to the site's
+	// name there. Set it only when every request through this middleware
+	// is for one site. Default: the Host as sent.
 	KeyHost string
 }
 
