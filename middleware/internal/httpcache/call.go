@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/stampede-go/stampede/guard"
-	"github.com/stampede-go/stampede/internal/cachestatus"
+	"github.com/stampede-go/stampede/middleware/cachestatus"
 )
 
 // call is one request served through the guard. Its load may run in

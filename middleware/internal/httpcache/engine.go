@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/stampede-go/stampede/guard"
-	"github.com/stampede-go/stampede/internal/cachestatus"
+	"github.com/stampede-go/stampede/middleware/cachestatus"
 )
 
 // Options configure an Engine; the framework packages document each field

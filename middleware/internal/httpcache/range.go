@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/stampede-go/stampede/internal/cachestatus"
+	"github.com/stampede-go/stampede/middleware/cachestatus"
 )
 
 // Range requests (RFC 9110 §14). A GET with Range is answered from a
