@@ -35,6 +35,8 @@
 //   - [github.com/stampede-go/stampede/middleware/cachestatus] (package
 //     cachestatus): the Cache-Status values the HTTP and gRPC middleware
 //     send.
+//   - [github.com/stampede-go/stampede/contrib/metrics] (package
+//     metrics): the labelling settings both metrics adapters below share.
 //
 // Modules of their own, so that a program that does not import them never
 // has their framework in its module graph (go get each path):
