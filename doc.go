@@ -28,6 +28,15 @@
 //     guardhttp): net/http middleware sharing GET responses across the
 //     fleet, with safe defaults; chi, gorilla/mux and any net/http router
 //     use it as it is.
+//   - [github.com/stampede-go/stampede/middleware/httpcache] (package
+//     httpcache): the HTTP cache every HTTP adapter runs: the Config each
+//     adapter's Config is, the rules, and the engine an adapter of another
+//     framework is built on.
+//   - [github.com/stampede-go/stampede/middleware/cachestatus] (package
+//     cachestatus): the Cache-Status values the HTTP and gRPC middleware
+//     send.
+//   - [github.com/stampede-go/stampede/contrib/metrics] (package
+//     metrics): the labelling settings both metrics adapters below share.
 //
 // Modules of their own, so that a program that does not import them never
 // has their framework in its module graph (go get each path):

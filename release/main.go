@@ -21,9 +21,12 @@
 // .zip) and, in a scratch module per published module, runs go get,
 // go mod tidy and go build of a program importing all its packages, with
 // GOPROXY set to that folder and the local module cache only: no network.
-// -tag creates annotated tags on REV in the local repository and prints
-// the push command; it refuses when a tag exists, or when CHANGELOG.md has
-// no dated section for VERSION.
+// Before that, it refuses a commit whose modules disagree on the version
+// or the replace directives, or in which a module's non-test code imports
+// another module's internal package (whose names may change in any
+// release). -tag creates annotated tags on REV in the local repository
+// and prints the push command; it refuses when a tag exists, or when
+// CHANGELOG.md has no dated section for VERSION.
 package main
 
 import (
@@ -106,7 +109,12 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) (err error) 
 			return err
 		}
 	}
-	if p := consistent(mods, version); len(p) > 0 {
+	p := consistent(mods, version)
+	internal, err := internalImports(t, mods)
+	if err != nil {
+		return err
+	}
+	if p = append(p, internal...); len(p) > 0 {
 		return fmt.Errorf("the modules of %.12s cannot be released as %s:\n\t%s", t.commit, version, strings.Join(p, "\n\t"))
 	}
 
@@ -115,6 +123,7 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) (err error) 
 		mode = "tagging"
 	}
 	fmt.Fprintf(stdout, "release %s of %.12s (%s)\n", version, t.commit, mode)
+	fmt.Fprintf(stdout, "  no module imports another's internal package outside its tests\n")
 	var tags, hidden []string
 	for _, m := range mods {
 		if !m.published {

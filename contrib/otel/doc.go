@@ -8,10 +8,14 @@
 //
 // Usage:
 //
-//	tel, err := stampedeotel.New(stampedeotel.Options{Group: "products"})
+//	tel, err := stampedeotel.New(stampedeotel.Options{Labels: metrics.Labels{Group: "products"}})
 //	g, err := guard.New(rdb, guard.Options{Hooks: tel.GuardHooks()})
 //	locks := lock.New(rdb, lock.Options{Hooks: tel.LockHooks()})
 //	r, err := tel.Do(ctx, g, "product:42", load) // or g.Do(ctx, key, tel.WrapLoad(key, load))
+//
+// Options.Labels, the stampede.group and stampede.key attributes, are
+// [metrics.Labels]: the settings contrib/prometheus shares, with the same
+// defaults.
 //
 // # Metrics
 //

@@ -11,6 +11,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/stampede-go/stampede/contrib/metrics"
 	stampedeotel "github.com/stampede-go/stampede/contrib/otel"
 	"github.com/stampede-go/stampede/guard"
 )
@@ -31,7 +32,7 @@ func Example() {
 	spans := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
 
-	tel, err := stampedeotel.New(stampedeotel.Options{MeterProvider: mp, TracerProvider: tp, Group: "products"})
+	tel, err := stampedeotel.New(stampedeotel.Options{Labels: metrics.Labels{Group: "products"}, MeterProvider: mp, TracerProvider: tp})
 	if err != nil {
 		panic(err)
 	}

@@ -16,7 +16,7 @@ func (t *Telemetry) spanAttrs(key string) []attribute.KeyValue {
 	if t.opts.KeyLabel == nil {
 		return []attribute.KeyValue{t.group}
 	}
-	return t.guardKeys.Get(t.opts.KeyLabel(key)).span
+	return t.guardKeys.Get(key).span
 }
 
 // WrapLoad returns load wrapped in a span named "stampede.load" with the

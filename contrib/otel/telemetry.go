@@ -11,8 +11,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/stampede-go/stampede/contrib/metrics"
 	"github.com/stampede-go/stampede/guard"
-	"github.com/stampede-go/stampede/internal/labels"
 	"github.com/stampede-go/stampede/lock"
 )
 
@@ -56,15 +56,13 @@ type Telemetry struct {
 	tier                                         *tierState
 
 	guardOnce sync.Once
-	guardKeys labels.Set[guardSeries]
-	guardBase *guardSeries
+	guardKeys *metrics.Series[guardSeries]
 	redisOps  map[string][]metric.AddOption
 	breakerTo [2][]metric.AddOption // closed, open
 	plain     []metric.AddOption    // just the group
 
 	lockOnce sync.Once
-	lockKeys labels.Set[lockSeries]
-	lockBase *lockSeries
+	lockKeys *metrics.Series[lockSeries]
 }
 
 type (
@@ -167,8 +165,8 @@ func New(opts Options) (*Telemetry, error) {
 	}
 
 	t.plain = add{metric.WithAttributeSet(attribute.NewSet(t.group))}
-	t.guardKeys = labels.Set[guardSeries]{Max: o.MaxKeyLabels, Bind: t.bindGuard, Other: OtherKey}
-	t.lockKeys = labels.Set[lockSeries]{Max: o.MaxKeyLabels, Bind: t.bindLock, Other: OtherKey}
+	t.guardKeys = metrics.NewSeries(o.Labels, t.bindGuard)
+	t.lockKeys = metrics.NewSeries(o.Labels, t.bindLock)
 	return t, nil
 }
 
@@ -240,25 +238,13 @@ func (t *Telemetry) bindLock(label string) *lockSeries {
 	return s
 }
 
-func (t *Telemetry) guardSeries(key string) *guardSeries {
-	if t.guardBase != nil {
-		return t.guardBase
-	}
-	return t.guardKeys.Get(t.opts.KeyLabel(key))
-}
+func (t *Telemetry) guardSeries(key string) *guardSeries { return t.guardKeys.Get(key) }
 
-func (t *Telemetry) lockSeries(key string) *lockSeries {
-	if t.lockBase != nil {
-		return t.lockBase
-	}
-	return t.lockKeys.Get(t.opts.KeyLabel(key))
-}
+func (t *Telemetry) lockSeries(key string) *lockSeries { return t.lockKeys.Get(key) }
 
 func (t *Telemetry) initGuard() {
 	t.guardOnce.Do(func() {
-		if t.opts.KeyLabel == nil {
-			t.guardBase = t.bindGuard("")
-		}
+		t.guardKeys.Prime()
 		t.redisOps = make(map[string][]metric.AddOption, len(redisOps))
 		for _, op := range redisOps {
 			t.redisOps[op] = with([]attribute.KeyValue{t.group}, OpKey.String(op))
@@ -328,7 +314,7 @@ func (t *Telemetry) GuardHooks() guard.Hooks {
 		RedisError: func(op string, _ error) {
 			o, ok := t.redisOps[op]
 			if !ok {
-				o = with([]attribute.KeyValue{t.group}, OpKey.String(labels.Valid(op)))
+				o = with([]attribute.KeyValue{t.group}, OpKey.String(metrics.Valid(op)))
 			}
 			t.redisErrs.Add(bg, 1, o...)
 		},
@@ -347,11 +333,7 @@ func (t *Telemetry) GuardHooks() guard.Hooks {
 // LockHooks returns hooks for lock.Options.Hooks. Every call returns hooks
 // feeding the same instruments.
 func (t *Telemetry) LockHooks() lock.Hooks {
-	t.lockOnce.Do(func() {
-		if t.opts.KeyLabel == nil {
-			t.lockBase = t.bindLock("")
-		}
-	})
+	t.lockOnce.Do(func() { t.lockKeys.Prime() })
 	bg := context.Background()
 	return lock.Hooks{
 		Obtained: func(key string, _ int64, waited time.Duration) {

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/stampede-go/stampede/contrib/metrics"
 	stampedeotel "github.com/stampede-go/stampede/contrib/otel"
 	"github.com/stampede-go/stampede/guard"
 	"github.com/stampede-go/stampede/lock"
@@ -180,7 +181,7 @@ func TestZeroSeries(t *testing.T) {
 }
 
 func TestKeyLabel(t *testing.T) {
-	tel, reader, _ := setup(t, stampedeotel.Options{Group: "api", KeyLabel: prefix, MaxKeyLabels: 2})
+	tel, reader, _ := setup(t, stampedeotel.Options{Labels: metrics.Labels{Group: "api", KeyLabel: prefix, MaxKeyLabels: 2}})
 	h, lh := tel.GuardHooks(), tel.LockHooks()
 	for _, k := range []string{"user:1", "user:2", "order:1", "cart:1", "page:9", "user:3"} {
 		h.Miss(k)
@@ -203,7 +204,7 @@ func TestKeyLabel(t *testing.T) {
 }
 
 func TestConcurrentHooks(t *testing.T) {
-	tel, reader, _ := setup(t, stampedeotel.Options{KeyLabel: prefix, MaxKeyLabels: 8})
+	tel, reader, _ := setup(t, stampedeotel.Options{Labels: metrics.Labels{KeyLabel: prefix, MaxKeyLabels: 8}})
 	const workers, rounds = 8, 500
 	var wg sync.WaitGroup
 	for w := range workers {
@@ -271,7 +272,7 @@ func TestWrapLoad(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tel, _, rec := setup(t, stampedeotel.Options{Group: "api", KeyLabel: prefix})
+			tel, _, rec := setup(t, stampedeotel.Options{Labels: metrics.Labels{Group: "api", KeyLabel: prefix}})
 			func() {
 				defer func() {
 					if p := recover(); p != boom && tt.name == "panic" {
@@ -306,7 +307,7 @@ func TestWrapLoad(t *testing.T) {
 // and lock Client.
 func TestThroughGuardAndLock(t *testing.T) {
 	rdb := newRedis(t)
-	tel, reader, rec := setup(t, stampedeotel.Options{Group: "products"})
+	tel, reader, rec := setup(t, stampedeotel.Options{Labels: metrics.Labels{Group: "products"}})
 	grp, err := guard.New(rdb, guard.Options{Hooks: tel.GuardHooks()})
 	if err != nil {
 		t.Fatal(err)
@@ -378,7 +379,7 @@ func TestHooksDoNotAllocate(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
 	}
-	for _, opts := range []stampedeotel.Options{{}, {KeyLabel: prefix}} {
+	for _, opts := range []stampedeotel.Options{{}, {Labels: metrics.Labels{KeyLabel: prefix}}} {
 		tel, _, _ := setup(t, opts)
 		h, lh := tel.GuardHooks(), tel.LockHooks()
 		h.Hit("user:1", 0, false) // builds the key label's attribute sets

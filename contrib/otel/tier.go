@@ -7,7 +7,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/stampede-go/stampede/internal/labels"
+	"github.com/stampede-go/stampede/contrib/metrics"
 )
 
 // tierState is stampede.local_tier.state, a state set: one point per
@@ -16,19 +16,20 @@ import (
 // up-down counter moved by -1 then +1 would show a collection falling in
 // between two states at 1, or none.
 type tierState struct {
-	state labels.StateSet
+	state metrics.StateSet
 	bound atomic.Bool // the points exist: GuardHooks was called
 	group attribute.KeyValue
 	known map[string]metric.ObserveOption // the attribute set of each known state
 }
 
 func newTierState(mt metric.Meter, group attribute.KeyValue) (*tierState, error) {
+	states := metrics.TierStates()
 	ts := &tierState{
-		state: labels.StateSet{Known: labels.TierStates},
+		state: metrics.StateSet{Known: states},
 		group: group,
-		known: make(map[string]metric.ObserveOption, len(labels.TierStates)),
+		known: make(map[string]metric.ObserveOption, len(states)),
 	}
-	for _, st := range labels.TierStates {
+	for _, st := range states {
 		ts.known[st] = ts.attrs(st)
 	}
 	_, err := mt.Int64ObservableUpDownCounter("stampede.local_tier.state", metric.WithUnit("1"),
@@ -57,4 +58,4 @@ func (ts *tierState) observe(_ context.Context, o metric.Int64Observer) error {
 }
 
 // hook is guard.Hooks.LocalTier.
-func (ts *tierState) hook(on bool, why string) { ts.state.Set(labels.TierState(on, why)) }
+func (ts *tierState) hook(on bool, why string) { ts.state.Set(metrics.TierState(on, why)) }

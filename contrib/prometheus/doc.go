@@ -8,10 +8,13 @@
 //
 // Usage:
 //
-//	m := stampedeprom.New(stampedeprom.Options{Group: "products"})
+//	m := stampedeprom.New(stampedeprom.Options{Labels: metrics.Labels{Group: "products"}})
 //	prometheus.MustRegister(m)
 //	g, err := guard.New(rdb, guard.Options{Hooks: m.GuardHooks()})
 //	locks := lock.New(rdb, lock.Options{Hooks: m.LockHooks()})
+//
+// Options.Labels, the group and key labels, are [metrics.Labels]: the
+// settings contrib/otel shares, with the same defaults.
 //
 // Metrics (namespace "stampede" by default; every series has a constant
 // "group" label, and a "key" label when Options.KeyLabel is set):

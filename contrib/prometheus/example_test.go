@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stampede-go/stampede/contrib/metrics"
 	stampedeprom "github.com/stampede-go/stampede/contrib/prometheus"
 	"github.com/stampede-go/stampede/guard"
 )
@@ -26,7 +27,7 @@ func Example() {
 	defer rdb.Close()
 
 	reg := prometheus.NewRegistry()
-	m := stampedeprom.New(stampedeprom.Options{Group: "products"})
+	m := stampedeprom.New(stampedeprom.Options{Labels: metrics.Labels{Group: "products"}})
 	reg.MustRegister(m)
 
 	g, err := guard.New(rdb, guard.Options{Hooks: m.GuardHooks()})

@@ -7,8 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/stampede-go/stampede/contrib/metrics"
 	"github.com/stampede-go/stampede/guard"
-	"github.com/stampede-go/stampede/internal/labels"
 	"github.com/stampede-go/stampede/lock"
 )
 
@@ -47,16 +47,14 @@ type Metrics struct {
 	all []prometheus.Collector
 
 	guardOnce sync.Once
-	guardKeys labels.Set[guardSeries]
-	guardBase *guardSeries // the series when KeyLabel is nil
+	guardKeys *metrics.Series[guardSeries]
 	redisOps  map[string]prometheus.Counter
 	breakerTo [2]prometheus.Counter // closed, open
 	breaker   prometheus.Gauge
 	unreadyC  prometheus.Counter
 
 	lockOnce sync.Once
-	lockKeys labels.Set[lockSeries]
-	lockBase *lockSeries
+	lockKeys *metrics.Series[lockSeries]
 }
 
 // guardSeries are the guard series of one key label, bound once so that a
@@ -156,8 +154,8 @@ func New(opts Options) *Metrics {
 	m.lockReleased = counter("lock", "released_total", "Locks released.", keyed)
 	m.lockHold = histogram("lock", "hold_duration_seconds", "Time locks were held, from obtaining to Release.")
 
-	m.guardKeys = labels.Set[guardSeries]{Max: o.MaxKeyLabels, Bind: m.bindGuard, Other: OtherKey}
-	m.lockKeys = labels.Set[lockSeries]{Max: o.MaxKeyLabels, Bind: m.bindLock, Other: OtherKey}
+	m.guardKeys = metrics.NewSeries(o.Labels, m.bindGuard)
+	m.lockKeys = metrics.NewSeries(o.Labels, m.bindLock)
 	return m
 }
 
@@ -222,28 +220,16 @@ func (m *Metrics) bindLock(label string) *lockSeries {
 	}
 }
 
-func (m *Metrics) guardSeries(key string) *guardSeries {
-	if m.guardBase != nil {
-		return m.guardBase
-	}
-	return m.guardKeys.Get(m.opts.KeyLabel(key))
-}
+func (m *Metrics) guardSeries(key string) *guardSeries { return m.guardKeys.Get(key) }
 
-func (m *Metrics) lockSeries(key string) *lockSeries {
-	if m.lockBase != nil {
-		return m.lockBase
-	}
-	return m.lockKeys.Get(m.opts.KeyLabel(key))
-}
+func (m *Metrics) lockSeries(key string) *lockSeries { return m.lockKeys.Get(key) }
 
 // GuardHooks returns hooks for guard.Options.Hooks. Combine them with
 // others through guard.MergeHooks. Every call returns hooks feeding the same
 // series; the guard series appear, at zero, from the first call.
 func (m *Metrics) GuardHooks() guard.Hooks {
 	m.guardOnce.Do(func() {
-		if m.opts.KeyLabel == nil {
-			m.guardBase = m.bindGuard("")
-		}
+		m.guardKeys.Prime()
 		m.redisOps = make(map[string]prometheus.Counter, len(redisOps))
 		for _, op := range redisOps {
 			m.redisOps[op] = m.redisErrs.WithLabelValues(op)
@@ -306,7 +292,7 @@ func (m *Metrics) GuardHooks() guard.Hooks {
 				c.Inc()
 				return
 			}
-			m.redisErrs.WithLabelValues(labels.Valid(op)).Inc()
+			m.redisErrs.WithLabelValues(metrics.Valid(op)).Inc()
 		},
 		Breaker: func(open bool) {
 			if open {
@@ -324,11 +310,7 @@ func (m *Metrics) GuardHooks() guard.Hooks {
 // feeding the same series; the lock series appear, at zero, from the first
 // call.
 func (m *Metrics) LockHooks() lock.Hooks {
-	m.lockOnce.Do(func() {
-		if m.opts.KeyLabel == nil {
-			m.lockBase = m.bindLock("")
-		}
-	})
+	m.lockOnce.Do(func() { m.lockKeys.Prime() })
 	return lock.Hooks{
 		Obtained: func(key string, _ int64, waited time.Duration) {
 			s := m.lockSeries(key)

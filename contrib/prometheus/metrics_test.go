@@ -22,6 +22,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stampede-go/stampede/contrib/metrics"
 	stampedeprom "github.com/stampede-go/stampede/contrib/prometheus"
 	"github.com/stampede-go/stampede/guard"
 	"github.com/stampede-go/stampede/lock"
@@ -252,7 +253,7 @@ func TestSeriesAppearWithTheirHooks(t *testing.T) {
 }
 
 func TestOptions(t *testing.T) {
-	m, reg := newMetrics(t, stampedeprom.Options{Namespace: "cache", Group: "users", Buckets: []float64{0.1, 1}})
+	m, reg := newMetrics(t, stampedeprom.Options{Labels: metrics.Labels{Group: "users"}, Namespace: "cache", Buckets: []float64{0.1, 1}})
 	m.GuardHooks().Load("k", 500*time.Millisecond, nil)
 	const want = `
 # HELP cache_load_duration_seconds Duration of origin loader calls.
@@ -271,8 +272,8 @@ cache_load_duration_seconds_count{group="users"} 1
 // Metrics of several groups share one registry, told apart by group.
 func TestGroupsShareARegistry(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	a := stampedeprom.New(stampedeprom.Options{Group: "a"})
-	b := stampedeprom.New(stampedeprom.Options{Group: "b"})
+	a := stampedeprom.New(stampedeprom.Options{Labels: metrics.Labels{Group: "a"}})
+	b := stampedeprom.New(stampedeprom.Options{Labels: metrics.Labels{Group: "b"}})
 	reg.MustRegister(a, b)
 	a.GuardHooks().Miss("k")
 	b.GuardHooks().Miss("k")
@@ -292,7 +293,7 @@ func prefix(key string) string {
 }
 
 func TestKeyLabel(t *testing.T) {
-	m, reg := newMetrics(t, stampedeprom.Options{KeyLabel: prefix, MaxKeyLabels: 2})
+	m, reg := newMetrics(t, stampedeprom.Options{Labels: metrics.Labels{KeyLabel: prefix, MaxKeyLabels: 2}})
 	h, lh := m.GuardHooks(), m.LockHooks()
 	for _, k := range []string{"user:1", "user:2", "order:1", "cart:1", "page:9", "user:3"} {
 		h.Miss(k)
@@ -315,10 +316,10 @@ func TestKeyLabel(t *testing.T) {
 
 // The client panics on invalid UTF-8 label values; a hook must not.
 func TestInvalidUTF8(t *testing.T) {
-	m, reg := newMetrics(t, stampedeprom.Options{
+	m, reg := newMetrics(t, stampedeprom.Options{Labels: metrics.Labels{
 		Group:    "g\xff",
 		KeyLabel: func(key string) string { return key[:1] },
-	})
+	}})
 	h := m.GuardHooks()
 	h.Miss("\xffabc")
 	h.RedisError("op\xfe", errors.New("boom"))
@@ -332,7 +333,7 @@ func TestInvalidUTF8(t *testing.T) {
 }
 
 func TestConcurrentHooks(t *testing.T) {
-	m, reg := newMetrics(t, stampedeprom.Options{KeyLabel: prefix, MaxKeyLabels: 8})
+	m, reg := newMetrics(t, stampedeprom.Options{Labels: metrics.Labels{KeyLabel: prefix, MaxKeyLabels: 8}})
 	const workers, rounds = 8, 500
 	var wg sync.WaitGroup
 	for w := range workers {
@@ -365,7 +366,7 @@ func TestHooksDoNotAllocate(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
 	}
-	for _, opts := range []stampedeprom.Options{{}, {KeyLabel: prefix}} {
+	for _, opts := range []stampedeprom.Options{{}, {Labels: metrics.Labels{KeyLabel: prefix}}} {
 		m := stampedeprom.New(opts)
 		h, lh := m.GuardHooks(), m.LockHooks()
 		h.Hit("user:1", 0, false) // binds the key label's series
@@ -400,7 +401,7 @@ func newRedis(t *testing.T) *redis.Client {
 // Client and reads them back through an HTTP scrape.
 func TestThroughGuardAndLock(t *testing.T) {
 	rdb := newRedis(t)
-	m, reg := newMetrics(t, stampedeprom.Options{Group: "products"})
+	m, reg := newMetrics(t, stampedeprom.Options{Labels: metrics.Labels{Group: "products"}})
 	grp, err := guard.New(rdb, guard.Options{Hooks: m.GuardHooks()})
 	if err != nil {
 		t.Fatal(err)
@@ -472,7 +473,7 @@ stampede_coalesced_total{group="products"} 0
 }
 
 func TestLint(t *testing.T) {
-	m, reg := newMetrics(t, stampedeprom.Options{KeyLabel: prefix})
+	m, reg := newMetrics(t, stampedeprom.Options{Labels: metrics.Labels{KeyLabel: prefix}})
 	m.GuardHooks().Miss("user:1")
 	m.LockHooks().Lost("user:1")
 	mfs, err := reg.Gather()
@@ -491,7 +492,7 @@ func TestLint(t *testing.T) {
 // The tier's state is a state set: every state has a series, exactly one
 // at 1.
 func TestLocalTierStateSet(t *testing.T) {
-	m, reg := newMetrics(t, stampedeprom.Options{Group: "products"})
+	m, reg := newMetrics(t, stampedeprom.Options{Labels: metrics.Labels{Group: "products"}})
 	h := m.GuardHooks()
 	h.LocalTier(false, "connecting")
 	h.LocalTier(true, "")

@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/stampede-go/stampede/internal/labels"
+	"github.com/stampede-go/stampede/contrib/metrics"
 )
 
 // tierCollector exports stampede_local_tier_state, a state set: one series
@@ -15,7 +15,7 @@ import (
 // between two states at 1, or none.
 type tierCollector struct {
 	desc  *prometheus.Desc
-	state labels.StateSet
+	state metrics.StateSet
 	bound atomic.Bool // the series exist: GuardHooks was called
 }
 
@@ -25,7 +25,7 @@ func newTierCollector(o Options) *tierCollector {
 			"State of the Group's in-process tier, one series per state at 0 or 1: on, or why it is off "+
 				"(disabled, unsupported, connecting, lost, refused, closed).",
 			[]string{"state"}, prometheus.Labels{"group": o.Group}),
-		state: labels.StateSet{Known: labels.TierStates},
+		state: metrics.StateSet{Known: metrics.TierStates()},
 	}
 }
 
@@ -41,4 +41,4 @@ func (c *tierCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // hook is guard.Hooks.LocalTier.
-func (c *tierCollector) hook(on bool, why string) { c.state.Set(labels.TierState(on, why)) }
+func (c *tierCollector) hook(on bool, why string) { c.state.Set(metrics.TierState(on, why)) }

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stampede-go/stampede/contrib/metrics"
 	stampedeprom "github.com/stampede-go/stampede/contrib/prometheus"
 	"github.com/stampede-go/stampede/guard"
 	"github.com/stampede-go/stampede/internal/hashtag"
@@ -94,7 +95,7 @@ func newNode(t *testing.T, name string, srv *redistest.Server) *node {
 	t.Helper()
 	// No retries: once Redis is stopped, each call fails at once.
 	rdb := srv.Client(t, func(o *redis.Options) { o.MaxRetries = -1 })
-	m, reg := newMetrics(t, stampedeprom.Options{Group: "products"})
+	m, reg := newMetrics(t, stampedeprom.Options{Labels: metrics.Labels{Group: "products"}})
 	n := &node{name: name, rdb: rdb, m: m, p: &probe{}}
 	g, err := guard.New(rdb, guard.Options{
 		Namespace:     workNamespace,

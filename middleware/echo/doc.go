@@ -11,31 +11,22 @@
 // do not use echo never have it in their module graph. The package for
 // echo v5 is middleware/echov5, with the same API.
 //
-// It runs the HTTP engine every stampede HTTP adapter shares
-// (middleware/internal/httpcache; guardhttp is its net/http face) in echo's
-// idiom: the same keys, the same rules for what is never shared (requests
-// with Authorization or Cookie, responses with Set-Cookie or Cache-Control
-// private, and the others listed there), the same Age and Cache-Status
-// headers. See guardhttp's documentation for the details.
-//
-// The same cache-poisoning defences too: the forwarding headers that
-// Context.Scheme and applications' links read (X-Forwarded-Proto,
-// X-Forwarded-Protocol, X-Forwarded-Ssl, X-Url-Scheme, X-Forwarded-Host,
-// Forwarded...; ForwardingHeaders) are part of the key unless
-// Config.UnkeyedForwarding, and the Host, path and absolute-form target
-// are keyed as sent, since echo routes on the raw path and on the exact
-// Host (Echo.Host) and Context.Scheme reads the target's scheme.
+// Config is [httpcache.Config] on the echo.Context: its documentation
+// holds every setting and the rules every stampede HTTP adapter keeps
+// alike (what is shared, cache poisoning, failures, Cache-Status, RFC
+// 9111), and docs/http.md the guide. Config.Skipper comes first, as in
+// echo's own middleware: a request it skips goes to the next handler
+// untouched (no key, no Cache-Status, no invalidation).
 //
 // # Echo specifics
 //
-// Config.Skipper comes first, as in echo's own middleware. A handler that
-// returns an error is never cached: the error is returned by the middleware
-// of the request that ran the handler, so echo's HTTPErrorHandler renders
-// it; the requests coalesced with it take turns at the handler, one call
-// at a time across the fleet, until one response can be shared. A handler
-// that panics panics again on its own request's goroutine, with its value,
-// for echo's Recover middleware (or net/http) to handle; no other request
-// sees it.
+// A handler that returns an error is never cached: the error is returned
+// by the middleware of the request that ran the handler, so echo's
+// HTTPErrorHandler renders it; the requests coalesced with it take turns
+// at the handler, one call at a time across the fleet, until one response
+// can be shared. A handler that panics panics again on its own request's
+// goroutine, with its value, for echo's Recover middleware (or net/http)
+// to handle; no other request sees it.
 //
 // # Detached runs
 //
@@ -72,7 +63,6 @@
 // # Programmer errors
 //
 // Building the middleware panics on a nil Group or a Config out of range
-// (the rules of guardhttp's Config, which every HTTP adapter shares), with
-// a message that starts with "guardecho: " and names the setting. A request
-// never makes it panic (a handler's own panic is the handler's).
+// (see httpcache), with a message that starts with "guardecho: " and names
+// the setting. A request never makes it panic.
 package guardecho

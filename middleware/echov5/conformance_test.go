@@ -17,21 +17,7 @@ var adapter = conformance.Adapter{
 	Name: "echov5",
 	New: func(g *guard.Group, cfg conformance.Config, origin http.Handler) http.Handler {
 		e := echo.New()
-		e.Use(guardecho.MiddlewareWithConfig(g, guardecho.Config{
-			KeyHeaders:           cfg.KeyHeaders,
-			MaxBodyBytes:         cfg.MaxBodyBytes,
-			Statuses:             cfg.Statuses,
-			HonorClientNoCache:   cfg.HonorClientNoCache,
-			UpstreamWindows:      cfg.UpstreamWindows,
-			RequireFreshness:     cfg.RequireFreshness,
-			UnkeyedForwarding:    cfg.UnkeyedForwarding,
-			PassFor:              cfg.PassFor,
-			NotStored:            cfg.NotStored,
-			TargetedCacheControl: cfg.TargetedCacheControl,
-			HeuristicFreshness:   cfg.HeuristicFreshness,
-			StoreSetCookie:       cfg.StoreSetCookie,
-			KeyHost:              cfg.KeyHost,
-		}))
+		e.Use(guardecho.MiddlewareWithConfig(g, conformance.Settings(cfg, func(c *echo.Context) *http.Request { return c.Request() })))
 		e.Any("/*", echo.WrapHandler(origin))
 		return e
 	},

@@ -12,25 +12,23 @@
 // echo v4 is middleware/echo; both are named guardecho and have the same
 // API, so migrating from v4 to v5 changes the import path only.
 //
-// It runs the HTTP engine every stampede HTTP adapter shares
-// (middleware/internal/httpcache; guardhttp is its net/http face) in echo's
-// idiom: the same keys, the same rules for what is never shared (requests
-// with Authorization or Cookie, responses with Set-Cookie or Cache-Control
-// private, and the others listed there), the same Age and Cache-Status
-// headers. See guardhttp's documentation for the details; the rules are one
-// table that every HTTP adapter of stampede runs in its tests.
+// Config is [httpcache.Config] on the *echo.Context: its documentation
+// holds every setting and the rules every stampede HTTP adapter keeps
+// alike (what is shared, cache poisoning, failures, Cache-Status, RFC
+// 9111), and docs/http.md the guide. Config.Skipper comes first and takes
+// *echo.Context, as in echo v5's own middleware, so an echo
+// middleware.Skipper can be assigned: a request it skips goes to the next
+// handler untouched (no key, no Cache-Status, no invalidation).
 //
 // # Echo specifics
 //
-// Config.Skipper comes first and takes *echo.Context, as in echo v5's own
-// middleware, so an echo middleware.Skipper can be assigned. A handler that
-// returns an error is never cached: the error is returned by the middleware
-// of the request that ran the handler, so echo's HTTPErrorHandler renders
-// it; the requests coalesced with it take turns at the handler, one call
-// at a time across the fleet, until one response can be shared. A handler
-// that panics panics again on its own request's goroutine, with its value,
-// for echo's Recover middleware (or net/http) to handle; no other request
-// sees it.
+// A handler that returns an error is never cached: the error is returned
+// by the middleware of the request that ran the handler, so echo's
+// HTTPErrorHandler renders it; the requests coalesced with it take turns
+// at the handler, one call at a time across the fleet, until one response
+// can be shared. A handler that panics panics again on its own request's
+// goroutine, with its value, for echo's Recover middleware (or net/http)
+// to handle; no other request sees it.
 //
 // # Detached runs
 //
@@ -66,7 +64,6 @@
 // # Programmer errors
 //
 // Building the middleware panics on a nil Group or a Config out of range
-// (the rules of guardhttp's Config, which every HTTP adapter shares), with
-// a message that starts with "guardecho: " and names the setting. A request
-// never makes it panic (a handler's own panic is the handler's).
+// (see httpcache), with a message that starts with "guardecho: " and names
+// the setting. A request never makes it panic.
 package guardecho

@@ -17,21 +17,7 @@ var adapter = conformance.Adapter{
 	Name: "gin",
 	New: func(g *guard.Group, cfg conformance.Config, origin http.Handler) http.Handler {
 		r := gin.New()
-		r.Use(guardgin.Middleware(g, guardgin.Config{
-			KeyHeaders:           cfg.KeyHeaders,
-			MaxBodyBytes:         cfg.MaxBodyBytes,
-			Statuses:             cfg.Statuses,
-			HonorClientNoCache:   cfg.HonorClientNoCache,
-			UpstreamWindows:      cfg.UpstreamWindows,
-			RequireFreshness:     cfg.RequireFreshness,
-			UnkeyedForwarding:    cfg.UnkeyedForwarding,
-			PassFor:              cfg.PassFor,
-			NotStored:            cfg.NotStored,
-			TargetedCacheControl: cfg.TargetedCacheControl,
-			HeuristicFreshness:   cfg.HeuristicFreshness,
-			StoreSetCookie:       cfg.StoreSetCookie,
-			KeyHost:              cfg.KeyHost,
-		}))
+		r.Use(guardgin.Middleware(g, conformance.Settings(cfg, func(c *gin.Context) *http.Request { return c.Request })))
 		r.Any("/*path", gin.WrapH(origin))
 		r.NoRoute(gin.WrapH(origin)) // methods gin does not route (M-SEARCH: RFC 9111 §4.4)
 		return r

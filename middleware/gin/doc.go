@@ -11,18 +11,16 @@
 // github.com/stampede-go/stampede/middleware/gin), so that programs that do
 // not use gin never have it in their module graph.
 //
-// It runs the HTTP engine every stampede HTTP adapter shares
-// (middleware/internal/httpcache; guardhttp is its net/http face) in gin's
-// idiom: the same keys, the same rules for what is never shared (requests
-// with Authorization or Cookie, responses with Set-Cookie or Cache-Control
-// private, and the others listed there), the same Age and Cache-Status
-// headers. See guardhttp's documentation for the details; the rules are one
-// table that every HTTP adapter of stampede runs in its tests.
+// Config is [httpcache.Config] on the *gin.Context: its documentation
+// holds every setting and the rules every stampede HTTP adapter keeps
+// alike (what is shared, cache poisoning, failures, Cache-Status, RFC
+// 9111), and docs/http.md the guide.
 //
 // # Gin specifics
 //
 // A request that is not shared (skipped by Config.Skipper, or never shared
-// by the rules) goes on down the chain with c.Next. A request answered from
+// by the rules) goes on down the chain with c.Next; one the Skipper skips
+// gets no key, no Cache-Status and no invalidation. A request answered from
 // the cache ends the chain with c.Abort: the handlers after the middleware
 // do not run for it.
 //
@@ -55,7 +53,6 @@
 // # Programmer errors
 //
 // Building the middleware panics on a nil Group or a Config out of range
-// (the rules of guardhttp's Config, which every HTTP adapter shares), with
-// a message that starts with "guardgin: " and names the setting. A request
-// never makes it panic (a handler's own panic is the handler's).
+// (see httpcache), with a message that starts with "guardgin: " and names
+// the setting. A request never makes it panic.
 package guardgin

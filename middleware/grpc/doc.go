@@ -183,6 +183,16 @@
 // WithIgnoredMetadata beside WithKeyFunc, "authorization" keyed without
 // WithAllowAuthorization). A call is never failed for the configuration.
 //
+// A name that is well formed but wrong ("/catalog.Catalog/GetProduct"
+// for a service in package catalog.v1) matches no call, so nothing is
+// cached for it. CheckMethods checks the names against the services
+// registered on a *grpc.Server, before it serves, and names each one it
+// does not serve as a unary method, with the method probably meant. While
+// the interceptor runs, WithUnmatchedHook and WithLogger report, once, a
+// listed method that no call matches: at the first call of the same
+// service and method in another package, or after 1,000 calls of other
+// methods.
+//
 // # Guarantees
 //
 //   - The handler runs detached from the cancellation of the call that

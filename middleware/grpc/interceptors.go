@@ -16,7 +16,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/stampede-go/stampede/guard"
-	"github.com/stampede-go/stampede/internal/cachestatus"
+	"github.com/stampede-go/stampede/middleware/cachestatus"
 )
 
 // HeaderCacheStatus is the response header metadata key that says how the
@@ -26,8 +26,9 @@ import (
 // load was shared), "stampede; fwd=miss; detail=degraded" (Redis
 // unavailable), "stampede; fwd=bypass" or
 // "stampede; fwd=bypass; detail=unkeyed-metadata" (the call carries
-// metadata neither keyed nor declared ignorable). It never carries the
-// key, nor the name of the metadata entry.
+// metadata neither keyed nor declared ignorable): the values of package
+// [cachestatus]. It never carries the key, nor the name of the metadata
+// entry.
 const HeaderCacheStatus = "cache-status"
 
 // statusUnkeyed: the call carries metadata the key does not hold and that
@@ -40,6 +41,7 @@ var deterministic = proto.MarshalOptions{Deterministic: true}
 type cache struct {
 	g *guard.Group
 	o *options
+	w *watch // listed methods no call matches; nil unless reported somewhere
 	// types holds, per method, the type of the answers this process has
 	// produced: it resolves types absent from protoregistry.GlobalTypes
 	// (dynamicpb, say) and rejects an entry of another type (written by an
@@ -51,7 +53,8 @@ func newCache(g *guard.Group, opts []Option) *cache {
 	if g == nil {
 		misuse("nil *guard.Group")
 	}
-	return &cache{g: g, o: evaluateOptions(opts)}
+	o := evaluateOptions(opts)
+	return &cache{g: g, o: o, w: newWatch(o)}
 }
 
 // key returns the guard key of a call sent to d; reqBytes, when not nil,
@@ -148,8 +151,10 @@ func UnaryServerInterceptor(g *guard.Group, opts ...Option) grpc.UnaryServerInte
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		method := info.FullMethod
 		if !c.o.methods[method] {
+			c.w.other(ctx, method)
 			return handler(ctx, req)
 		}
+		c.w.matched(method)
 		msg, ok := req.(proto.Message)
 		if !ok {
 			c.pass(ctx, method, BypassNotProto, "")
@@ -244,8 +249,10 @@ func UnaryClientInterceptor(g *guard.Group, opts ...Option) grpc.UnaryClientInte
 	c := newCache(g, opts)
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) (err error) {
 		if !c.o.methods[method] {
+			c.w.other(ctx, method)
 			return invoker(ctx, method, req, reply, cc, callOpts...)
 		}
+		c.w.matched(method)
 		// pass sends the call to the server as it is, reported.
 		pass := func(reason BypassReason, mdKey string) error {
 			c.bypassed(ctx, method, reason, mdKey)

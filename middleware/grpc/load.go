@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/stampede-go/stampede/guard"
-	"github.com/stampede-go/stampede/internal/cachestatus"
+	"github.com/stampede-go/stampede/middleware/cachestatus"
 )
 
 // answer is the outcome of a call's own handler (or invoker) run, kept for

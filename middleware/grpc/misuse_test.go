@@ -76,6 +76,8 @@ func TestMisuse(t *testing.T) {
 			return []guardgrpc.Option{get, guardgrpc.WithMetadata("authorization")}
 		}, "WithAllowAuthorization"},
 		{"nil key func", g, func() []guardgrpc.Option { return []guardgrpc.Option{get, guardgrpc.WithKeyFunc(nil)} }, "WithKeyFunc(nil)"},
+		{"nil unmatched hook", g, func() []guardgrpc.Option { return []guardgrpc.Option{get, guardgrpc.WithUnmatchedHook(nil)} }, "WithUnmatchedHook(nil)"},
+		{"nil logger", g, func() []guardgrpc.Option { return []guardgrpc.Option{get, guardgrpc.WithLogger(nil)} }, "WithLogger(nil)"},
 		{"key func and metadata", g, func() []guardgrpc.Option {
 			return []guardgrpc.Option{get, guardgrpc.WithKeyFunc(keyFunc), guardgrpc.WithMetadata("x-tenant")}
 		}, "WithKeyFunc"},

@@ -3,6 +3,7 @@ package guardgrpc
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -34,6 +35,8 @@ type options struct {
 	unkeyedForwarding bool
 	rules             map[string]mdRule // the keys named above, by check
 	bypassHook        func(context.Context, BypassInfo)
+	unmatchedHook     func(context.Context, UnmatchedMethod)
+	logger            *slog.Logger
 	callOpts          []guard.CallOption
 }
 
@@ -252,6 +255,34 @@ func WithBypassHook(f func(ctx context.Context, info BypassInfo)) Option {
 		misuse("WithBypassHook(nil)")
 	}
 	return func(o *options) { o.bypassHook = f }
+}
+
+// WithUnmatchedHook calls f, once per method, when a method listed with
+// WithMethods looks like a name no call will ever match: a call arrives
+// for the same service and method in another package
+// ("/catalog.v1.Catalog/GetProduct" for a listed
+// "/catalog.Catalog/GetProduct"), or 1,000 calls of methods not listed
+// went through while no call matched it. Nothing is cached for such a
+// method. f runs on the goroutine of the call that revealed it, so it must
+// be quick. CheckMethods finds such names before a server starts. It
+// panics on a nil f.
+func WithUnmatchedHook(f func(ctx context.Context, m UnmatchedMethod)) Option {
+	if f == nil {
+		misuse("WithUnmatchedHook(nil)")
+	}
+	return func(o *options) { o.unmatchedHook = f }
+}
+
+// WithLogger logs to l, at warn, what shows the interceptor misconfigured
+// while it runs: a method listed with WithMethods that no call matches
+// (once per method, as WithUnmatchedHook reports it), with its name, the
+// method probably meant and the count of other calls. Like guard.LogHooks
+// it logs no key and no request. It panics on a nil l.
+func WithLogger(l *slog.Logger) Option {
+	if l == nil {
+		misuse("WithLogger(nil)")
+	}
+	return func(o *options) { o.logger = l }
 }
 
 // WithKeyFunc replaces the default key (see the package doc). It panics

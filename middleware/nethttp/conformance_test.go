@@ -14,21 +14,7 @@ import (
 var adapter = conformance.Adapter{
 	Name: "nethttp",
 	New: func(g *guard.Group, cfg conformance.Config, origin http.Handler) http.Handler {
-		return guardhttp.Middleware(g, guardhttp.Config{
-			KeyHeaders:           cfg.KeyHeaders,
-			MaxBodyBytes:         cfg.MaxBodyBytes,
-			Statuses:             cfg.Statuses,
-			HonorClientNoCache:   cfg.HonorClientNoCache,
-			UpstreamWindows:      cfg.UpstreamWindows,
-			RequireFreshness:     cfg.RequireFreshness,
-			UnkeyedForwarding:    cfg.UnkeyedForwarding,
-			PassFor:              cfg.PassFor,
-			NotStored:            cfg.NotStored,
-			TargetedCacheControl: cfg.TargetedCacheControl,
-			HeuristicFreshness:   cfg.HeuristicFreshness,
-			StoreSetCookie:       cfg.StoreSetCookie,
-			KeyHost:              cfg.KeyHost,
-		})(origin)
+		return guardhttp.Middleware(g, cfg)(origin)
 	},
 }
 

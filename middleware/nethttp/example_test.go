@@ -76,3 +76,47 @@ func ExampleConfig_forwarding() {
 	// stampede; fwd=miss; stored | <script src="https://shop.example/app.js">
 	// stampede; hit | <script src="https://shop.example/app.js">
 }
+
+// The middleware wraps a whole mux; Skipper leaves out the routes each
+// instance answers for itself (metrics, health and readiness probes),
+// which must never be shared across the fleet. They reach the handler
+// untouched, without Cache-Status.
+func ExampleConfig_skipper() {
+	mr, _ := miniredis.Run()
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	g, err := guard.New(rdb, guard.Options{})
+	if err != nil {
+		panic(err)
+	}
+	defer g.Close()
+
+	scrapes := 0
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		scrapes++
+		fmt.Fprintf(w, "scrapes %d\n", scrapes)
+	})
+	mux.HandleFunc("GET /price", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "42 EUR") })
+	h := guardhttp.Middleware(g, guardhttp.Config{
+		Skipper: func(r *http.Request) bool {
+			switch r.URL.Path {
+			case "/metrics", "/healthz", "/readyz":
+				return true
+			}
+			return false
+		},
+	})(mux)
+
+	for _, path := range []string{"/metrics", "/metrics", "/price", "/price"} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		fmt.Printf("%s: %q | %s", path, rec.Header().Get("Cache-Status"), rec.Body)
+	}
+	// Output:
+	// /metrics: "" | scrapes 1
+	// /metrics: "" | scrapes 2
+	// /price: "stampede; fwd=miss; stored" | 42 EUR
+	// /price: "stampede; hit" | 42 EUR
+}

@@ -10,32 +10,37 @@ package conformance
 
 import (
 	"net/http"
-	"time"
+	"reflect"
 
 	"github.com/stampede-go/stampede/guard"
+	"github.com/stampede-go/stampede/middleware/httpcache"
 )
 
-// Config is the adapter-neutral subset of the adapters' Config structs that
-// the tables set. Each Adapter maps it onto its own Config type.
-type Config struct {
-	KeyHeaders         []string
-	MaxBodyBytes       int
-	Statuses           []int
-	HonorClientNoCache bool
-	UpstreamWindows    bool
-	RequireFreshness   bool
-	// UnkeyedForwarding leaves the forwarding headers out of the key (the
-	// adapters' Config field of the same name).
-	UnkeyedForwarding bool
-	// PassFor, NotStored, TargetedCacheControl, HeuristicFreshness,
-	// StoreSetCookie and KeyHost are the adapters' fields of the same
-	// names.
-	PassFor              time.Duration
-	NotStored            func(r *http.Request, why string)
-	TargetedCacheControl []string
-	HeuristicFreshness   bool
-	StoreSetCookie       bool
-	KeyHost              string
+// Config is the Config of guardhttp, which the tables set. Each Adapter
+// maps it onto its framework's with Settings.
+type Config = httpcache.Config[*http.Request]
+
+// Settings returns cfg as the Config of the framework whose request is C:
+// the same settings, with Skipper and KeyFunc called on the *http.Request
+// that req reads from the framework's. The fields are copied by name, so a
+// setting added to httpcache.Config needs no change here.
+func Settings[C any](cfg Config, req func(C) *http.Request) httpcache.Config[C] {
+	var out httpcache.Config[C]
+	src, dst := reflect.ValueOf(cfg), reflect.ValueOf(&out).Elem()
+	for i := range src.NumField() {
+		switch name := src.Type().Field(i).Name; name {
+		case "Skipper", "KeyFunc":
+		default:
+			dst.FieldByName(name).Set(src.Field(i))
+		}
+	}
+	if f := cfg.Skipper; f != nil {
+		out.Skipper = func(c C) bool { return f(req(c)) }
+	}
+	if f := cfg.KeyFunc; f != nil {
+		out.KeyFunc = func(c C) string { return f(req(c)) }
+	}
+	return out
 }
 
 // Adapter puts one framework's middleware in front of an origin.

@@ -311,3 +311,62 @@ func invalidationSpellings(t *testing.T, a Adapter, top topology) {
 		})
 	}
 }
+
+// invalidationKeyHost: a load balancer that rewrites Host to each
+// backend's address reaches server A as 10.0.0.1:8080 and server B as
+// 10.0.0.2:8080. Without Config.KeyHost each Host keys the URL apart, so a
+// PUT through A drops A's entry only, and B goes on serving the old
+// response until it expires; with KeyHost both share one entry, which the
+// PUT drops.
+func invalidationKeyHost(t *testing.T, a Adapter, top topology) {
+	for _, c := range []struct {
+		keyHost     string
+		want, cache string // B's answer after the PUT through A
+	}{
+		{"", "v0", "stampede; hit"},
+		{"shop.example", "v1", "stampede; fwd=miss; stored"},
+	} {
+		t.Run(fmt.Sprintf("KeyHost %q", c.keyHost), func(t *testing.T) {
+			noLeaks(t)
+			var version atomic.Int64
+			origin := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == http.MethodPut {
+					version.Add(1)
+					w.WriteHeader(http.StatusNoContent)
+					return
+				}
+				fmt.Fprintf(w, "v%d", version.Load())
+			})
+			ns := redistest.Key(t) + ":"
+			type backend struct{ url, host string }
+			var servers []backend
+			for _, host := range []string{"10.0.0.1:8080", "10.0.0.2:8080"} {
+				g := NewGroup(t, top.client(t), guard.Options{Namespace: ns})
+				servers = append(servers, backend{quietServer(t, a.New(g, Config{KeyHost: c.keyHost}, origin)).URL, host})
+			}
+			do := func(to backend, method string) (status int, body, cacheStatus string) {
+				req, _ := http.NewRequest(method, to.url+"/users/42", nil)
+				req.Host = to.host
+				resp, err := client.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				b, _ := io.ReadAll(resp.Body)
+				return resp.StatusCode, string(b), resp.Header.Get("Cache-Status")
+			}
+			A, B := servers[0], servers[1]
+			for _, b := range []backend{A, B, B} {
+				if _, body, _ := do(b, http.MethodGet); body != "v0" {
+					t.Fatalf("GET before the PUT: %q, want v0", body)
+				}
+			}
+			if st, _, _ := do(A, http.MethodPut); st != http.StatusNoContent {
+				t.Fatalf("PUT through A: %d, want 204", st)
+			}
+			if _, body, cs := do(B, http.MethodGet); body != c.want || cs != c.cache {
+				t.Errorf("GET through B after the PUT through A: %q (Cache-Status %q), want %q (%q)", body, cs, c.want, c.cache)
+			}
+		})
+	}
+}

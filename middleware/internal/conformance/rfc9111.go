@@ -59,6 +59,7 @@ func RFC9111(t *testing.T, a Adapter) {
 		t.Run(top.name+"/invalidation, three servers", func(t *testing.T) { invalidationAcrossServers(t, a, top) })
 		t.Run(top.name+"/invalidation, spellings", func(t *testing.T) { invalidationSpellings(t, a, top) })
 		t.Run(top.name+"/invalidation, read your writes", func(t *testing.T) { invalidationReadYourWrites(t, a, top) })
+		t.Run(top.name+"/invalidation, KeyHost", func(t *testing.T) { invalidationKeyHost(t, a, top) })
 	}
 	t.Logf("rfc9111: %d rows, %d sections, on %d topologies", len(rows), len(sections), len(topologies))
 }

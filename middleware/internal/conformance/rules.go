@@ -36,6 +36,7 @@ func Rules(t *testing.T, a Adapter) {
 			t.Run("panic on unkeyed input", func(t *testing.T) { panicOnUnkeyedInput(t, a, top) })
 			t.Run("interim responses", func(t *testing.T) { interimResponses(t, a, top) })
 			t.Run("KeyHost", func(t *testing.T) { keyHost(t, a, top) })
+			t.Run("Skipper", func(t *testing.T) { skipper(t, a, top) })
 		})
 	}
 	t.Run("stale", func(t *testing.T) { stale(t, a) })

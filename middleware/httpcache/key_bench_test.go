@@ -26,7 +26,7 @@ func BenchmarkDeriveKey(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				_ = DeriveKey(bc.r, headers)
+				_ = defaultKey(bc.r, headers)
 			}
 		})
 	}

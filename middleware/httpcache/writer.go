@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/stampede-go/stampede/internal/cachestatus"
+	"github.com/stampede-go/stampede/middleware/cachestatus"
 )
 
 // capture is the ResponseWriter of a load: it buffers the response up to

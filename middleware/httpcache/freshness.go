@@ -203,7 +203,7 @@ type freshness struct {
 // (RFC 9213: CDN-Cache-Control...) with a valid, non-empty value, and then
 // targeted is true (Cache-Control and Expires are then ignored); else
 // Cache-Control's.
-func (e *Engine) responseCC(h http.Header) (cc cacheControl, targeted bool) {
+func (e *engine) responseCC(h http.Header) (cc cacheControl, targeted bool) {
 	for _, name := range e.targets {
 		if vals := h[name]; len(vals) > 0 {
 			if cc, ok := parseTargeted(vals); ok {
@@ -351,7 +351,7 @@ func (p placement) windows() guard.Windows {
 // UpstreamWindows or RequireFreshness the Group's windows apply; with
 // them the response's own (§4.2), and with RequireFreshness a response
 // that states no freshness is not stored.
-func (e *Engine) place(f freshness) placement {
+func (e *engine) place(f freshness) placement {
 	if !e.upstream && !e.strict {
 		return placement{}
 	}
@@ -400,7 +400,7 @@ func (e *Engine) place(f freshness) placement {
 
 // revalidateEachUse places a no-cache response: stored, but never served
 // without revalidation; useless (not stored) without a validator.
-func (e *Engine) revalidateEachUse(f freshness, lifetime time.Duration) placement {
+func (e *engine) revalidateEachUse(f freshness, lifetime time.Duration) placement {
 	if !f.validator {
 		return placement{reason: "no-cache without a validator"}
 	}

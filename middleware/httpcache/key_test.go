@@ -75,7 +75,7 @@ func FuzzKey(f *testing.F) {
 		if bytes.Equal(in1, in2) != same {
 			t.Fatalf("encodings equal %v, fields equal %v:\n%q %q\n%q %q", !same, same, h1, t1, h2, t2)
 		}
-		if (DeriveKey(r1, headers) == DeriveKey(r2, headers)) != same {
+		if (defaultKey(r1, headers) == defaultKey(r2, headers)) != same {
 			t.Fatalf("keys disagree with fields for %q %q / %q %q", h1, t1, h2, t2)
 		}
 		// Reversing the parameters of distinct names keeps the key.
@@ -95,7 +95,7 @@ func FuzzKey(f *testing.F) {
 				slices.Reverse(segs)
 				r3 := request(h1, t1, s1, l1)
 				r3.URL.RawQuery = strings.Join(segs, "&")
-				if DeriveKey(r1, headers) != DeriveKey(r3, headers) {
+				if defaultKey(r1, headers) != defaultKey(r3, headers) {
 					t.Fatalf("query %q and %q have different keys", q, r3.URL.RawQuery)
 				}
 			}
@@ -104,7 +104,7 @@ func FuzzKey(f *testing.F) {
 }
 
 func TestKeyFormat(t *testing.T) {
-	k := DeriveKey(request("a", "/a", false, ""), nil)
+	k := defaultKey(request("a", "/a", false, ""), nil)
 	tag, ok := hashtag.Tag(k)
 	if !ok || len(tag) != 22 || !strings.HasPrefix(k, "{"+tag+"}"+keyVersion) || len(k) != 2+22+3+43 {
 		t.Fatalf("key %q: want {22 base64 characters}%s and 43 base64 characters", k, keyVersion)
@@ -114,17 +114,17 @@ func TestKeyFormat(t *testing.T) {
 	lang.Header.Set("Accept-Language", "de")
 	fwd := request("a", "/a", false, "")
 	fwd.Header.Set("X-Forwarded-Host", "b")
-	for _, other := range []string{DeriveKey(lang, []string{"Accept-Language"}), DeriveKey(fwd, nil)} {
+	for _, other := range []string{defaultKey(lang, []string{"Accept-Language"}), defaultKey(fwd, nil)} {
 		if t2, _ := hashtag.Tag(other); other == k || t2 != tag {
 			t.Errorf("key %q of the same URL: want another key under tag %q", other, tag)
 		}
 	}
-	if t3, _ := hashtag.Tag(DeriveKey(request("a", "/b", false, ""), nil)); t3 == tag {
+	if t3, _ := hashtag.Tag(defaultKey(request("a", "/b", false, ""), nil)); t3 == tag {
 		t.Error("two URLs under one tag")
 	}
 	head := request("a", "/a", false, "")
 	head.Method = http.MethodHead
-	if DeriveKey(head, nil) != k {
+	if defaultKey(head, nil) != k {
 		t.Fatal("HEAD and GET keys differ")
 	}
 }
@@ -160,12 +160,12 @@ func TestDeriveKeyFields(t *testing.T) {
 		{"client address", func(r *http.Request) { r.Header.Set("X-Forwarded-For", "192.0.2.1") }, true},
 		{"Forwarded client address", func(r *http.Request) { r.Header.Set("Forwarded", "for=192.0.2.1") }, false},
 	}
-	want := DeriveKey(base(), headers)
+	want := defaultKey(base(), headers)
 	for _, row := range rows {
 		t.Run(row.name, func(t *testing.T) {
 			r := base()
 			row.edit(r)
-			if got := DeriveKey(r, headers); (got == want) != row.same {
+			if got := defaultKey(r, headers); (got == want) != row.same {
 				t.Errorf("same key %v, want %v", got == want, row.same)
 			}
 		})
@@ -174,7 +174,7 @@ func TestDeriveKeyFields(t *testing.T) {
 		t.Run("forwarding/"+name, func(t *testing.T) {
 			r := base()
 			r.Header.Set(name, "evil.example")
-			if DeriveKey(r, headers) == want {
+			if defaultKey(r, headers) == want {
 				t.Errorf("%s is not keyed", name)
 			}
 			if deriveKey(r, r.Host, headers, false) != deriveKey(base(), base().Host, headers, false) {
@@ -186,7 +186,7 @@ func TestDeriveKeyFields(t *testing.T) {
 		a := request("ab", "/c", false, "")
 		b := request("a", "/bc", false, "")
 		b.URL.Path = "b/c" // host "a" + path "b/c" concatenates like "ab" + "/c"
-		if DeriveKey(a, nil) == DeriveKey(b, nil) {
+		if defaultKey(a, nil) == defaultKey(b, nil) {
 			t.Error("host and path run together")
 		}
 	})

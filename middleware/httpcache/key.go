@@ -23,12 +23,12 @@ const keyVersion = "h5:"
 // a derived key.
 const userKeyPrefix = "hu:"
 
-// DeriveKey returns the guard key of r with the default rules: the scheme,
+// defaultKey returns the guard key of r with the default rules: the scheme,
 // Host, method (HEAD counts as GET), request target, canonical query, the
 // values of headers (canonical names, sorted, no duplicates) and of the
 // forwarding headers ([ForwardingHeaders]), each length-prefixed, hashed
 // with SHA-256, under the hash tag of r's URL (see urlTag).
-func DeriveKey(r *http.Request, headers []string) string {
+func defaultKey(r *http.Request, headers []string) string {
 	return deriveKey(r, r.Host, headers, true)
 }
 
@@ -39,7 +39,7 @@ const (
 	keyLen = 1 + tagLen + 1 + len(keyVersion) + 43
 )
 
-// deriveKey is DeriveKey with the host keyed (r.Host, or Config.KeyHost)
+// deriveKey is defaultKey with the host keyed (r.Host, or Config.KeyHost)
 // and the forwarding headers keyed or not.
 func deriveKey(r *http.Request, host string, headers []string, forwarding bool) string {
 	var stack [512]byte
@@ -156,7 +156,7 @@ func canonicalHost(scheme, host string) string {
 	return strings.ToLower(host) // no copy when already lower case
 }
 
-// appendKeyInput appends the unambiguous encoding hashed by DeriveKey:
+// appendKeyInput appends the unambiguous encoding hashed by defaultKey:
 // every string is preceded by its length and every list by its count, so
 // two different requests never encode alike.
 //

@@ -7,7 +7,7 @@ import (
 // TestMethodOverrideBypasses: a GET asking to be another method is not
 // shared.
 func TestMethodOverrideBypasses(t *testing.T) {
-	e := &Engine{}
+	e := &engine{}
 	for _, name := range methodOverrideHeaders {
 		r := request("a.example", "/p", false, "")
 		r.Header.Set(name, "DELETE")

@@ -1,7 +1,13 @@
-// Package cachestatus is the one vocabulary of the Cache-Status field (RFC
-// 9211) that stampede's HTTP and gRPC adapters send: an HTTP response
-// header, a gRPC response metadata entry. The cache is named "stampede";
-// the value never carries the key.
+// Package cachestatus is the vocabulary of the Cache-Status field (RFC
+// 9211) that stampede's middleware sends: the response header of the HTTP
+// adapters (guardhttp, guardecho, guardgin) and the "cache-status"
+// response metadata of the gRPC interceptors. Each value says how one
+// request was answered; the cache is named "stampede", and a value never
+// carries the key.
+//
+// Tests, dashboards and log pipelines compare a response's Cache-Status
+// with these constants; an adapter of your own sends them, through Of for
+// a guard answer.
 package cachestatus
 
 import "github.com/stampede-go/stampede/guard"

@@ -77,7 +77,7 @@ func TestForwardedKey(t *testing.T) {
 	key := func(vals ...string) string {
 		r := request("a.example", "/p", false, "")
 		r.Header["Forwarded"] = vals
-		return DeriveKey(r, nil)
+		return defaultKey(r, nil)
 	}
 	rows := []struct {
 		name string
@@ -139,7 +139,7 @@ func TestVaryOnForwarding(t *testing.T) {
 		{"X-Forwarded-For", true, nil, true},
 	}
 	for _, row := range rows {
-		e := &Engine{forwarding: row.forwarding, keyHeaders: canonicalHeaders(row.keyHeaders)}
+		e := &engine{forwarding: row.forwarding, keyHeaders: canonicalHeaders(row.keyHeaders)}
 		e.statuses[200] = true
 		if !e.shareable(200, http.Header{"Vary": {row.vary}}) {
 			t.Errorf("Vary: %s: not shareable", row.vary)

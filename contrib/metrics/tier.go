@@ -1,10 +1,16 @@
-package labels
+package metrics
 
-import "sync"
+import (
+	"slices"
+	"sync"
+)
 
-// TierStates are the values of the in-process tier's state-set metric:
-// "on", then every why guard.Hooks.LocalTier gives for a tier that is off.
-var TierStates = []string{"on", "disabled", "unsupported", "connecting", "lost", "refused", "closed"}
+// TierStates returns the values of the in-process tier's state-set
+// metric: "on", then every why guard.Hooks.LocalTier gives for a tier
+// that is off.
+func TierStates() []string { return slices.Clone(tierStates) }
+
+var tierStates = []string{"on", "disabled", "unsupported", "connecting", "lost", "refused", "closed"}
 
 // TierState is the state a guard.Hooks.LocalTier call reports: "on", or
 // why the tier is off ("off" if the guard gave no reason).

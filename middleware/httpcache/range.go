@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/stampede-go/stampede/internal/cachestatus"
+	"github.com/stampede-go/stampede/middleware/cachestatus"
 )
 
 // Range requests (RFC 9110 §14). A GET with Range is answered from a
@@ -19,7 +19,7 @@ import (
 // those rules. With nothing stored, the request goes to the handler as it
 // is, and its answer, partial, is never stored: a cache stores only
 // complete responses (§3.3), and a range request does not fill the entry.
-func (e *Engine) serveRange(w http.ResponseWriter, r *http.Request, key string, direct func() error, h Handler) error {
+func (e *engine) serveRange(w http.ResponseWriter, r *http.Request, key string, direct func() error, h Handler) error {
 	sr, res, ok := e.stored(r, key)
 	if !ok || sr.status != http.StatusOK {
 		w.Header().Set("Cache-Status", cachestatus.Bypass+`; detail="range"`)

@@ -1,4 +1,4 @@
-package labels
+package metrics
 
 import (
 	"fmt"
@@ -54,12 +54,12 @@ func TestStateSet(t *testing.T) {
 
 // Whatever the interleaving of Set and Each, one state is at 1.
 func TestStateSetOneCurrent(t *testing.T) {
-	s := StateSet{Known: TierStates}
+	s := StateSet{Known: TierStates()}
 	s.Set("connecting")
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for i := range 2000 {
-			s.Set(TierStates[i%len(TierStates)])
+			s.Set(tierStates[i%len(tierStates)])
 		}
 	})
 	for range 2000 {

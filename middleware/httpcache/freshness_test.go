@@ -14,12 +14,12 @@ func TestPlace(t *testing.T) {
 	const s = time.Second
 	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
 	date := now.Format(http.TimeFormat)
-	upstream := &Engine{upstream: true}
-	strict := &Engine{upstream: true, strict: true}
-	zero := &Engine{}
+	upstream := &engine{upstream: true}
+	strict := &engine{upstream: true, strict: true}
+	zero := &engine{}
 	rows := []struct {
 		name string
-		e    *Engine
+		e    *engine
 		h    http.Header
 		want placement
 	}{

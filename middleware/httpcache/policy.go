@@ -7,7 +7,7 @@ import (
 )
 
 // Why a request is not served through the guard; "" when it is.
-func (e *Engine) bypass(r *http.Request) string {
+func (e *engine) bypass(r *http.Request) string {
 	h := r.Header
 	switch {
 	case r.Method != http.MethodGet && r.Method != http.MethodHead:
@@ -44,7 +44,7 @@ func clientNoCache(h http.Header) bool {
 // the origin itself marked it storable (RFC 9111 §3), a 5xx included; it
 // is never inferred. A partial response (206) is never stored, nor is a
 // 304 (a revalidation merges it).
-func (e *Engine) shareable(status int, h http.Header) bool {
+func (e *engine) shareable(status int, h http.Header) bool {
 	if status < 200 || status > 599 || status == http.StatusPartialContent || status == http.StatusNotModified {
 		return false
 	}
@@ -75,7 +75,7 @@ func (e *Engine) shareable(status int, h http.Header) bool {
 // header name, so that a response may vary on it. Forwarded is keyed
 // without its for= pairs: a response varying on it is not shared unless
 // KeyHeaders lists it.
-func (e *Engine) keyed(name string) bool {
+func (e *engine) keyed(name string) bool {
 	if slices.Contains(e.keyHeaders, name) {
 		return true
 	}

@@ -47,13 +47,11 @@ var forwardingHeaders = []string{
 // GET, and a handler that honours it must not have its answer stored.
 var methodOverrideHeaders = []string{"X-Http-Method", "X-Http-Method-Override", "X-Method-Override"}
 
-// ForwardingHeaders returns the forwarding and override headers keyed by
-// default, canonical names, sorted.
+// ForwardingHeaders returns the forwarding and override headers keyed
+// unless Config.UnkeyedForwarding, canonical names, sorted: the headers
+// through which a proxy (or a client posing as one) names the host,
+// scheme, port, prefix or URL asked for.
 func ForwardingHeaders() []string { return append([]string(nil), forwardingHeaders...) }
-
-// MethodOverrideHeaders returns the headers whose presence on a GET or
-// HEAD sends it past the cache.
-func MethodOverrideHeaders() []string { return append([]string(nil), methodOverrideHeaders...) }
 
 // forwardingIndex maps each forwarding header to its place in the list.
 var forwardingIndex = func() map[string]int {

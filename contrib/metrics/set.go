@@ -1,8 +1,4 @@
-// Package labels holds what the metrics adapters in contrib/ share: a
-// bounded, lock-free set of series keyed by a label value, and label-value
-// cleaning. The adapters are modules of their own; this package is internal
-// to the stampede tree, so they may import it and nobody else can.
-package labels
+package metrics
 
 import (
 	"strings"
@@ -11,22 +7,21 @@ import (
 	"unicode/utf8"
 )
 
-// Set maps label values to their pre-bound series. Reads are one atomic
+// set maps label values to their pre-bound series. Reads are one atomic
 // load and one map lookup: the map is copied on write, and writes stop
-// after Max distinct labels (later labels share the series of Other), so a
-// hook never takes a lock or allocates once its label has been seen.
-type Set[S any] struct {
-	Max   int                   // distinct labels kept; then Other
-	Bind  func(label string) *S // makes the series of a new label
-	Other string                // the label of events past Max
+// after max distinct labels (later labels share the series of OtherKey),
+// so a hook never takes a lock or allocates once its label has been seen.
+type set[S any] struct {
+	max  int                   // distinct labels kept; then OtherKey
+	bind func(label string) *S // makes the series of a new label
 
 	m     atomic.Pointer[map[string]*S]
 	other atomic.Pointer[S] // set once the map is full
 	mu    sync.Mutex        // serializes writers
 }
 
-// Get returns the series of label, binding it on first use.
-func (ss *Set[S]) Get(label string) *S {
+// get returns the series of label, binding it on first use.
+func (ss *set[S]) get(label string) *S {
 	if m := ss.m.Load(); m != nil {
 		if s, ok := (*m)[label]; ok {
 			return s
@@ -43,10 +38,10 @@ func (ss *Set[S]) Get(label string) *S {
 		if s, ok := (*old)[label]; ok {
 			return s
 		}
-		if n = len(*old); n >= ss.Max {
+		if n = len(*old); n >= ss.max {
 			o := ss.other.Load()
 			if o == nil {
-				o = ss.Bind(ss.Other)
+				o = ss.bind(OtherKey)
 				ss.other.Store(o)
 			}
 			return o
@@ -58,7 +53,7 @@ func (ss *Set[S]) Get(label string) *S {
 			next[k] = v
 		}
 	}
-	s := ss.Bind(Valid(label))
+	s := ss.bind(Valid(label))
 	next[label] = s
 	ss.m.Store(&next)
 	return s
@@ -67,7 +62,8 @@ func (ss *Set[S]) Get(label string) *S {
 // Valid returns s as valid UTF-8, invalid bytes replaced by U+FFFD: the
 // Prometheus client panics on invalid label values, and OTLP fails the
 // export of a whole batch over one; a hook must never do either because of
-// a request's path.
+// a request's path. The adapters pass every label value they did not
+// choose themselves through it.
 func Valid(s string) string {
 	if utf8.ValidString(s) {
 		return s

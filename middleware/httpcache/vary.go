@@ -88,7 +88,7 @@ func decodeRecord(b []byte) (varyRecord, error) {
 // varyNames returns the request headers a response varies on that the key
 // does not hold: canonical, sorted, distinct. star reports Vary: * (or
 // more names than a record holds): such a response is never shared.
-func (e *Engine) varyNames(h http.Header) (names []string, star bool) {
+func (e *engine) varyNames(h http.Header) (names []string, star bool) {
 	for _, v := range h["Vary"] {
 		for f := range strings.SplitSeq(v, ",") {
 			f = strings.TrimSpace(f)

@@ -2,7 +2,6 @@ package httpcache
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -10,60 +9,19 @@ import (
 	"time"
 
 	"github.com/stampede-go/stampede/guard"
-	"github.com/stampede-go/stampede/internal/cachestatus"
+	"github.com/stampede-go/stampede/middleware/cachestatus"
 )
 
-// Options configure an Engine; the framework packages document each field
-// on their own Config.
-type Options struct {
-	KeyHeaders         []string
-	KeyFunc            func(*http.Request) string
-	MaxBodyBytes       int
-	Statuses           []int
-	HonorClientNoCache bool
-	UpstreamWindows    bool
-	RequireFreshness   bool
-	UnkeyedForwarding  bool
-	// PassFor is how long a URL whose response was not shareable is
-	// marked pass (hit-for-pass): its requests run their own handler at
-	// once, with no flight to wait for, until one response is stored.
-	// 0 means DefaultPassFor; a negative value marks nothing (requests
-	// that were waiting then take turns at the handler).
-	PassFor time.Duration
-	// NotStored, if set, is called when a response that was complete and
-	// not a failure is not stored, with why.
-	NotStored func(r *http.Request, why string)
-	// TargetedCacheControl lists the targeted fields (RFC 9213) that rule
-	// this cache, first present first: nil means CDN-Cache-Control with
-	// UpstreamWindows and none without; an empty list, none.
-	TargetedCacheControl []string
-	// HeuristicFreshness lets UpstreamWindows give a response without
-	// explicit freshness a tenth of the time since its Last-Modified, at
-	// most a day (RFC 9111 §4.2.2); never with RequireFreshness.
-	HeuristicFreshness bool
-	// StoreSetCookie stores and shares responses that carry Set-Cookie,
-	// the cookie with them.
-	StoreSetCookie bool
-	// KeyHost, when set, is keyed instead of each request's Host.
-	KeyHost string
-}
-
-// DefaultPassFor is how long a URL is marked pass by default.
-const DefaultPassFor = 5 * time.Second
-
-// DefaultMaxBodyBytes is the largest body stored by default.
-const DefaultMaxBodyBytes = 1 << 20
-
-// DefaultStatuses are the statuses shared by default: RFC 9110's
-// heuristically cacheable ones, without 206 and 501.
-var DefaultStatuses = []int{200, 203, 204, 300, 301, 308, 404, 405, 410, 414}
-
-// Engine serves requests through a guard.Group. It is safe for concurrent
-// use.
-type Engine struct {
+// engine is the cache behind Engine, shared by every framework: it serves
+// one request through the guard (this file), decides what is shared
+// (policy.go), captures the handler's response (writer.go, call.go),
+// stores and serves it (response.go, freshness.go, vary.go, range.go,
+// conditional.go, revalidate.go) and invalidates (invalidate.go). It is
+// safe for concurrent use.
+type engine struct {
 	g            *guard.Group
 	keyHeaders   []string
-	keyFunc      func(*http.Request) string
+	reqKey       func(*http.Request) string // net/http's Config.KeyFunc, for invalidation
 	maxBody      int
 	statuses     [600]bool
 	honorClient  bool
@@ -78,130 +36,55 @@ type Engine struct {
 	keyHost      string
 }
 
-// New returns an Engine for g, or an error for a nil g or Options out of
-// range (each adapter panics with it, under its own name: a programming
-// error at construction).
-func New(g *guard.Group, o Options) (*Engine, error) {
-	if err := o.check(g); err != nil {
-		return nil, err
-	}
-	e := &Engine{
+// newEngine returns the engine of cfg, its defaults filled in: the one
+// place they are.
+func newEngine[C any](g *guard.Group, cfg *Config[C]) *engine {
+	e := &engine{
 		g:           g,
-		keyHeaders:  canonicalHeaders(o.KeyHeaders),
-		keyFunc:     o.KeyFunc,
-		maxBody:     o.MaxBodyBytes,
-		honorClient: o.HonorClientNoCache,
-		forwarding:  !o.UnkeyedForwarding,
+		keyHeaders:  canonicalHeaders(cfg.KeyHeaders),
+		maxBody:     cfg.MaxBodyBytes,
+		honorClient: cfg.HonorClientNoCache,
+		forwarding:  !cfg.UnkeyedForwarding,
 	}
+	// Only a net/http KeyFunc can be called on a request the engine makes.
+	e.reqKey, _ = any(cfg.KeyFunc).(func(*http.Request) string)
 	if e.maxBody <= 0 {
-		e.maxBody = DefaultMaxBodyBytes
+		e.maxBody = defaultMaxBodyBytes
 	}
-	st := o.Statuses
+	st := cfg.Statuses
 	if len(st) == 0 {
-		st = DefaultStatuses
+		st = defaultStatuses
 	}
 	for _, s := range st {
-		// A 304 answers a conditional request: it is never a stored
-		// response (revalidation merges it into one).
-		if s >= 200 && s < 500 && s != http.StatusPartialContent && s != http.StatusNotModified {
+		if statusShareable(s) {
 			e.statuses[s] = true
 		}
 	}
-	e.upstream, e.strict = o.UpstreamWindows, o.RequireFreshness
-	e.heuristic, e.storeCookies, e.keyHost = o.HeuristicFreshness, o.StoreSetCookie, o.KeyHost
+	e.upstream, e.strict = cfg.UpstreamWindows, cfg.RequireFreshness
+	e.heuristic, e.storeCookies, e.keyHost = cfg.HeuristicFreshness, cfg.StoreSetCookie, cfg.KeyHost
 	switch {
-	case o.TargetedCacheControl != nil:
+	case cfg.TargetedCacheControl != nil:
 		// In the order given: the first present rules.
-		for _, n := range o.TargetedCacheControl {
+		for _, n := range cfg.TargetedCacheControl {
 			if n = http.CanonicalHeaderKey(strings.TrimSpace(n)); n != "" && !slices.Contains(e.targets, n) {
 				e.targets = append(e.targets, n)
 			}
 		}
-	case o.UpstreamWindows:
+	case cfg.UpstreamWindows:
 		e.targets = []string{"Cdn-Cache-Control"}
 	}
-	switch e.passFor, e.notStored = o.PassFor, o.NotStored; {
+	switch e.passFor, e.notStored = cfg.PassFor, cfg.NotStored; {
 	case e.passFor == 0:
-		e.passFor = DefaultPassFor
+		e.passFor = defaultPassFor
 	case e.passFor < 0:
 		e.passFor = 0
 	}
-	return e, nil
+	return e
 }
 
-// check reports the first setting of o that cannot work with g.
-func (o Options) check(g *guard.Group) error {
-	if g == nil {
-		return errors.New("nil *guard.Group")
-	}
-	switch max := g.Options().MaxValueBytes; {
-	case o.MaxBodyBytes < 0:
-		return fmt.Errorf("negative MaxBodyBytes %d", o.MaxBodyBytes)
-	case o.MaxBodyBytes > max:
-		return fmt.Errorf("MaxBodyBytes %d is above the Group's MaxValueBytes %d: such a body could never be stored", o.MaxBodyBytes, max)
-	}
-	for _, s := range o.Statuses {
-		if s < 200 || s > 499 || s == http.StatusPartialContent || s == http.StatusNotModified {
-			return fmt.Errorf("the Statuses setting holds %d: a 1xx, 206, 304 or 5xx is never shared by its status (a 5xx the origin marks fresh is, with UpstreamWindows)", s)
-		}
-	}
-	for _, list := range []struct {
-		name  string
-		names []string
-	}{{"KeyHeaders", o.KeyHeaders}, {"TargetedCacheControl", o.TargetedCacheControl}} {
-		for _, n := range list.names {
-			if !validName([]byte(strings.TrimSpace(n))) {
-				return fmt.Errorf("%s holds %q, not a header field name", list.name, n)
-			}
-		}
-	}
-	if strings.ContainsFunc(o.KeyHost, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
-		return fmt.Errorf("KeyHost %q holds a space or a control character", o.KeyHost)
-	}
-	return nil
-}
-
-// Handler runs the downstream handler, writing to w, for r.
-type Handler func(w http.ResponseWriter, r *http.Request) error
-
-// StatusError is returned by Serve when the engine, not the handler,
-// decides the answer: the adapter renders Code its framework's way.
-type StatusError struct {
-	Code int
-	Err  error
-}
-
-func (e *StatusError) Error() string {
-	return fmt.Sprintf("httpcache: %d %s: %v", e.Code, http.StatusText(e.Code), e.Err)
-}
-
-func (e *StatusError) Unwrap() error { return e.Err }
-
-// Serve answers r on w. direct runs the handler for this request on w as it
-// is (for requests that are not shared); nil means h(w, r). h runs the handler on a detached
-// copy of r and a capturing writer, possibly in another goroutine and after
-// Serve returned, so it must not touch anything of this request but its
-// arguments. Serve returns the error of a handler run for this request, or
-// a *StatusError; a handler panic with http.ErrAbortHandler is re-panicked.
-func (e *Engine) Serve(w http.ResponseWriter, r *http.Request, direct func() error, h Handler) error {
-	if e.bypass(r) != "" {
-		w.Header().Set("Cache-Status", cachestatus.Bypass)
-		return runDirect(direct, h, w, r)
-	}
-	if e.keyFunc != nil {
-		return e.ServeKey(w, r, e.keyFunc(r), direct, h)
-	}
-	return e.serve(w, r, deriveKey(r, e.host(r), e.keyHeaders, e.forwarding), direct, h, true)
-}
-
-// ServeKey is Serve with the key of a custom key func (for adapters whose
-// key funcs take their framework's context); "" means not shared.
-func (e *Engine) ServeKey(w http.ResponseWriter, r *http.Request, key string, direct func() error, h Handler) error {
-	if key == "" || e.bypass(r) != "" {
-		w.Header().Set("Cache-Status", cachestatus.Bypass)
-		return runDirect(direct, h, w, r)
-	}
-	return e.serve(w, r, userKeyPrefix+key, direct, h, true)
+// derived is r's key by the default rules (key.go).
+func (e *engine) derived(r *http.Request) string {
+	return deriveKey(r, e.host(r), e.keyHeaders, e.forwarding)
 }
 
 // runDirect runs the handler for this request on w as it is.
@@ -212,7 +95,7 @@ func runDirect(direct func() error, h Handler, w http.ResponseWriter, r *http.Re
 	return direct()
 }
 
-func (e *Engine) serve(w http.ResponseWriter, r *http.Request, key string, direct func() error, h Handler, again bool) error {
+func (e *engine) serve(w http.ResponseWriter, r *http.Request, key string, direct func() error, h Handler, again bool) error {
 	if r.Method == http.MethodHead || (e.honorClient && onlyIfCached(r.Header)) {
 		return e.peek(w, r, key, direct, h)
 	}
@@ -226,7 +109,7 @@ func (e *Engine) serve(w http.ResponseWriter, r *http.Request, key string, direc
 // which its handler answers cheaply itself when nothing is stored (RFC 9110
 // §9.3.2: it is not turned into a GET to fill the entry), and a client's
 // only-if-cached (RFC 9111 §5.2.1.7: 504 when nothing is stored).
-func (e *Engine) peek(w http.ResponseWriter, r *http.Request, key string, direct func() error, h Handler) error {
+func (e *engine) peek(w http.ResponseWriter, r *http.Request, key string, direct func() error, h Handler) error {
 	if sr, res, ok := e.stored(r, key); ok {
 		e.write(w, r, &sr, res, cachestatus.Of(res.Status))
 		return nil
@@ -241,7 +124,7 @@ func (e *Engine) peek(w http.ResponseWriter, r *http.Request, key string, direct
 // stored returns the response stored for r under key (its variant, when
 // the key holds a vary record), if there is one r may be served, reading
 // it only: no load, no lease, no wait.
-func (e *Engine) stored(r *http.Request, key string) (storedResponse, guard.Result, bool) {
+func (e *engine) stored(r *http.Request, key string) (storedResponse, guard.Result, bool) {
 	ctx := r.Context()
 	res, err := e.g.Peek(ctx, key)
 	if err == nil && isRecord(res.Value) {
@@ -270,7 +153,7 @@ var waitOnce = []guard.CallOption{guard.WithWaitTimeoutPolicy(guard.ReturnError)
 
 // serveCall serves c's request from c's key: the URL's key, or, with
 // c.vary set, one of its variants.
-func (e *Engine) serveCall(w http.ResponseWriter, r *http.Request, c *call, direct func() error, again bool) error {
+func (e *engine) serveCall(w http.ResponseWriter, r *http.Request, c *call, direct func() error, again bool) error {
 	ctx := r.Context()
 	res, err := e.g.Do(ctx, c.key, c.load, waitOnce...)
 	if c.detach(ctx) {
@@ -308,7 +191,7 @@ func (e *Engine) serveCall(w http.ResponseWriter, r *http.Request, c *call, dire
 }
 
 // failed answers c's request when the guard returned err.
-func (e *Engine) failed(w http.ResponseWriter, r *http.Request, c *call, err error, direct func() error) error {
+func (e *engine) failed(w http.ResponseWriter, r *http.Request, c *call, err error, direct func() error) error {
 	var ns *notShared
 	var pe *guard.PanicError
 	switch {
@@ -343,7 +226,7 @@ func (e *Engine) failed(w http.ResponseWriter, r *http.Request, c *call, err err
 }
 
 // host is the host keyed for r: Config.KeyHost, else r.Host.
-func (e *Engine) host(r *http.Request) string {
+func (e *engine) host(r *http.Request) string {
 	if e.keyHost != "" {
 		return e.keyHost
 	}
@@ -354,7 +237,7 @@ func (e *Engine) host(r *http.Request) string {
 // (the list of Config.TargetedCacheControl) before a response goes out;
 // CDN-Cache-Control, addressed to every CDN cache on the path, goes on to
 // the next (RFC 9213 §3: such caches typically forward it).
-func (e *Engine) dropTargeted(h http.Header) {
+func (e *engine) dropTargeted(h http.Header) {
 	for _, name := range e.targets {
 		if name != "Cdn-Cache-Control" {
 			delete(h, name)
@@ -364,7 +247,7 @@ func (e *Engine) dropTargeted(h http.Header) {
 
 // usable reports whether a client's request directives let it be served
 // sr (RFC 9111 §5.2.1); they are read only with HonorClientNoCache.
-func (e *Engine) usable(r *http.Request, sr *storedResponse, res guard.Result) bool {
+func (e *engine) usable(r *http.Request, sr *storedResponse, res guard.Result) bool {
 	if !e.honorClient || len(r.Header["Cache-Control"]) == 0 {
 		return true
 	}
@@ -381,7 +264,7 @@ func (e *Engine) usable(r *http.Request, sr *storedResponse, res guard.Result) b
 
 // write serves a stored response, or the 304 or 412 the request's
 // preconditions make of it.
-func (e *Engine) write(w http.ResponseWriter, r *http.Request, sr *storedResponse, res guard.Result, status string) {
+func (e *engine) write(w http.ResponseWriter, r *http.Request, sr *storedResponse, res guard.Result, status string) {
 	age := strconv.FormatInt(min(sr.initialAge+int64(res.Age/time.Second), maxDelta), 10)
 	switch precondition(r, sr) {
 	case http.StatusNotModified:

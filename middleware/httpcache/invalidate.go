@@ -26,13 +26,8 @@ func safeMethod(m string) bool {
 	return m == http.MethodGet || m == http.MethodHead || m == http.MethodOptions || m == http.MethodTrace
 }
 
-// Unsafe returns, for a request with an unsafe method, the func the
-// adapter calls with its response's status and header fields just before
-// the status line is sent (at the latest when the handler returns): a
-// non-error status invalidates, fleet-wide, what the request's target and
-// its Location and Content-Location name. It is safe to call more than
-// once; only the first call acts. Unsafe returns nil for a safe method.
-func (e *Engine) Unsafe(r *http.Request) func(status int, h http.Header) {
+// unsafe is Engine.Unsafe.
+func (e *engine) unsafe(r *http.Request) func(status int, h http.Header) {
 	if safeMethod(r.Method) {
 		return nil
 	}
@@ -48,7 +43,7 @@ func (e *Engine) Unsafe(r *http.Request) func(status int, h http.Header) {
 
 // invalidate drops the cached responses of r's target and of the
 // same-origin URIs in h's Location and Content-Location.
-func (e *Engine) invalidate(r *http.Request, h http.Header) {
+func (e *engine) invalidate(r *http.Request, h http.Header) {
 	ctx := context.WithoutCancel(r.Context())
 	targets := []*url.URL{r.URL}
 	for _, name := range []string{"Location", "Content-Location"} {
@@ -59,11 +54,11 @@ func (e *Engine) invalidate(r *http.Request, h http.Header) {
 		}
 	}
 	for _, u := range targets {
-		if e.keyFunc != nil {
+		if e.reqKey != nil {
 			// A custom key: the key the func gives a GET of the URI.
 			g := r.Clone(ctx)
 			g.Method, g.URL, g.Body, g.ContentLength = http.MethodGet, u, http.NoBody, 0
-			if k := e.keyFunc(g); k != "" {
+			if k := e.reqKey(g); k != "" {
 				_ = e.g.Invalidate(ctx, userKeyPrefix+k)
 			}
 			continue
@@ -78,7 +73,7 @@ func (e *Engine) invalidate(r *http.Request, h http.Header) {
 // The host compares as URIs do (case-insensitively, the default port
 // implied), with r's Host or, when set, Config.KeyHost: the name the
 // site's own links use when a load balancer rewrites Host.
-func (e *Engine) sameOrigin(r *http.Request, ref string) (*url.URL, bool) {
+func (e *engine) sameOrigin(r *http.Request, ref string) (*url.URL, bool) {
 	u, err := url.Parse(ref)
 	if err != nil {
 		return nil, false
