@@ -20,7 +20,7 @@ func (g *Group) Peek(ctx context.Context, key string) (Result, error) {
 	}
 	probe, ok := g.br.Allow()
 	if !ok {
-		return g.peekReserve(key, errors.New("Redis unavailable (breaker open)"))
+		return g.peekReserve(key, errors.New("the breaker is open: Redis unavailable"))
 	}
 	defer g.br.Release(probe)
 	nm := g.names(key)
