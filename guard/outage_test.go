@@ -2,99 +2,14 @@ package guard
 
 import (
 	"context"
-	"fmt"
-	"math/rand/v2"
-	"slices"
-	"sync"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stampede-go/stampede/internal/outagetest"
 	"github.com/stampede-go/stampede/internal/redistest"
 )
-
-// outageRig is a fleet of Groups on one redis-server, paced callers on a
-// set of hot keys, and an origin that counts its loads.
-type outageRig struct {
-	nodes []*Group
-	keys  []string
-	loads atomic.Int64
-
-	mu    sync.Mutex
-	calls []outageCall
-}
-
-// outageCall is one call: when it began, how long it took, how it ended.
-type outageCall struct {
-	at   time.Time
-	took time.Duration
-	err  error
-}
-
-func (r *outageRig) load(ctx context.Context) ([]byte, error) {
-	r.loads.Add(1)
-	select {
-	case <-time.After(20 * time.Millisecond): // the origin's query
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	return []byte("value"), nil
-}
-
-// run drives callers paced callers until stop, each calling a random key
-// on a random node every pace.
-func (r *outageRig) run(callers int, pace time.Duration, stop <-chan struct{}) *sync.WaitGroup {
-	var wg sync.WaitGroup
-	for i := range callers {
-		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(i), 7))
-			t := time.NewTicker(pace)
-			defer t.Stop()
-			for {
-				select {
-				case <-stop:
-					return
-				case <-t.C:
-				}
-				g := r.nodes[rng.IntN(len(r.nodes))]
-				key := r.keys[rng.IntN(len(r.keys))]
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				start := time.Now()
-				_, err := g.Get(ctx, key, r.load)
-				cancel()
-				r.mu.Lock()
-				r.calls = append(r.calls, outageCall{at: start, took: time.Since(start), err: err})
-				r.mu.Unlock()
-			}
-		})
-	}
-	return &wg
-}
-
-// between returns the calls that began in [from, to).
-func (r *outageRig) between(from, to time.Time) []outageCall {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []outageCall
-	for _, c := range r.calls {
-		if !c.at.Before(from) && c.at.Before(to) {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
-func p50(calls []outageCall) time.Duration {
-	d := make([]time.Duration, len(calls))
-	for i, c := range calls {
-		d[i] = c.took
-	}
-	slices.Sort(d)
-	if len(d) == 0 {
-		return 0
-	}
-	return d[len(d)/2]
-}
 
 // TestRedisOutageServesFromMemory kills Redis (SIGKILL) under a paced load
 // of three Groups on 20 hot keys, and restarts it on the same port 6s
@@ -104,80 +19,43 @@ func p50(calls []outageCall) time.Duration {
 // latency. Once it is back, the fleet loads each key about once per
 // refresh again.
 func TestRedisOutageServesFromMemory(t *testing.T) {
-	const (
-		nodes    = 3
-		keys     = 20
-		freshFor = 2 * time.Second
-		outage   = 6 * time.Second
-	)
 	srv := redistest.Start(t)
-	r := &outageRig{}
-	for i := range keys {
-		r.keys = append(r.keys, fmt.Sprintf("hot:%d", i))
+	var loads atomic.Int64
+	load := func(ctx context.Context) ([]byte, error) {
+		loads.Add(1)
+		select {
+		case <-time.After(20 * time.Millisecond): // the origin's query
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return []byte("value"), nil
 	}
-	o := Options{Namespace: redistest.Key(t) + ":", FreshFor: freshFor, StaleFor: time.Minute,
+	s := outagetest.Scenario{Nodes: 3, Keys: 20, FreshFor: 2 * time.Second, Outage: 6 * time.Second,
+		Callers: 24, Pace: 5 * time.Millisecond, Loads: &loads}
+	o := Options{Namespace: redistest.Key(t) + ":", FreshFor: s.FreshFor, StaleFor: time.Minute,
 		RedisTimeout: 250 * time.Millisecond, LocalEntries: 1000}
-	for range nodes {
+	var nodes []*Group
+	for range s.Nodes {
 		g, err := New(srv.Client(t), o)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = g.Close() })
-		r.nodes = append(r.nodes, g)
+		nodes = append(nodes, g)
 	}
-	stop := make(chan struct{})
-	wg := r.run(24, 5*time.Millisecond, stop)
-	defer func() { close(stop); wg.Wait() }()
-
-	// Warm: every key held in memory on every node.
-	redistest.Eventually(t, 20*time.Second, "every hot key held by every node's tier", func() bool {
-		for _, g := range r.nodes {
-			if g.loc.Len() < keys {
+	s.Call = func(ctx context.Context, node, key int) error {
+		_, err := nodes[node].Get(ctx, "hot:"+strconv.Itoa(key), load)
+		return err
+	}
+	s.Held = func() bool {
+		for _, g := range nodes {
+			if g.loc.Len() < s.Keys {
 				return false
 			}
 		}
 		return true
-	})
-	killed := time.Now()
-	before := r.loads.Load()
-	srv.Kill(t)
-	time.Sleep(outage) // the outage's length: the condition under test
-	during := r.loads.Load() - before
-	srv.Restart(t)
-	back := time.Now()
-	afterBack := r.loads.Load()
-	prev := afterBack
-	for i := range 10 {
-		time.Sleep(500 * time.Millisecond)
-		n := r.loads.Load()
-		t.Logf("after %v: %d loads", time.Duration(i+1)*500*time.Millisecond, n-prev)
-		prev = n
 	}
-	after := r.loads.Load() - afterBack
-
-	calls := r.between(killed, back)
-	failed := 0
-	for _, c := range calls {
-		if c.err != nil {
-			failed++
-		}
-	}
-	limit := int64(nodes * keys * (int(outage/freshFor) + 2))
-	t.Logf("outage: %d calls, %d loads (limit %d), p50 %v, %d failed; after: %d loads in 5s",
-		len(calls), during, limit, p50(calls), failed, after)
-	if during > limit {
-		t.Errorf("%d loads during a %v outage; want at most %d (nodes x keys x (outage/FreshFor + 2))", during, outage, limit)
-	}
-	if d := p50(calls); d > 3*time.Millisecond {
-		t.Errorf("p50 of the calls during the outage %v; want at most 3ms", d)
-	}
-	if failed > 0 {
-		t.Errorf("%d of %d calls failed during the outage; want none", failed, len(calls))
-	}
-	cycles := 5 * time.Second / freshFor
-	if maxAfter := int64(float64(keys) * 1.5 * float64(cycles+1)); after > maxAfter {
-		t.Errorf("%d loads in the 5s after Redis came back; want at most %d (1.5 per key per refresh cycle)", after, maxAfter)
-	}
+	s.Check(t, outagetest.Run(t, srv, s))
 }
 
 // TestRedisOutageBatchServesFromMemory: GetMany during an outage serves

@@ -374,8 +374,10 @@ func TestACLMissingPermissions(t *testing.T) {
 					res, err := g.Do(ctx, key, l.of("from-origin"))
 					checkResult(t, "call "+strconv.Itoa(i+1), res, err, "from-origin", guard.Degraded)
 				}
-				if l.n.Load() != 3 {
-					t.Errorf("%d loads for 3 sequential calls without Redis, want 3", l.n.Load())
+				// The first call's value is kept in memory: the node serves it
+				// to the next ones (a per-node cache while Redis refuses).
+				if l.n.Load() != 1 {
+					t.Errorf("%d loads for 3 sequential calls without Redis, want 1", l.n.Load())
 				}
 				within(t, breaker, waitLimit, "the breaker to open after 3 refusals")
 				mu.Lock()
