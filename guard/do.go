@@ -26,18 +26,21 @@ func (g *Group) Do(ctx context.Context, key string, load LoadFunc, opts ...CallO
 	if err := g.check(ctx, key, load); err != nil {
 		return Result{}, err
 	}
-	co := g.callOptions(opts)
-	if co.err != nil {
-		return Result{}, co.err
+	if len(opts) > 0 {
+		// Checked before any answer: a bad option fails every call.
+		if co := g.callOptions(opts); co.err != nil {
+			return Result{}, co.err
+		}
 	}
-	if it, ok := g.loc.Get(key); ok {
+	if it, now, ok := g.loc.Get(key); ok {
 		if g.opts.EarlyRefreshBeta > 0 && !it.Stale {
-			if now, known := g.clk.now(); known && g.earlyRefreshDue(it.Entry, now) {
-				g.refreshEarly(ctx, g.newCall(key, load, co))
+			if rnow, known := g.clk.at(now); known && g.earlyRefreshDue(it.Entry, rnow) {
+				g.refreshEarly(ctx, g.newCall(key, load, g.callOptions(opts)))
 			}
 		}
-		return g.localResult(key, it), nil
+		return g.localResult(key, it, now), nil
 	}
+	co := g.callOptions(opts)
 	probe, ok := g.br.Allow()
 	if !ok {
 		return g.degraded(ctx, g.newCall(key, load, co))
@@ -151,15 +154,16 @@ func (g *Group) joinedCurrent(start, at time.Time, name string, tk tier.Ticket, 
 // localHit serves key from the in-process tier when it holds a copy
 // (localTier): a fresh value whose entry has not changed in Redis since.
 func (g *Group) localHit(key string) (Result, bool) {
-	it, ok := g.loc.Get(key)
+	it, now, ok := g.loc.Get(key)
 	if !ok {
 		return Result{}, false
 	}
-	return g.localResult(key, it), true
+	return g.localResult(key, it, now), true
 }
 
-func (g *Group) localResult(key string, it *tier.Item) Result {
-	age := time.Since(it.Base)
+// localResult is the answer of a copy it, served at now (tier.Nanotime).
+func (g *Group) localResult(key string, it *tier.Item, now int64) Result {
+	age := time.Duration(now - it.Base)
 	st := Hit
 	if it.Stale {
 		st = Stale
@@ -170,8 +174,8 @@ func (g *Group) localResult(key string, it *tier.Item) Result {
 		h(key, age, true)
 	}
 	var fresh time.Duration
-	if now, known := g.clk.now(); known {
-		fresh = time.Duration(it.Entry.FreshUntil-now) * time.Millisecond
+	if rnow, known := g.clk.at(now); known {
+		fresh = time.Duration(it.Entry.FreshUntil-rnow) * time.Millisecond
 	}
 	return Result{Value: it.Entry.Value, Status: st, Age: age, Fresh: fresh}
 }

@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/stampede-go/stampede/guard/internal/breaker"
+	"github.com/stampede-go/stampede/guard/internal/tier"
 
 	"github.com/stampede-go/stampede/guard/internal/entry"
 
@@ -36,13 +37,20 @@ const fastMargin = 25 * time.Millisecond
 // hintEntries bounds the fresh-until hints a Group keeps.
 const hintEntries = 16384
 
-// redisClock estimates the Redis server's clock.
+// redisClock estimates the Redis server's clock, on the tier's monotonic
+// clock (tier.Nanotime), so that a hit reads the clock once.
 type redisClock struct {
-	base   time.Time    // local monotonic origin
-	offset atomic.Int64 // Redis ms - local ms since base; 0 = no sample yet
+	offset atomic.Int64 // Redis ms - local ms; 0 = no sample yet
 }
 
-func (c *redisClock) local() int64 { return time.Since(c.base).Milliseconds() }
+func (c *redisClock) local() int64 { return tier.Nanotime() / int64(time.Millisecond) }
+
+// at returns the estimated Redis time in ms at the local time ns
+// (tier.Nanotime), and false before any sample.
+func (c *redisClock) at(ns int64) (int64, bool) {
+	off := c.offset.Load()
+	return ns/int64(time.Millisecond) + off, off != 0
+}
 
 // observe records a Redis clock reading now taken after the local time sent.
 // Both are whole milliseconds, truncated: the true offset is below

@@ -165,7 +165,7 @@ func FuzzKeyValue(f *testing.F) {
 		// Invalidate arrives (which needs the report's name to be read
 		// back as this key's entry, whatever its bytes).
 		redistest.Eventually(t, 10*time.Second, "the other Group's copy dropped", func() bool {
-			_, held := b.loc.Get(key)
+			_, _, held := b.loc.Get(key)
 			return !held
 		})
 		expect(b, "after Invalidate", Miss)

@@ -97,7 +97,6 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 	g := &Group{
 		rdb: rdb, opts: o,
 		hub:     notify.New(rdb, notify.NewChannel(o.Namespace+"fill:")),
-		clk:     redisClock{base: time.Now()},
 		flights: map[string]*flight{},
 		closing: make(chan struct{}),
 		inv:     invRetry{stop: make(chan struct{})},
@@ -127,7 +126,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 	g.br = breaker.Breaker{Threshold: o.BreakerFailures, Cooldown: o.BreakerCooldown,
 		Hook: o.Hooks.Breaker, Recovered: g.reserve.Clear}
 	g.loc = tier.New(rdb, tier.Config{Namespace: o.Namespace, Entries: o.LocalEntries, Bytes: o.LocalBytes,
-		TTL: o.LocalTTL, OnRedisError: o.Hooks.RedisError, OnState: o.Hooks.LocalTier,
+		TTL: o.LocalTTL, Lag: o.LocalLag, OnRedisError: o.Hooks.RedisError, OnState: o.Hooks.LocalTier,
 		Reserve: g.reserve, RedisNow: g.clk.now, OnLive: func() {
 			if !g.br.Failing() {
 				g.reserve.Clear()

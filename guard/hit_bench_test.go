@@ -2,6 +2,8 @@ package guard
 
 import (
 	"context"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -88,4 +90,37 @@ func BenchmarkHitSize(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkHitLocalParallel is a hit from the in-process tier by 64
+// goroutines at once, over 64 keys (the tier's hit under contention).
+func BenchmarkHitLocalParallel(b *testing.B) {
+	rdb := redistest.Shared(b).Client(b)
+	g, err := New(rdb, Options{Namespace: redistest.Key(b) + ":", FreshFor: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer g.Close()
+	ctx := context.Background()
+	load := func(context.Context) ([]byte, error) { return make([]byte, 256), nil }
+	keys := make([]string, 64)
+	for i := range keys {
+		keys[i] = redistest.Key(b) + strconv.Itoa(i)
+		for range 2 {
+			if _, err := g.Do(ctx, keys[i], load); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(32)
+	b.RunParallel(func(pb *testing.PB) {
+		key := keys[next.Add(1)%int64(len(keys))]
+		for pb.Next() {
+			if _, err := g.Do(ctx, key, load); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -273,7 +273,7 @@ func TestInvalidateTagMembersLost(t *testing.T) {
 				}
 				redistest.Eventually(t, 5*time.Second, "the tier's copies dropped", func() bool {
 					for _, k := range keys {
-						if _, held := tier.loc.Get(k); held {
+						if _, _, held := tier.loc.Get(k); held {
 							return false
 						}
 					}

@@ -87,6 +87,14 @@ type Options struct {
 	// LocalTTL is the longest a copy is served, should a change ever go
 	// unreported. Default: 1m.
 	LocalTTL time.Duration
+	// LocalLag bounds how long after another node's change has returned
+	// this node may still serve the copy it replaced, whatever the network
+	// between it and Redis does: the tier serves only while a barrier sent
+	// within LocalLag came back on every report connection (one small
+	// command per LocalLag/4 per master while the tier is used). Where the
+	// change's report is on this host already, the copy goes at once.
+	// Default: 100ms.
+	LocalLag time.Duration
 	// MaxBatch is the most keys a batch loader is given per call.
 	// Default: 100.
 	MaxBatch int
@@ -167,6 +175,7 @@ func (o *Options) durations() error {
 		def(&o.RedisTimeout, 250*time.Millisecond, "RedisTimeout"),
 		def(&o.BreakerCooldown, time.Second, "BreakerCooldown"),
 		def(&o.LocalTTL, time.Minute, "LocalTTL"),
+		def(&o.LocalLag, 100*time.Millisecond, "LocalLag"),
 	}
 	return errors.Join(errs...)
 }

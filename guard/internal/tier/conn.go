@@ -35,9 +35,13 @@ type tracker struct {
 	rdb  *redis.Client
 	quit chan struct{}
 	up   bool // confirmed; guarded by coherence.mu
-	// fc watches the connection dialled last, for the fence (tierfence.go);
-	// nil before the first.
-	fc atomic.Pointer[fenceConn]
+	// fc watches the connection dialled last, for the fence (fence.go);
+	// nil before the first. dials counts the connections dialled: one
+	// more within a listen means go-redis reconnected on its own, and
+	// reports were lost.
+	fc    atomic.Pointer[fenceConn]
+	dials atomic.Int64
+	bar   barriers // the barriers of the current connection
 
 	mu sync.Mutex
 	ps *redis.PubSub // the current subscription, closed by stop
@@ -118,21 +122,30 @@ var errSilent = errors.New("guard: report connection silent")
 // lost (the error) or t is stopped.
 func (c *coherence) listen(t *tracker, ts *trackState) error {
 	ctx := context.Background()
-	ps := t.rdb.Subscribe(ctx, invalidateChannel)
+	t.bar.reset()
+	var ps *redis.PubSub
+	_ = t.bar.send(func() error { ps = t.rdb.Subscribe(ctx, invalidateChannel); return nil })
 	defer ps.Close()
 	if !t.setPubSub(ps) {
 		return nil
 	}
+	dials := t.dials.Load()
+	done := make(chan struct{})
+	defer close(done)
+	go c.sendBarriers(t, ps, done)
 	probed := false
 	for {
 		msg, err := ps.ReceiveTimeout(ctx, healthEvery)
+		if t.dials.Load() != dials {
+			return errRedialed
+		}
 		var ne net.Error
 		switch {
 		case err == nil:
 		case errors.As(err, &ne) && ne.Timeout() && !probed:
 			// Silence: probe with a SUBSCRIBE that changes nothing (a
 			// PING would need one more command in the user's ACL).
-			if err := ps.Subscribe(ctx, invalidateChannel); err != nil {
+			if err := t.bar.send(func() error { return ps.Subscribe(ctx, invalidateChannel) }); err != nil {
 				return err
 			}
 			probed = true
@@ -146,22 +159,57 @@ func (c *coherence) listen(t *tracker, ts *trackState) error {
 			return err
 		}
 		probed = false
-		switch m := msg.(type) {
-		case *redis.Subscription:
-			if m.Kind == "subscribe" {
-				ts.backoff, ts.reported = time.Millisecond, false
-				c.setUp(t, true)
-			}
-		case *redis.Message:
-			for _, name := range m.PayloadSlice {
-				c.changed(name)
-			}
-			if m.Payload != "" {
-				c.changed(m.Payload)
-			}
+		c.apply(t, ts, msg)
+	}
+}
+
+// apply acts on a message of t's report connection.
+func (c *coherence) apply(t *tracker, ts *trackState, msg any) {
+	switch m := msg.(type) {
+	case *redis.Subscription:
+		if m.Kind == "subscribe" {
+			t.bar.confirmed()
+			ts.backoff, ts.reported = time.Millisecond, false
+			c.setUp(t, true)
+		}
+	case *redis.Message:
+		for _, name := range m.PayloadSlice {
+			c.changed(name)
+		}
+		if m.Payload != "" {
+			c.changed(m.Payload)
 		}
 	}
 }
+
+// sendBarriers sends a barrier on ps every Lag/4 while the tier is being
+// hit, until done: a hit is served only while a barrier sent within Lag
+// came back (see fence.go). An idle tier sends none; its next hit reads
+// Redis, and the barriers start again.
+func (c *coherence) sendBarriers(t *tracker, ps *redis.PubSub, done <-chan struct{}) {
+	tick := time.NewTicker(max(c.lag/4, time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+		}
+		if nanotime()-c.tier.lastHit.Load() > int64(idleAfter) {
+			continue
+		}
+		if err := t.bar.send(func() error { return ps.Subscribe(context.Background(), invalidateChannel) }); err != nil {
+			return // the connection is gone; listen sees it too
+		}
+	}
+}
+
+// idleAfter is how long after its last hit a tier stops sending barriers.
+const idleAfter = time.Second
+
+// errRedialed is how a report connection that go-redis redialled on its
+// own is lost: the reports sent meanwhile were.
+var errRedialed = errors.New("guard: report connection redialled")
 
 // changed applies the report that the key name changed.
 func (c *coherence) changed(name string) {
@@ -235,6 +283,10 @@ func (t *tracker) stop() {
 	}
 }
 
+// ReportAddr, set by tests, maps a master's address to the one its report
+// connection dials: a proxy that delays or cuts that connection alone.
+var ReportAddr func(addr string) string
+
 // trackerOptions are the options of t's report connection to the node
 // that o reaches: the same address, dialer (its connections watched for
 // the fence), credentials and TLS, RESP2 (reports on a subscribed
@@ -245,8 +297,12 @@ func trackerOptions(o *redis.Options, ns string, t *tracker) *redis.Options {
 	if dial == nil {
 		dial = redis.NewDialer(o)
 	}
+	addr := o.Addr
+	if ReportAddr != nil {
+		addr = ReportAddr(addr)
+	}
 	return &redis.Options{
-		Network: o.Network, Addr: o.Addr,
+		Network: o.Network, Addr: addr,
 		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			cn, err := dial(ctx, network, addr)
 			if err != nil {
@@ -254,6 +310,7 @@ func trackerOptions(o *redis.Options, ns string, t *tracker) *redis.Options {
 			}
 			cn, fc := watch(cn)
 			t.fc.Store(fc)
+			t.dials.Add(1)
 			return cn, nil
 		},
 		Username: o.Username, Password: o.Password,
@@ -318,7 +375,7 @@ func (t *Tier) Watched() (conns, watched int) {
 	}
 	for _, tr := range *all {
 		conns++
-		if fc := tr.fc.Load(); fc != nil && fc != unfenced {
+		if fc := tr.fc.Load(); fc != nil && fc.watched {
 			watched++
 		}
 	}

@@ -8,11 +8,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// tcpInfoWorks: Linux reports the bytes a TCP socket received (since 4.1).
+// tcpInfoWorks: Linux reports the bytes a TCP socket received (since 4.1)
+// and its state.
 const tcpInfoWorks = true
 
 // tcpInfoCall is one getsockopt(TCP_INFO): its buffer and the function
-// RawConn.Control runs, made once, so that a hit allocates nothing.
+// RawConn.Control runs, made once, so that a check allocates nothing.
 type tcpInfoCall struct {
 	info unix.TCPInfo
 	ok   bool
@@ -32,12 +33,15 @@ var tcpInfoCalls = sync.Pool{New: func() any {
 }}
 
 // bytesReceived returns the bytes the kernel received on rc's socket
-// (tcpi_bytes_received), and false when it cannot tell.
+// (tcpi_bytes_received), and false when it cannot tell or the connection
+// is no longer established (a FIN or a reset is no byte, yet it ends the
+// reports).
 func bytesReceived(rc syscall.RawConn) (uint64, bool) {
 	c := tcpInfoCalls.Get().(*tcpInfoCall)
 	c.ok = false
 	err := rc.Control(c.fn)
-	got, ok := c.info.Bytes_received, err == nil && c.ok
+	got := c.info.Bytes_received
+	ok := err == nil && c.ok && c.info.State == unix.BPF_TCP_ESTABLISHED
 	tcpInfoCalls.Put(c)
 	return got, ok
 }

@@ -4,7 +4,7 @@ package tier
 
 import "syscall"
 
-// tcpInfoWorks: elsewhere the fence does not watch (see tierfence.go).
+// tcpInfoWorks: elsewhere the barrier alone bounds the tier (see fence.go).
 const tcpInfoWorks = false
 
 func bytesReceived(syscall.RawConn) (uint64, bool) { return 0, false }

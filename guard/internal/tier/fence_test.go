@@ -7,14 +7,9 @@ import (
 	"time"
 )
 
-// TestFenceConn: a report connection is quiet only while its reader waits
-// in a Read and the kernel has received no byte since that Read began; a
-// connection the fence cannot watch is always quiet (the tier as it was
-// before the fence).
-func TestFenceConn(t *testing.T) {
-	if !tcpInfoWorks {
-		t.Skip("no TCP_INFO here: every connection is unfenced")
-	}
+// tcpPair returns a connected pair of loopback TCP connections.
+func tcpPair(t *testing.T) (client, server net.Conn) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -29,62 +24,113 @@ func TestFenceConn(t *testing.T) {
 		}
 		accepted <- c
 	}()
-	raw, err := net.Dial("tcp", ln.Addr().String())
+	client, err = net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer raw.Close()
-	peer, ok := <-accepted
+	server, ok := <-accepted
 	if !ok {
 		t.Fatal("accept failed")
 	}
-	defer peer.Close()
+	t.Cleanup(func() { _ = client.Close(); _ = server.Close() })
+	return client, server
+}
+
+// TestFenceConn: a watched report connection is quiet only while its
+// reader waits in a Read, the kernel has received no byte since that Read
+// began, and the connection is established; one check serves the hits of
+// the next Window while that Read lasts, no longer. A connection the
+// kernel cannot be asked of is always quiet (the barrier alone bounds it).
+func TestFenceConn(t *testing.T) {
+	if !tcpInfoWorks {
+		t.Skip("no TCP_INFO here: the barrier alone bounds the tier")
+	}
+	raw, peer := tcpPair(t)
 	cn, fc := watch(raw)
-	if fc == unfenced || cn != net.Conn(fc) {
+	if !fc.watched || cn != net.Conn(fc) {
 		t.Fatal("a TCP connection is not watched")
 	}
-	eventually := func(what string, want bool) {
-		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for fc.Quiet() != want {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: quiet() stayed %v", what, !want)
-			}
-			runtime.Gosched()
-		}
-	}
-	if fc.Quiet() {
+	now := nanotime()
+	if fc.Quiet(now) {
 		t.Error("quiet with no Read in progress")
 	}
 	// A Read begins (set by hand, so that no byte is consumed).
 	fc.entered.Store(fc.total + 1)
-	if !fc.Quiet() {
-		t.Error("not quiet in a Read with nothing received")
+	if !fc.Quiet(now) {
+		t.Fatal("not quiet in a Read with nothing received")
 	}
 	if _, err := peer.Write([]byte("hello")); err != nil {
 		t.Fatal(err)
 	}
-	// The kernel has the bytes; the reader has not returned from its Read.
-	eventually("bytes received during a Read", false)
+	// Within Window of the check, its verdict stands; past it, the kernel
+	// is asked again and the bytes are seen.
+	if !fc.Quiet(now + int64(Window)) {
+		t.Error("a check not reused within its Window")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for fc.Quiet(nanotime() + int64(Window) + 1) {
+		if time.Now().After(deadline) {
+			t.Fatal("bytes received during a Read never seen")
+		}
+		runtime.Gosched()
+	}
+	// The reader reads them, then waits in its next Read: a new Read, so
+	// the old check serves no more.
 	fc.entered.Store(0)
-	// The reader reads them, then waits in its next Read.
 	buf := make([]byte, 5)
 	if n, err := fc.Read(buf); err != nil || n != 5 {
 		t.Fatalf("Read: %d %v", n, err)
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_, _ = fc.Read(make([]byte, 1))
-	}()
-	eventually("the next Read waiting, everything read applied", true)
-	_ = raw.Close()
-	<-done
+	fc.entered.Store(fc.total + 1)
+	if !fc.Quiet(nanotime()) {
+		t.Error("not quiet in the next Read, everything read applied")
+	}
+	// A close is no byte, yet it ends the connection's quiet.
+	_ = peer.Close()
+	deadline = time.Now().Add(5 * time.Second)
+	for fc.Quiet(nanotime() + int64(Window) + 1) {
+		if time.Now().After(deadline) {
+			t.Fatal("a closed connection stayed quiet")
+		}
+		runtime.Gosched()
+	}
 
 	a, b := net.Pipe()
 	defer a.Close()
 	defer b.Close()
-	if cn, fc := watch(a); fc != unfenced || cn != a || !fc.Quiet() {
-		t.Error("a connection the fence cannot watch is not left as it is, always quiet")
+	if cn, fc := watch(a); fc.watched || !fc.Quiet(nanotime()) || cn == nil {
+		t.Error("a connection the kernel cannot be asked of is not always quiet")
+	}
+}
+
+// TestBarriers: a barrier's confirmation marks what was sent before it
+// applied; only one that came back within the lag counts.
+func TestBarriers(t *testing.T) {
+	var b barriers
+	if b.recent(nanotime(), time.Hour) {
+		t.Error("recent with no barrier confirmed")
+	}
+	if b.confirmed() {
+		t.Error("a confirmation with no barrier in flight counted")
+	}
+	_ = b.send(func() error { return nil })
+	sent := nanotime()
+	_ = b.send(func() error { return nil })
+	if !b.confirmed() {
+		t.Fatal("the first barrier's confirmation did not count")
+	}
+	if a := b.applied.Load(); a > sent {
+		t.Errorf("applied %d is the second barrier's time, not the first's (before %d)", a, sent)
+	}
+	now := nanotime()
+	if !b.recent(now, time.Hour) {
+		t.Error("a barrier confirmed now is not recent")
+	}
+	if b.recent(now+int64(2*time.Hour), time.Hour) {
+		t.Error("a barrier two hours old is recent within an hour")
+	}
+	b.reset()
+	if b.recent(nanotime(), time.Hour) || b.confirmed() {
+		t.Error("reset kept a barrier")
 	}
 }

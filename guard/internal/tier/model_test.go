@@ -136,7 +136,7 @@ func tierHistory(seed uint64) string {
 				log = append(log, "report "+k)
 			}
 		case 7, 8: // a call served from the tier
-			if it, ok := lt.Get(k); ok {
+			if it, _, ok := lt.Get(k); ok {
 				if msg := check(k, it.Entry.Fence, r.returned, "get"); msg != "" {
 					return msg
 				}

@@ -84,8 +84,11 @@ type Tier struct {
 	// fence reports whether every report that reached this host was
 	// applied (tierfence.go); set before the tier is used, nil in tests of
 	// the tier alone.
-	fence func() bool
-	coh   *coherence // the report connections
+	fence func(now int64) bool
+	// lastHit is when the tier was last asked (nanotime), at most a
+	// millisecond off: barriers are sent only while it is used.
+	lastHit atomic.Int64
+	coh     *coherence // the report connections
 	// reserve takes the copies when the tier stops; nil: none. redisNow
 	// is the estimate of the Redis clock that judges their windows.
 	reserve  *Reserve
@@ -108,9 +111,9 @@ type Item struct {
 	tag       string // the base of the key's own hash tag, or ""
 	value     []byte
 	cost      int
-	until     time.Time   // local monotonic clock: served before this
+	until     int64       // served before this (nanotime)
 	Entry     entry.Entry // header of the entry (value aliases e.value)
-	Base      time.Time   // local time the entry was written, for Age
+	Base      int64       // Nanotime the entry was written, for Age
 	// mark: no copy, only the version (e's fence and written time) of a
 	// value a call returned without keeping it; never served, it refuses
 	// older replies (see localTier)
@@ -182,27 +185,35 @@ func (t *Tier) Ticket(name string) Ticket {
 	return tk
 }
 
-// Get returns the copy of key while it may be served.
-func (t *Tier) Get(key string) (*Item, bool) {
+// Get returns the copy of key while it may be served, and the time it was
+// judged at (Nanotime): the one clock read of a hit.
+func (t *Tier) Get(key string) (it *Item, now int64, ok bool) {
 	// The fence first: a report it finds applied dropped its copy before
 	// the lookup below.
-	if t == nil || !t.Live.Load() || t.fence != nil && !t.fence() {
-		return nil, false
+	if t == nil || !t.Live.Load() {
+		return nil, 0, false
+	}
+	now = nanotime()
+	if now-t.lastHit.Load() > int64(time.Millisecond) {
+		t.lastHit.Store(now) // keeps the barriers going (sendBarriers)
+	}
+	if t.fence != nil && !t.fence(now) {
+		return nil, now, false
 	}
 	t.mu.Lock()
-	it := t.byKey[key]
+	it = t.byKey[key]
 	if it == nil || it.mark {
 		t.mu.Unlock()
-		return nil, false
+		return nil, now, false
 	}
-	if !time.Now().Before(it.until) {
+	if now >= it.until {
 		t.toMark(it)
 		t.mu.Unlock()
-		return nil, false
+		return nil, now, false
 	}
 	t.toFront(it)
 	t.mu.Unlock()
-	return it, true
+	return it, now, true
 }
 
 // newer reports whether a is a later entry than b: a higher fence, or the
@@ -244,9 +255,9 @@ func (t *Tier) Keep(key, name string, tk Ticket, e *entry.Entry, left time.Durat
 		t.putMark(key, name, e, nil) // its version, for current
 		return
 	}
-	now := time.Now()
+	now := nanotime()
 	it := &Item{key: key, name: name, value: e.Value, cost: cost, Entry: *e,
-		until: now.Add(min(left, t.ttl)), Base: now.Add(-age), Stale: stale}
+		until: now + int64(min(left, t.ttl)), Base: now - int64(age), Stale: stale}
 	t.insert(it)
 }
 
@@ -381,7 +392,7 @@ func (t *Tier) toReserve() {
 	for it := t.head.prev; it != &t.head; it = it.prev {
 		if !it.mark {
 			t.reserve.Put(Kept{Key: it.key, Name: it.name, Value: it.Entry.Value, FreshUntil: at(it.Entry.FreshUntil),
-				StaleUntil: at(it.Entry.StaleUntil), Base: it.Base})
+				StaleUntil: at(it.Entry.StaleUntil), Base: clockBase.Add(time.Duration(it.Base))})
 		}
 	}
 }

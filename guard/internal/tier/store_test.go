@@ -69,7 +69,7 @@ func TestLocalTierIndexes(t *testing.T) {
 			check("keep " + k)
 		case op < 7:
 			lt.Changed(name)
-			if _, held := lt.Get(k); held {
+			if _, _, held := lt.Get(k); held {
 				t.Fatalf("%q held after its entry changed", k)
 			}
 			check("changed " + k)
@@ -81,7 +81,7 @@ func TestLocalTierIndexes(t *testing.T) {
 			lt.ChangedTag(hashtag.Base("ns:", tag))
 			for _, other := range keys {
 				if tg, ok := hashtag.Tag(other); ok && tg == tag {
-					if _, held := lt.Get(other); held {
+					if _, _, held := lt.Get(other); held {
 						t.Fatalf("%q held after its tag %q was invalidated", other, tag)
 					}
 				}

@@ -18,6 +18,10 @@ type Config struct {
 	Entries   int           // the most copies kept
 	Bytes     int           // the most bytes the copies cost
 	TTL       time.Duration // the longest a copy is served (LocalTTL)
+	// Lag bounds how long after a change returned on another node a copy
+	// it replaced may still be served, whatever the network does
+	// (LocalLag; see fence.go).
+	Lag time.Duration
 	// OnRedisError is told when a report connection is lost or refused,
 	// once per outage (op "track"); OnState of each change of the tier's
 	// state (see the Why constants). Either may be nil.

@@ -48,6 +48,7 @@ type coherence struct {
 	ns     string
 	prefix string                     // ns + "{": how every entry name starts
 	hook   func(op string, err error) // Hooks.RedisError
+	lag    time.Duration              // Config.Lag
 	state  func(on bool, why string)  // Hooks.LocalTier
 
 	single *redis.Options       // a *redis.Client's options (standalone, Sentinel)
@@ -75,7 +76,7 @@ type coherence struct {
 // when rdb is a client it cannot follow (a *redis.Ring, a cluster client
 // that reads from replicas): the tier then stays off.
 func newCoherence(rdb redis.UniversalClient, tier *Tier, o Config) *coherence {
-	c := &coherence{tier: tier, ns: o.Namespace, prefix: o.Namespace + "{", hook: o.OnRedisError,
+	c := &coherence{tier: tier, ns: o.Namespace, prefix: o.Namespace + "{", hook: o.OnRedisError, lag: o.Lag,
 		state: o.OnState, why: WhyConnecting,
 		trackers: map[string]*tracker{}, kick: make(chan struct{}, 1), quit: make(chan struct{})}
 	tier.fence = c.fenced
@@ -170,13 +171,13 @@ func (c *coherence) tell() {
 // applied (tierfence.go): the tier serves only then. (Letting concurrent hits
 // share a check that began after them saved nothing measurable on two
 // cores and cost every hit two atomic writes, so each hit checks.)
-func (c *coherence) fenced() bool {
+func (c *coherence) fenced(now int64) bool {
 	all := c.all.Load()
 	if all == nil {
 		return false
 	}
 	for _, t := range *all {
-		if fc := t.fc.Load(); fc == nil || !fc.Quiet() {
+		if fc := t.fc.Load(); fc == nil || !fc.Quiet(now) || !t.bar.recent(now, c.lag) {
 			return false
 		}
 	}
