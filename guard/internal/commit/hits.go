@@ -46,6 +46,10 @@ type Hits struct {
 	rt       time.Duration // RedisTimeout
 	mode     int           // how a batch is sent: getPipeline, mgetOne, mgetSlots
 	batching bool          // false: every GET goes out on its own
+	// bypass: rdb has go-redis's client-side cache, which answers a GET or
+	// an MGET from memory, out of the tier's fence: every read goes out in
+	// a pipeline, which that cache does not serve.
+	bypass bool
 	lone     sharedDeadline
 }
 
@@ -81,8 +85,8 @@ func putReq(r *getReq) {
 // (RedisTimeout). Batches hold at most max GETs; with max at most 1, or on
 // a client that caches GETs client-side, every GET goes out on its own.
 func NewHits(rdb redis.UniversalClient, max int, timeout time.Duration) *Hits {
-	q := &Hits{rdb: rdb, rt: timeout}
-	if max <= 1 || ClientSideCaching(rdb) {
+	q := &Hits{rdb: rdb, rt: timeout, bypass: ClientSideCaching(rdb)}
+	if max <= 1 {
 		return q
 	}
 	q.batching = true
@@ -91,6 +95,9 @@ func NewHits(rdb redis.UniversalClient, max int, timeout time.Duration) *Hits {
 		q.mode = mgetOne
 	case *redis.ClusterClient:
 		q.mode = mgetSlots
+	}
+	if q.bypass {
+		q.mode = getPipeline
 	}
 	q.max, q.flush, q.yield, q.window = max, q.flushGets, true, Window
 	return q
@@ -142,6 +149,11 @@ func (q *Hits) Get(ctx context.Context, name, tname string) (string, string, err
 	if dl, has := ctx.Deadline(); !has || time.Until(dl) > timeout {
 		ctx = q.lone.bounded(ctx, timeout)
 	}
+	if q.bypass {
+		r := getReq{name: name, tname: tname}
+		q.pipeGets(ctx, []*getReq{&r})
+		return r.val, r.tval, r.err
+	}
 	if tname == "" {
 		s, err := rdb.Get(ctx, name).Result()
 		return s, "", err
@@ -188,6 +200,8 @@ func (q *Hits) flushGets(batch []*getReq) {
 	ctx, cancel := context.WithDeadline(context.Background(), batch[0].enq.Add(q.rt))
 	defer cancel()
 	switch {
+	case q.bypass:
+		q.pipeGets(ctx, batch)
 	case len(batch) == 1 && batch[0].tname == "":
 		r := batch[0]
 		r.val, r.err = q.rdb.Get(ctx, r.name).Result()
