@@ -126,7 +126,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 	g.br = breaker.Breaker{Threshold: o.BreakerFailures, Cooldown: o.BreakerCooldown,
 		Hook: o.Hooks.Breaker, Recovered: g.reserve.Clear}
 	g.loc = tier.New(rdb, tier.Config{Namespace: o.Namespace, Entries: o.LocalEntries, Bytes: o.LocalBytes,
-		TTL: o.LocalTTL, Lag: o.LocalLag, OnRedisError: o.Hooks.RedisError, OnState: o.Hooks.LocalTier,
+		TTL: o.LocalTTL, Lag: o.LocalLag, Timeout: o.RedisTimeout, PerKey: o.LocalTracking == TrackHeld, OnRedisError: o.Hooks.RedisError, OnState: o.Hooks.LocalTier,
 		Reserve: g.reserve, RedisNow: g.clk.now, OnLive: func() {
 			if !g.br.Failing() {
 				g.reserve.Clear()

@@ -87,6 +87,16 @@ type Options struct {
 	// LocalTTL is the longest a copy is served, should a change ever go
 	// unreported. Default: 1m.
 	LocalTTL time.Duration
+	// LocalTracking says which changes Redis reports to this node's tier.
+	// TrackAll (the default): every change under the Namespace; a node
+	// then never serves a copy another node's change replaced once the
+	// change has returned (its report is on this host first). TrackHeld:
+	// the changes of the keys this node holds a copy of, so that what a
+	// change costs Redis follows the nodes that hold its key, not the
+	// fleet; a copy then goes within LocalLag of a change (Redis sends
+	// the writer's reply before such a report). See docs/local-tier.md
+	// for the cost of each as a fleet grows.
+	LocalTracking Tracking
 	// LocalLag bounds how long after another node's change has returned
 	// this node may still serve the copy it replaced, whatever the network
 	// between it and Redis does: the tier serves only while a barrier sent
@@ -101,6 +111,15 @@ type Options struct {
 	// Hooks observe the Group's events.
 	Hooks Hooks
 }
+
+// Tracking is how the in-process tier learns of changes (see
+// Options.LocalTracking).
+type Tracking int
+
+const (
+	TrackAll  Tracking = iota // every change under the Namespace (broadcast)
+	TrackHeld                 // the changes of the keys this node holds
+)
 
 // WaitTimeoutPolicy says what a caller does when another node's fill does
 // not land within Options.WaitTimeout.
@@ -182,6 +201,9 @@ func (o *Options) durations() error {
 
 // numbers sets the other fields' defaults, or says which is out of range.
 func (o *Options) numbers() error {
+	if o.LocalTracking != TrackAll && o.LocalTracking != TrackHeld {
+		return fmt.Errorf("guard: unknown LocalTracking %d", o.LocalTracking)
+	}
 	switch {
 	case o.Jitter == Disabled:
 		o.Jitter = 0

@@ -50,7 +50,7 @@ type Hits struct {
 	// an MGET from memory, out of the tier's fence: every read goes out in
 	// a pipeline, which that cache does not serve.
 	bypass bool
-	lone     sharedDeadline
+	lone   sharedDeadline
 }
 
 // getReq is one queued GET. Its owner is the caller until it is queued,

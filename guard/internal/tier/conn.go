@@ -42,6 +42,11 @@ type tracker struct {
 	fc    atomic.Pointer[fenceConn]
 	dials atomic.Int64
 	bar   barriers // the barriers of the current connection
+	// id is the report connection's client id, which the reader's
+	// tracking redirects to; opts are the node's options, for the reader.
+	id    atomic.Int64
+	opts  *redis.Options
+	keeps chan keepReq // copies waiting for their tracked read
 
 	mu sync.Mutex
 	ps *redis.PubSub // the current subscription, closed by stop
@@ -133,6 +138,11 @@ func (c *coherence) listen(t *tracker, ts *trackState) error {
 	done := make(chan struct{})
 	defer close(done)
 	go c.sendBarriers(t, ps, done)
+	if c.perKey {
+		reader := redis.NewClient(readerOptions(t.opts, t.id.Load(), c.readerDialed(t)))
+		defer reader.Close()
+		go c.readTracked(t, reader, done)
+	}
 	probed := false
 	for {
 		msg, err := ps.ReceiveTimeout(ctx, healthEvery)
@@ -182,6 +192,19 @@ func (c *coherence) apply(t *tracker, ts *trackState, msg any) {
 	}
 }
 
+// readerDialed returns the dial hook of t's reader: a second connection
+// means the first was lost, and with it the tracking of the keys read on
+// it; the tier flushes, so that no copy whose change Redis would not
+// report is served.
+func (c *coherence) readerDialed(t *tracker) func() {
+	var n atomic.Int64
+	return func() {
+		if n.Add(1) > 1 {
+			c.tier.Flush()
+		}
+	}
+}
+
 // sendBarriers sends a barrier on ps every Lag/4 while the tier is being
 // hit, until done: a hit is served only while a barrier sent within Lag
 // came back (see fence.go). An idle tier sends none; its next hit reads
@@ -213,6 +236,7 @@ var errRedialed = errors.New("guard: report connection redialled")
 
 // changed applies the report that the key name changed.
 func (c *coherence) changed(name string) {
+	c.reports.Add(1)
 	if IsEntryName(c.prefix, name) {
 		c.tier.Changed(name)
 		return
@@ -292,7 +316,7 @@ var ReportAddr func(addr string) string
 // the fence), credentials and TLS, RESP2 (reports on a subscribed
 // connection), one connection, and tracking turned on as it connects,
 // again after every reconnect.
-func trackerOptions(o *redis.Options, ns string, t *tracker) *redis.Options {
+func trackerOptions(o *redis.Options, ns string, perKey bool, t *tracker) *redis.Options {
 	dial := o.Dialer
 	if dial == nil {
 		dial = redis.NewDialer(o)
@@ -327,6 +351,10 @@ func trackerOptions(o *redis.Options, ns string, t *tracker) *redis.Options {
 			id, err := cn.ClientID(ctx).Result()
 			if err != nil {
 				return err
+			}
+			t.id.Store(id)
+			if perKey {
+				return nil // the reports come from the tracked reader (track.go)
 			}
 			return cn.Do(ctx, "CLIENT", "TRACKING", "on", "REDIRECT", id, "BCAST", "PREFIX", ns).Err()
 		},

@@ -229,6 +229,22 @@ func (t *Tier) Keep(key, name string, tk Ticket, e *entry.Entry, left time.Durat
 	if t == nil {
 		return
 	}
+	now := nanotime()
+	until, base := now+int64(min(left, t.ttl)), now-int64(age)
+	if t.coh == nil || !t.coh.perKey {
+		t.keepNow(key, name, tk, e, until, base, stale)
+		return
+	}
+	// Redis reports the changes of a key to this node only once it read
+	// the key on a tracked connection: the copy is kept after such a read
+	// found the same entry (track). Meanwhile its version is known.
+	t.Seen(key, name, e)
+	t.coh.track(keepReq{key: key, name: name, tk: tk, e: *e, until: until, base: base, stale: stale})
+}
+
+// keepNow keeps the copy of Keep, with mu not held: until and base are
+// nanotimes.
+func (t *Tier) keepNow(key, name string, tk Ticket, e *entry.Entry, until, base int64, stale bool) {
 	cost := len(e.Value) + len(key) + len(name) + Overhead
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -255,9 +271,8 @@ func (t *Tier) Keep(key, name string, tk Ticket, e *entry.Entry, left time.Durat
 		t.putMark(key, name, e, nil) // its version, for current
 		return
 	}
-	now := nanotime()
 	it := &Item{key: key, name: name, value: e.Value, cost: cost, Entry: *e,
-		until: now + int64(min(left, t.ttl)), Base: now - int64(age), Stale: stale}
+		until: until, Base: base, Stale: stale}
 	t.insert(it)
 }
 

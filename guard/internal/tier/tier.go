@@ -22,6 +22,11 @@ type Config struct {
 	// it replaced may still be served, whatever the network does
 	// (LocalLag; see fence.go).
 	Lag time.Duration
+	// Timeout bounds a tracked read (RedisTimeout).
+	Timeout time.Duration
+	// PerKey: Redis reports to this node the changes of the keys it holds
+	// (track.go), not every change under the Namespace (broadcast).
+	PerKey bool
 	// OnRedisError is told when a report connection is lost or refused,
 	// once per outage (op "track"); OnState of each change of the tier's
 	// state (see the Why constants). Either may be nil.

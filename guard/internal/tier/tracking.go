@@ -49,7 +49,12 @@ type coherence struct {
 	prefix string                     // ns + "{": how every entry name starts
 	hook   func(op string, err error) // Hooks.RedisError
 	lag    time.Duration              // Config.Lag
-	state  func(on bool, why string)  // Hooks.LocalTier
+	rt     time.Duration              // Config.Timeout: bounds a tracked read
+	perKey bool                       // Config.PerKey
+	// reports counts the names reported changed (tests: what a change
+	// costs a node that holds nothing of it).
+	reports atomic.Int64
+	state   func(on bool, why string) // Hooks.LocalTier
 
 	single *redis.Options       // a *redis.Client's options (standalone, Sentinel)
 	cc     *redis.ClusterClient // or a cluster's
@@ -76,7 +81,7 @@ type coherence struct {
 // when rdb is a client it cannot follow (a *redis.Ring, a cluster client
 // that reads from replicas): the tier then stays off.
 func newCoherence(rdb redis.UniversalClient, tier *Tier, o Config) *coherence {
-	c := &coherence{tier: tier, ns: o.Namespace, prefix: o.Namespace + "{", hook: o.OnRedisError, lag: o.Lag,
+	c := &coherence{tier: tier, ns: o.Namespace, prefix: o.Namespace + "{", hook: o.OnRedisError, lag: o.Lag, rt: o.Timeout, perKey: o.PerKey,
 		state: o.OnState, why: WhyConnecting,
 		trackers: map[string]*tracker{}, kick: make(chan struct{}, 1), quit: make(chan struct{})}
 	tier.fence = c.fenced
@@ -117,8 +122,8 @@ func newCoherence(rdb redis.UniversalClient, tier *Tier, o Config) *coherence {
 
 // add starts a tracker for the master at addr with options o, mu held.
 func (c *coherence) add(addr string, o *redis.Options) {
-	t := &tracker{addr: addr, quit: make(chan struct{})}
-	t.rdb = redis.NewClient(trackerOptions(o, c.ns, t))
+	t := &tracker{addr: addr, quit: make(chan struct{}), opts: o, keeps: make(chan keepReq, 4*maxTrackBatch)}
+	t.rdb = redis.NewClient(trackerOptions(o, c.ns, c.perKey, t))
 	c.trackers[addr] = t
 	c.down++
 	c.update()
@@ -271,4 +276,12 @@ func (c *coherence) close() {
 	for _, t := range trackers {
 		_ = t.rdb.Close()
 	}
+}
+
+// Reports returns how many names the report connections reported changed.
+func (t *Tier) Reports() int64 {
+	if t == nil {
+		return 0
+	}
+	return t.coh.reports.Load()
 }

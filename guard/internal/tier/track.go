@@ -1,0 +1,160 @@
+package tier
+
+import (
+	"context"
+	"net"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stampede-go/stampede/guard/internal/entry"
+)
+
+// Per-key tracking. Redis reports a change of a key to this node only if
+// the node read the key on a connection with tracking on (redirected to
+// its report connection), and only once: so what a change costs Redis
+// follows the nodes that hold a copy of it, not the fleet. A copy is kept
+// after such a tracked read found the entry it copies (the read is where
+// tracking begins: a change after it is reported; one before it, found by
+// comparing the entry). One reader connection per master, per report
+// connection, its reads pipelined.
+
+// keepReq is a copy waiting for its tracked read.
+type keepReq struct {
+	key, name   string
+	tk          Ticket
+	e           entry.Entry
+	until, base int64 // nanotimes
+	stale       bool
+}
+
+// maxTrackBatch bounds the reads of one pipeline of a reader.
+const maxTrackBatch = 256
+
+// track queues r for its tracked read on the reader of r's master; a copy
+// whose read cannot be queued (no reader yet, the queue full) is not kept.
+func (c *coherence) track(r keepReq) {
+	t := c.trackerOf(r.name)
+	if t == nil {
+		return
+	}
+	select {
+	case t.keeps <- r:
+	default:
+	}
+}
+
+// trackerOf returns the tracker of the master of the entry named name.
+func (c *coherence) trackerOf(name string) *tracker {
+	addr := ""
+	if c.cc != nil {
+		n, err := c.cc.MasterForKey(context.Background(), name)
+		if err != nil {
+			return nil
+		}
+		addr = n.Options().Addr
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.trackers[addr]
+}
+
+// readTracked runs t's tracked reads on reader until done: the copies
+// queued are kept once their reads found their entries unchanged.
+func (c *coherence) readTracked(t *tracker, reader *redis.Client, done <-chan struct{}) {
+	batch := make([]keepReq, 0, maxTrackBatch)
+	for {
+		batch = batch[:0]
+		select {
+		case <-done:
+			return
+		case r := <-t.keeps:
+			batch = append(batch, r)
+		}
+	more:
+		for len(batch) < maxTrackBatch {
+			select {
+			case r := <-t.keeps:
+				batch = append(batch, r)
+			default:
+				break more
+			}
+		}
+		c.readBatch(reader, batch)
+	}
+}
+
+// readBatch reads the entries of batch (and their tags' invalidation
+// times) on the tracked reader in one pipeline, and keeps the copies whose
+// entries are as they were read.
+func (c *coherence) readBatch(reader *redis.Client, batch []keepReq) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.rt)
+	defer cancel()
+	pipe := reader.Pipeline()
+	gets := make([]*redis.StringCmd, len(batch))
+	tinvs := make([]*redis.StringCmd, len(batch))
+	for i, r := range batch {
+		gets[i] = pipe.Get(ctx, r.name)
+		if b := tagBase(c.prefix, r.name); len(b) < len(r.name) {
+			tinvs[i] = pipe.Get(ctx, b+":tinv")
+		}
+	}
+	_, _ = pipe.Exec(ctx) // errors are read per command
+	for i, r := range batch {
+		raw, err := gets[i].Bytes()
+		if err != nil {
+			continue
+		}
+		e, err := entry.Decode(raw)
+		if err != nil || e.Fence != r.e.Fence || e.Written != r.e.Written {
+			continue // changed since it was read: not kept
+		}
+		if tinvs[i] != nil && tagInvalidated(&e, tinvs[i]) {
+			continue
+		}
+		c.tier.keepNow(r.key, r.name, r.tk, &r.e, r.until, r.base, r.stale)
+	}
+}
+
+// tagInvalidated reports whether the entry e was written before its tag's
+// last invalidation, whose time (µs) cmd read: the rule of guard_read.lua.
+func tagInvalidated(e *entry.Entry, cmd *redis.StringCmd) bool {
+	s, err := cmd.Result()
+	if err == redis.Nil {
+		return false
+	}
+	t, perr := strconv.ParseInt(s, 10, 64)
+	return err != nil || perr != nil || e.Fence < t || (e.Written+1)*1000 <= t
+}
+
+// readerOptions are the options of a tracked reader on the node o
+// reaches: its reads are tracked, their reports sent to the report
+// connection whose client id is id; dialed is told of each connection.
+func readerOptions(o *redis.Options, id int64, dialed func()) *redis.Options {
+	dial := o.Dialer
+	if dial == nil {
+		dial = redis.NewDialer(o)
+	}
+	ro := &redis.Options{
+		Network: o.Network, Addr: o.Addr,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			cn, err := dial(ctx, network, addr)
+			if err == nil {
+				dialed()
+			}
+			return cn, err
+		},
+		Username: o.Username, Password: o.Password,
+		CredentialsProvider:          o.CredentialsProvider,
+		CredentialsProviderContext:   o.CredentialsProviderContext,
+		StreamingCredentialsProvider: o.StreamingCredentialsProvider,
+		TLSConfig:                    o.TLSConfig, DialTimeout: o.DialTimeout,
+		ClientName: o.ClientName,
+		// One connection, kept: another would track nothing read on it.
+		Protocol: 2, PoolSize: 1, MaxRetries: -1, ContextTimeoutEnabled: true, ConnMaxIdleTime: -1,
+		OnConnect: func(ctx context.Context, cn *redis.Conn) error {
+			return cn.Do(ctx, "CLIENT", "TRACKING", "on", "REDIRECT", id).Err()
+		},
+	}
+	return ro
+}
