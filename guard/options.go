@@ -101,7 +101,7 @@ type Options struct {
 	// this node may still serve the copy it replaced, whatever the network
 	// between it and Redis does: the tier serves only while a barrier sent
 	// within LocalLag came back on every report connection (one small
-	// command per LocalLag/4 per master while the tier is used). Where the
+	// command per LocalLag/2 per master while the tier is used). Where the
 	// change's report is on this host already, the copy goes at once.
 	// Default: 100ms.
 	LocalLag time.Duration

@@ -205,12 +205,12 @@ func (c *coherence) readerDialed(t *tracker) func() {
 	}
 }
 
-// sendBarriers sends a barrier on ps every Lag/4 while the tier is being
+// sendBarriers sends a barrier on ps every Lag/2 while the tier is being
 // hit, until done: a hit is served only while a barrier sent within Lag
 // came back (see fence.go). An idle tier sends none; its next hit reads
 // Redis, and the barriers start again.
 func (c *coherence) sendBarriers(t *tracker, ps *redis.PubSub, done <-chan struct{}) {
-	tick := time.NewTicker(max(c.lag/4, time.Millisecond))
+	tick := time.NewTicker(max(c.lag/2, time.Millisecond))
 	defer tick.Stop()
 	for {
 		select {
