@@ -116,8 +116,14 @@ func runStrategy(ctx context.Context, cfg config, srv *server, s strategy, stder
 		fmt.Fprintf(stderr, "%s: cleanup: %v\n", s.name, err)
 	}
 
-	res := result{name: s.name, loads: org.loads.Load(), statuses: map[string]int64{}}
-	if s.name == "guard" {
+	return summarize(s.name, org.loads.Load(), hooks, stats), nil
+}
+
+// summarize adds up the clients' stats of strategy name, which cost loads
+// origin loads; hooks are reported for the guard only.
+func summarize(name string, loads int64, hooks *hookCounts, stats []clientStats) result {
+	res := result{name: name, loads: loads, statuses: map[string]int64{}}
+	if name == "guard" {
 		res.hooks = hooks
 	}
 	var lat []time.Duration
@@ -135,7 +141,7 @@ func runStrategy(ctx context.Context, cfg config, srv *server, s strategy, stder
 	res.requests = int64(len(lat))
 	slices.Sort(lat)
 	res.p50, res.p99 = percentile(lat, 0.50), percentile(lat, 0.99)
-	return res, nil
+	return res
 }
 
 // runClient asks n for Zipf-chosen keys, one request at a time, until ctx

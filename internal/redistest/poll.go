@@ -1,6 +1,8 @@
 package redistest
 
 import (
+	"context"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -17,5 +19,23 @@ func Eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 			t.Fatalf("timed out after %v waiting for %s", d, what)
 		}
 		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// poll calls check every clusterPoll until it reports done or ctx ends, in
+// which case the error carries check's last explanation.
+func poll(ctx context.Context, check func() (done bool, why string)) error {
+	tick := time.NewTicker(clusterPoll)
+	defer tick.Stop()
+	for {
+		done, why := check()
+		if done {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %s", ctx.Err(), why)
+		case <-tick.C:
+		}
 	}
 }

@@ -312,21 +312,29 @@ func UnaryClientInterceptor(g *guard.Group, opts ...Option) grpc.UnaryClientInte
 			}
 			return direct(f.reason)
 		}
-		name, b, err := decodeValue(res.Value)
-		if err == nil && name != replyType.Descriptor().FullName() {
-			err = fmt.Errorf("guardgrpc: cached %s, want %s", name, replyType.Descriptor().FullName())
-		}
-		if err == nil {
-			proto.Reset(out)
-			err = proto.Unmarshal(b, out)
-		}
-		if err != nil {
-			proto.Reset(out)
+		if err := fillReply(out, res.Value, replyType.Descriptor().FullName()); err != nil {
 			return direct(BypassUndecodable)
 		}
 		setHeaderOptions(callOpts, cachestatus.Of(res.Status))
 		return nil
 	}
+}
+
+// fillReply decodes the cached value v into out, a reply of type want. On
+// an error, out is left reset.
+func fillReply(out proto.Message, v []byte, want protoreflect.FullName) error {
+	name, b, err := decodeValue(v)
+	if err == nil && name != want {
+		err = fmt.Errorf("guardgrpc: cached %s, want %s", name, want)
+	}
+	if err == nil {
+		proto.Reset(out)
+		err = proto.Unmarshal(b, out)
+	}
+	if err != nil {
+		proto.Reset(out)
+	}
+	return err
 }
 
 func hasPerRPCCreds(opts []grpc.CallOption) bool {

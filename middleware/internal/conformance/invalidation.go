@@ -165,75 +165,24 @@ func invalidationReadYourWrites(t *testing.T, a Adapter, top topology) {
 		g := NewGroup(t, top.client(t), guard.Options{Namespace: ns})
 		urls = append(urls, quietServer(t, a.New(g, strict, origin)).URL)
 	}
-	do := func(base, method, path string, header ...string) (*http.Response, string, error) {
-		req, _ := http.NewRequest(method, base+path, nil)
-		req.Host = "shop.example"
-		for i := 0; i+1 < len(header); i += 2 {
-			req.Header.Set(header[i], header[i+1])
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return nil, "", err
-		}
-		b, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		return resp, string(b), err
-	}
 	// Other traffic on B, so that its report goroutine competes for the
 	// processor as it would in production.
-	stop := make(chan struct{})
-	var busy sync.WaitGroup
-	for i := range 2 {
-		busy.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if _, _, err := do(urls[1], http.MethodGet, fmt.Sprintf("/other/%d", i)); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		})
-	}
-	defer busy.Wait()
-	defer close(stop)
+	defer busyTraffic(t, urls[1])()
 	const rounds = 400
 	old := 0
 	for i := range rounds {
 		// B holds version i in its tier.
 		for range 2 {
-			if _, _, err := do(urls[1], http.MethodGet, "/users/42"); err != nil {
+			if _, _, err := shopRequest(urls[1], http.MethodGet, "/users/42"); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if resp, _, err := do(urls[0], http.MethodPut, "/users/42"); err != nil || resp.StatusCode != http.StatusNoContent {
+		if resp, _, err := shopRequest(urls[0], http.MethodPut, "/users/42"); err != nil || resp.StatusCode != http.StatusNoContent {
 			t.Fatalf("PUT: %v %v", resp, err)
 		}
 		want := fmt.Sprintf("v%d", version.Load())
 		etag := fmt.Sprintf(`"v%d"`, version.Load()-1)
-		// One of four reads, in turn: a GET, a HEAD, a conditional GET
-		// with the old validator, a Range request.
-		var resp *http.Response
-		var body string
-		var err error
-		var bad bool
-		switch i % 4 {
-		case 0:
-			resp, body, err = do(urls[1], http.MethodGet, "/users/42")
-			bad = body != want
-		case 1:
-			resp, _, err = do(urls[1], http.MethodHead, "/users/42")
-			bad = err == nil && resp.Header.Get("ETag") != `"`+want+`"`
-		case 2:
-			resp, body, err = do(urls[1], http.MethodGet, "/users/42", "If-None-Match", etag)
-			bad = err == nil && (resp.StatusCode != http.StatusOK || body != want)
-		case 3:
-			resp, body, err = do(urls[1], http.MethodGet, "/users/42", "Range", "bytes=0-0")
-			bad = err == nil && resp.Header.Get("ETag") != `"`+want+`"`
-		}
+		resp, body, bad, err := readAfterPut(urls[1], i, want, etag)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -247,6 +196,70 @@ func invalidationReadYourWrites(t *testing.T, a Adapter, top topology) {
 	if old > 0 {
 		t.Errorf("%d of %d reads through B after a PUT through A had been answered got the old response", old, rounds)
 	}
+}
+
+// readAfterPut sends round i's read of /users/42 to base, one of four in
+// turn: a GET, a HEAD, a conditional GET with the old validator etag, a
+// Range request. bad reports an answer that is not version want.
+func readAfterPut(base string, i int, want, etag string) (resp *http.Response, body string, bad bool, err error) {
+	switch i % 4 {
+	case 0:
+		resp, body, err = shopRequest(base, http.MethodGet, "/users/42")
+		bad = body != want
+	case 1:
+		resp, _, err = shopRequest(base, http.MethodHead, "/users/42")
+		bad = err == nil && resp.Header.Get("ETag") != `"`+want+`"`
+	case 2:
+		resp, body, err = shopRequest(base, http.MethodGet, "/users/42", "If-None-Match", etag)
+		bad = err == nil && (resp.StatusCode != http.StatusOK || body != want)
+	case 3:
+		resp, body, err = shopRequest(base, http.MethodGet, "/users/42", "Range", "bytes=0-0")
+		bad = err == nil && resp.Header.Get("ETag") != `"`+want+`"`
+	}
+	return resp, body, bad, err
+}
+
+// busyTraffic sends GETs of other paths to base from two goroutines until
+// the returned func is called, which waits for them.
+func busyTraffic(t *testing.T, base string) (stop func()) {
+	done := make(chan struct{})
+	var busy sync.WaitGroup
+	for i := range 2 {
+		busy.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if _, _, err := shopRequest(base, http.MethodGet, fmt.Sprintf("/other/%d", i)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	return func() {
+		close(done)
+		busy.Wait()
+	}
+}
+
+// shopRequest sends method path to base for Host shop.example, with the
+// header pairs given, and reads the whole answer.
+func shopRequest(base, method, path string, header ...string) (*http.Response, string, error) {
+	req, _ := http.NewRequest(method, base+path, nil)
+	req.Host = "shop.example"
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, "", err
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(b), err
 }
 
 // invalidationSpellings: an unsafe request invalidates its target however

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,16 +19,52 @@ import (
 // cost (1: the second was served the first's response; 2: it was not) and
 // what the second one got.
 func sharing(t *testing.T, a Adapter, rdb redis.UniversalClient) {
-	big := strings.Repeat("x", 2048)
-	rows := []struct {
-		name       string
-		cfg        Config
-		serve      func(http.ResponseWriter, *http.Request, int64)
-		req1, req2 *http.Request
-		wantCalls  int64
-		check      func(t *testing.T, first, second *httptest.ResponseRecorder)
-	}{
-		// Keys (rule 4).
+	rows := slices.Concat(shareKeyRows(), shareRequestRows(), shareResponseRows(), shareBehaviourRows())
+	for _, row := range rows {
+		t.Run(row.name, func(t *testing.T) {
+			t.Parallel()
+			row.run(t, a, rdb)
+		})
+	}
+}
+
+// shareRow is one row of the sharing rules: two requests, one after the
+// other, and what they must cost and get.
+type shareRow struct {
+	name       string
+	cfg        Config
+	serve      func(http.ResponseWriter, *http.Request, int64)
+	req1, req2 *http.Request
+	wantCalls  int64
+	check      func(t *testing.T, first, second *httptest.ResponseRecorder)
+}
+
+// run sends the row's two requests and checks their cost and answers.
+func (row shareRow) run(t *testing.T, a Adapter, rdb redis.UniversalClient) {
+	g := NewGroup(t, rdb, guard.Options{FreshFor: time.Hour})
+	o := &origin{serve: row.serve}
+	h := a.New(g, row.cfg, o)
+	first := serve(h, row.req1)
+	second := serve(h, row.req2)
+	if got := o.calls.Load(); got != row.wantCalls {
+		t.Errorf("handler calls %d, want %d", got, row.wantCalls)
+	}
+	for _, rec := range []*httptest.ResponseRecorder{first, second} {
+		if cs := rec.Header().Get("Cache-Status"); strings.Contains(cs, "h2:") || strings.Contains(cs, "hu:") {
+			t.Errorf("Cache-Status %q shows the key", cs)
+		}
+	}
+	if row.wantCalls == 2 && second.Header().Get("Cache-Status") == "stampede; hit" {
+		t.Errorf("second response is a hit")
+	}
+	if row.check != nil {
+		row.check(t, first, second)
+	}
+}
+
+// shareKeyRows: keys (rule 4).
+func shareKeyRows() []shareRow {
+	return []shareRow{
 		{name: "key/query order is canonical", req1: get("/a?x=1&y=2"), req2: get("/a?y=2&x=1"), wantCalls: 1},
 		{name: "key/query escaping is canonical", req1: get("/a?q=a%20b"), req2: get("/a?q=a+b"), wantCalls: 1},
 		{name: "key/query value differs", req1: get("/a?page=1"), req2: get("/a?page=2"), wantCalls: 2},
@@ -41,8 +78,12 @@ func sharing(t *testing.T, a Adapter, rdb redis.UniversalClient) {
 		{name: "key/escaped path differs", req1: get("/a%2Fb"), req2: get("/a/b"), wantCalls: 2},
 		{name: "key/unlisted header ignored", req1: with(get("/a"), header("Accept-Language", "fr")), req2: with(get("/a"), header("Accept-Language", "de")), wantCalls: 1},
 		{name: "key/listed header differs", cfg: Config{KeyHeaders: []string{"accept-language"}}, req1: with(get("/a"), header("Accept-Language", "fr")), req2: with(get("/a"), header("Accept-Language", "de")), wantCalls: 2},
+	}
+}
 
-		// Requests never shared (rule 5).
+// shareRequestRows: requests never shared (rule 5).
+func shareRequestRows() []shareRow {
+	return []shareRow{
 		{name: "request/Authorization bypasses", req1: with(get("/a"), header("Authorization", "Bearer x")), req2: with(get("/a"), header("Authorization", "Bearer y")), wantCalls: 2,
 			check: wantCacheStatus("stampede; fwd=bypass")},
 		{name: "request/Authorization response not served to others", req1: with(get("/a"), header("Authorization", "Bearer x")), req2: get("/a"), wantCalls: 2},
@@ -57,8 +98,13 @@ func sharing(t *testing.T, a Adapter, rdb redis.UniversalClient) {
 		{name: "request/client Pragma no-cache ignored by default", req1: get("/a"), req2: with(get("/a"), header("Pragma", "no-cache")), wantCalls: 1},
 		{name: "request/client Pragma no-cache honoured when configured", cfg: Config{HonorClientNoCache: true}, req1: get("/a"), req2: with(get("/a"), header("Pragma", "no-cache")), wantCalls: 2},
 		{name: "request/client no-cache honoured when configured", cfg: Config{HonorClientNoCache: true}, req1: get("/a"), req2: with(get("/a"), header("Cache-Control", "no-cache")), wantCalls: 2},
+	}
+}
 
-		// Responses never shared (rule 5).
+// shareResponseRows: responses never shared (rule 5).
+func shareResponseRows() []shareRow {
+	big := strings.Repeat("x", 2048)
+	return []shareRow{
 		{name: "response/Set-Cookie", serve: respond(200, "b", "Set-Cookie", "s=secret"), req1: get("/a"), req2: get("/a"), wantCalls: 2,
 			check: func(t *testing.T, first, second *httptest.ResponseRecorder) {
 				if first.Header().Get("Set-Cookie") != "s=secret" {
@@ -102,8 +148,12 @@ func sharing(t *testing.T, a Adapter, rdb redis.UniversalClient) {
 		{name: "response/upstream max-age=0 ignored by default", serve: respond(200, "b", "Cache-Control", "max-age=0"), req1: get("/a"), req2: get("/a"), wantCalls: 1},
 		{name: "response/upstream max-age=0 honoured when configured", cfg: Config{UpstreamWindows: true}, serve: respond(200, "b", "Cache-Control", "max-age=0"), req1: get("/a"), req2: get("/a"), wantCalls: 2},
 		{name: "response/body at MaxBodyBytes shared", cfg: Config{MaxBodyBytes: len(big)}, serve: respond(200, big), req1: get("/a"), req2: get("/a"), wantCalls: 1},
+	}
+}
 
-		// Behaviour (rule 6).
+// shareBehaviourRows: behaviour (rule 6).
+func shareBehaviourRows() []shareRow {
+	return []shareRow{
 		{name: "behaviour/Cache-Status miss then hit, Age", req1: get("/a"), req2: get("/a"), wantCalls: 1,
 			check: func(t *testing.T, first, second *httptest.ResponseRecorder) {
 				if got := first.Header().Get("Cache-Status"); got != "stampede; fwd=miss; stored" {
@@ -147,30 +197,6 @@ func sharing(t *testing.T, a Adapter, rdb redis.UniversalClient) {
 					t.Errorf("served header %v", h)
 				}
 			}},
-	}
-	for _, row := range rows {
-		t.Run(row.name, func(t *testing.T) {
-			t.Parallel()
-			g := NewGroup(t, rdb, guard.Options{FreshFor: time.Hour})
-			o := &origin{serve: row.serve}
-			h := a.New(g, row.cfg, o)
-			first := serve(h, row.req1)
-			second := serve(h, row.req2)
-			if got := o.calls.Load(); got != row.wantCalls {
-				t.Errorf("handler calls %d, want %d", got, row.wantCalls)
-			}
-			for _, rec := range []*httptest.ResponseRecorder{first, second} {
-				if cs := rec.Header().Get("Cache-Status"); strings.Contains(cs, "h2:") || strings.Contains(cs, "hu:") {
-					t.Errorf("Cache-Status %q shows the key", cs)
-				}
-			}
-			if row.wantCalls == 2 && second.Header().Get("Cache-Status") == "stampede; hit" {
-				t.Errorf("second response is a hit")
-			}
-			if row.check != nil {
-				row.check(t, first, second)
-			}
-		})
 	}
 }
 
