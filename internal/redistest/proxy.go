@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"bytes"
 	"net"
 	"sync"
 	"testing"
@@ -24,6 +25,7 @@ type Proxy struct {
 	changed chan struct{} // closed and replaced when delay or stall change
 	conns   map[*proxied]struct{}
 	closed  bool
+	refuse  bool // REDIRECT turned into an option Redis refuses
 	wg      sync.WaitGroup
 }
 
@@ -57,6 +59,12 @@ func (p *Proxy) Stall() { p.set(func() { p.stalled = true }) }
 
 // Resume delivers what Stall held, and what comes after.
 func (p *Proxy) Resume() { p.set(func() { p.stalled = false }) }
+
+// RefuseRedirect makes the server refuse CLIENT TRACKING ... REDIRECT, as
+// Redis Cloud and Redis Software do: the proxy turns the option into one
+// the server does not know (same length, so the command stays whole), and
+// the server answers an error.
+func (p *Proxy) RefuseRedirect() { p.set(func() { p.refuse = true }) }
 
 // Cut resets every connection through the proxy (new ones are accepted).
 func (p *Proxy) Cut() {
@@ -115,6 +123,12 @@ func (p *Proxy) up(c *proxied) {
 	for {
 		n, err := c.client.Read(buf)
 		if n > 0 {
+			p.mu.Lock()
+			refuse := p.refuse
+			p.mu.Unlock()
+			if refuse {
+				copy(buf[:n], bytes.ReplaceAll(buf[:n], []byte("REDIRECT"), []byte("REDIRECX")))
+			}
 			if _, werr := c.server.Write(buf[:n]); werr != nil {
 				break
 			}

@@ -47,6 +47,8 @@ type tracker struct {
 	id    atomic.Int64
 	opts  *redis.Options
 	keeps chan keepReq // copies waiting for their tracked read
+	resp3 bool         // the report connection runs in RESP3 (resp3.go)
+	raddr string       // where the report connection dials (ReportAddr)
 
 	mu sync.Mutex
 	ps *redis.PubSub // the current subscription, closed by stop
@@ -58,11 +60,21 @@ func (c *coherence) run(t *tracker) {
 	var ts trackState
 	ts.backoff = time.Millisecond
 	for {
-		err := c.listen(t, &ts)
+		var err error
+		if t.resp3 {
+			err = c.listenRESP3(t, &ts)
+		} else {
+			err = c.listen(t, &ts)
+		}
 		select {
 		case <-t.quit:
 			return
 		default:
+		}
+		if !t.resp3 && whyLost(err) == WhyRefused {
+			// Refused in RESP2 (a REDIRECT some servers do not take, or
+			// RESP2 tracking): the next attempt runs in RESP3.
+			t.resp3 = true
 		}
 		if isFlush(err) {
 			// FLUSHALL or FLUSHDB: every copy goes (the tier stops until
@@ -147,6 +159,9 @@ func (c *coherence) listen(t *tracker, ts *trackState) error {
 	for {
 		msg, err := ps.ReceiveTimeout(ctx, healthEvery)
 		if t.dials.Load() != dials {
+			if rerr := redis.Error(nil); errors.As(err, &rerr) {
+				return err // the new connection's refusal says more
+			}
 			return errRedialed
 		}
 		var ne net.Error
@@ -321,10 +336,7 @@ func trackerOptions(o *redis.Options, ns string, perKey bool, t *tracker) *redis
 	if dial == nil {
 		dial = redis.NewDialer(o)
 	}
-	addr := o.Addr
-	if ReportAddr != nil {
-		addr = ReportAddr(addr)
-	}
+	addr := t.raddr
 	return &redis.Options{
 		Network: o.Network, Addr: addr,
 		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -347,6 +359,7 @@ func trackerOptions(o *redis.Options, ns string, perKey bool, t *tracker) *redis
 		DisableIdentity: o.DisableIdentity || o.DisableIndentity,
 		IdentitySuffix:  o.IdentitySuffix,
 		Protocol:        2, PoolSize: 1, MaxRetries: -1, ContextTimeoutEnabled: true,
+		PipelinePoolSize: -1, // one connection: a pipeline too runs on it
 		OnConnect: func(ctx context.Context, cn *redis.Conn) error {
 			id, err := cn.ClientID(ctx).Result()
 			if err != nil {

@@ -152,6 +152,7 @@ func readerOptions(o *redis.Options, id int64, dialed func()) *redis.Options {
 		ClientName: o.ClientName,
 		// One connection, kept: another would track nothing read on it.
 		Protocol: 2, PoolSize: 1, MaxRetries: -1, ContextTimeoutEnabled: true, ConnMaxIdleTime: -1,
+		PipelinePoolSize: -1, // pipelines on that one connection too
 		OnConnect: func(ctx context.Context, cn *redis.Conn) error {
 			return cn.Do(ctx, "CLIENT", "TRACKING", "on", "REDIRECT", id).Err()
 		},

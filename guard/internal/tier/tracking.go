@@ -122,7 +122,10 @@ func newCoherence(rdb redis.UniversalClient, tier *Tier, o Config) *coherence {
 
 // add starts a tracker for the master at addr with options o, mu held.
 func (c *coherence) add(addr string, o *redis.Options) {
-	t := &tracker{addr: addr, quit: make(chan struct{}), opts: o, keeps: make(chan keepReq, 4*maxTrackBatch)}
+	t := &tracker{addr: addr, quit: make(chan struct{}), opts: o, keeps: make(chan keepReq, 4*maxTrackBatch), resp3: ForceRESP3}
+	if t.raddr = o.Addr; ReportAddr != nil {
+		t.raddr = ReportAddr(o.Addr)
+	}
 	t.rdb = redis.NewClient(trackerOptions(o, c.ns, c.perKey, t))
 	c.trackers[addr] = t
 	c.down++
