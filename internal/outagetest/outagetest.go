@@ -38,6 +38,7 @@ type Scenario struct {
 type Report struct {
 	Calls, Failed int           // calls begun during the outage, and how many failed
 	P50           time.Duration // of the calls begun during the outage
+	HeldP50       time.Duration // of the calls begun in the second before it
 	During        int64         // origin loads during the outage
 	After         int64         // origin loads in the 5s after Redis is back
 	FirstErr      error
@@ -80,6 +81,8 @@ func Run(t *testing.T, srv *redistest.Server, s Scenario) Report {
 	defer func() { close(stop); wg.Wait() }()
 
 	redistest.Eventually(t, 30*time.Second, "every hot key held in memory by every node", s.Held)
+	held := time.Now()
+	time.Sleep(time.Second) // the steady state the outage's latency is judged against
 	killed := time.Now()
 	before := s.Loads.Load()
 	srv.Kill(t)
@@ -93,8 +96,11 @@ func Run(t *testing.T, srv *redistest.Server, s Scenario) Report {
 
 	mu.Lock()
 	defer mu.Unlock()
-	var took []time.Duration
+	var took, steady []time.Duration
 	for _, c := range calls {
+		if !c.at.Before(held) && c.at.Before(killed) {
+			steady = append(steady, c.took)
+		}
 		if c.at.Before(killed) || !c.at.Before(back) {
 			continue
 		}
@@ -107,29 +113,37 @@ func Run(t *testing.T, srv *redistest.Server, s Scenario) Report {
 			}
 		}
 	}
-	slices.Sort(took)
-	if len(took) > 0 {
-		r.P50 = took[len(took)/2]
-	}
+	r.P50, r.HeldP50 = median(took), median(steady)
 	return r
+}
+
+func median(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	slices.Sort(d)
+	return d[len(d)/2]
 }
 
 // Check fails t unless r holds to the bounds of a per-node cache: loads
 // during the outage at most nodes x keys x (outage/FreshFor + 2), a p50
-// of at most 3ms, no call failed, and at most 1.5 loads per key per
-// refresh cycle in the 5s after Redis is back.
+// of at most 3ms or twice the p50 of the second before the outage (a
+// machine slowed by -race or by load serves even memory more slowly), no
+// call failed, and at most 1.5 loads per key per refresh cycle in the 5s
+// after Redis is back.
 func (s Scenario) Check(t *testing.T, r Report) {
 	t.Helper()
 	limit := int64(s.Nodes * s.Keys * (int(s.Outage/s.FreshFor) + 2))
 	cycles := int64(5*time.Second/s.FreshFor) + 1
 	maxAfter := int64(1.5 * float64(int64(s.Keys)*cycles))
-	t.Logf("outage of %v: %d calls, %d loads (limit %d), p50 %v, %d failed; %d loads in the 5s after (limit %d)",
-		s.Outage, r.Calls, r.During, limit, r.P50, r.Failed, r.After, maxAfter)
+	maxP50 := max(3*time.Millisecond, 2*r.HeldP50)
+	t.Logf("outage of %v: %d calls, %d loads (limit %d), p50 %v (before %v, limit %v), %d failed; %d loads in the 5s after (limit %d)",
+		s.Outage, r.Calls, r.During, limit, r.P50, r.HeldP50, maxP50, r.Failed, r.After, maxAfter)
 	if r.During > limit {
 		t.Errorf("%d loads during the outage; want at most %d (nodes x keys x (outage/FreshFor + 2))", r.During, limit)
 	}
-	if r.P50 > 3*time.Millisecond {
-		t.Errorf("p50 of the calls during the outage %v; want at most 3ms", r.P50)
+	if r.P50 > maxP50 {
+		t.Errorf("p50 of the calls during the outage %v; want at most %v (3ms, or twice the %v before it)", r.P50, maxP50, r.HeldP50)
 	}
 	if r.Failed > 0 {
 		t.Errorf("%d of %d calls failed during the outage (the first: %v); want none", r.Failed, r.Calls, r.FirstErr)
