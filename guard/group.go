@@ -32,6 +32,7 @@ type Group struct {
 	hub  *notify.Hub
 	sf   singleflight.Group
 	br   breaker.Breaker
+	late lateness   // how late this process runs its goroutines (redisTimeout)
 	loc  *tier.Tier // the in-process tier; nil when off
 	// reserve holds what this node serves while it cannot coordinate
 	// (degrade.go)
@@ -95,7 +96,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 		return nil, err
 	}
 	g := &Group{
-		rdb: rdb, opts: o,
+		rdb: rdb, opts: o, late: &processLate,
 		hub:     notify.New(rdb, notify.NewChannel(o.Namespace+"fill:")),
 		flights: map[string]*flight{},
 		closing: make(chan struct{}),
@@ -105,9 +106,9 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 		reserve: newReserve(o),
 		reach:   newReach(rdb, o.RedisTimeout),
 	}
-	g.hits = commit.NewHits(rdb, o.MaxHitBatch, o.RedisTimeout)
-	g.readQ = commit.NewScripts(rdb, lua.GuardRead, o.MaxHitBatch, o.RedisTimeout)
-	g.fillQ = commit.NewScripts(rdb, lua.GuardFill, o.MaxHitBatch, o.RedisTimeout)
+	g.hits = commit.NewHits(rdb, o.MaxHitBatch, g.redisTimeout)
+	g.readQ = commit.NewScripts(rdb, lua.GuardRead, o.MaxHitBatch, g.redisTimeout)
+	g.fillQ = commit.NewScripts(rdb, lua.GuardFill, o.MaxHitBatch, g.redisTimeout)
 	g.firstLease = min(o.LockTTL, leaseGrace)
 	g.leaseArg = ms(g.firstLease)
 	g.chanArg = g.hub.Channel()
