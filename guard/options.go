@@ -63,8 +63,9 @@ type Options struct {
 	// Default: 250ms.
 	RedisTimeout time.Duration
 	// BreakerFailures is how many Redis failures in a row open the
-	// breaker; while it is open the Group serves without Redis.
-	// Default: 3.
+	// breaker; while it is open the Group serves without Redis. A timeout
+	// while this process runs its goroutines a RedisTimeout late or more
+	// is not counted: it may be the process's, not Redis's. Default: 3.
 	BreakerFailures int
 	// BreakerCooldown is how long the breaker stays open before a call
 	// probes Redis again. Default: 1s.

@@ -28,6 +28,11 @@ var processLate sched.Gauge
 // measures Redis, not the run queue.
 func (g *Group) redisTimeout() time.Duration { return sched.Pad(g.opts.RedisTimeout, g.late.Late()) }
 
+// starved reports whether a goroutine of this process waited a whole
+// RedisTimeout to run lately: then a Redis call that timed out may have
+// had its reply waiting, and the timeout is no verdict on Redis.
+func (g *Group) starved() bool { return g.late.Late() >= g.opts.RedisTimeout }
+
 // readReply is the outcome of guard_read.lua.
 type readReply struct {
 	raw     []byte

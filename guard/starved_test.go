@@ -104,3 +104,38 @@ func TestStarvedNodeWaitsForItsReply(t *testing.T) {
 		})
 	}
 }
+
+// TestStarvedTimeoutKeepsBreakerClosed: a Redis call that times out while
+// the process runs its goroutines a RedisTimeout late or more says nothing
+// about Redis (its reply may be waiting to be read): the breaker stays
+// closed. Once the process runs on time, a timeout opens it.
+func TestStarvedTimeoutKeepsBreakerClosed(t *testing.T) {
+	const rt = 50 * time.Millisecond
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	var opens atomic.Int64
+	g, late := starvedGroup(t, rdb, Options{RedisTimeout: rt, BreakerFailures: 1, BreakerCooldown: time.Hour,
+		Hooks: Hooks{Breaker: func(open bool) {
+			if open {
+				opens.Add(1)
+			}
+		}}}, rt)
+	o := newOrigin(false)
+	srv.Freeze(t)
+	defer srv.Thaw(t)
+	for i := range 3 {
+		if _, err := g.Do(ctxT(t), "k"+string(rune('a'+i)), o.load); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := opens.Load(); n != 0 || g.br.Open() {
+		t.Errorf("the breaker opened %d times on a starved process", n)
+	}
+	late.d.Store(0)
+	if _, err := g.Do(ctxT(t), "z", o.load); err != nil {
+		t.Fatal(err)
+	}
+	if n := opens.Load(); n != 1 || !g.br.Open() {
+		t.Errorf("the breaker opened %d times on a process that runs on time, want 1", n)
+	}
+}
