@@ -13,5 +13,8 @@ func TestMain(m *testing.M) {
 	if os.Getenv(peerNodeEnv) != "" {
 		os.Exit(runPeerNode())
 	}
+	if os.Getenv(satNodeEnv) != "" {
+		os.Exit(runSatNode())
+	}
 	redistest.Main(m)
 }

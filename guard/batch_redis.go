@@ -54,7 +54,7 @@ func (g *Group) settle(op string, err error) {
 // followed by the read script, in a second pipeline for all such keys.
 func (g *Group) readMany(ctx context.Context, keys []string, nms []names, force []bool, filled bool) []batchRead {
 	out := make([]batchRead, len(keys))
-	rctx, cancel := context.WithTimeout(ctx, g.opts.RedisTimeout)
+	rctx, cancel := context.WithTimeout(ctx, g.redisTimeout())
 	defer cancel()
 	p := g.planReads(keys, nms, force, filled)
 	keeps := make([]keep, len(keys))
@@ -223,7 +223,7 @@ func (g *Group) storeMany(ctx context.Context, items []fillItem) {
 		calls[i] = lua.Call{Keys: it.nm.keys, Args: []any{f.fence, f.value, ms(fresh), ms(f.stale),
 			f.loadDur.Microseconds(), string(f.flags), string(f.mode), ms(f.keepLease), it.nm.entry, g.keepArg}}
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.opts.RedisTimeout)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.redisTimeout())
 	defer cancel()
 	sent := g.clk.local()
 	_, cmds := g.pipeline(rctx, nil, lua.GuardFill, calls)

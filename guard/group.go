@@ -32,6 +32,7 @@ type Group struct {
 	hub  *notify.Hub
 	sf   singleflight.Group
 	br   breaker.Breaker
+	late lateness   // how late this process runs its goroutines (redisTimeout)
 	loc  *tier.Tier // the in-process tier; nil when off
 	// reserve holds what this node serves while it cannot coordinate
 	// (degrade.go)
@@ -95,7 +96,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 		return nil, err
 	}
 	g := &Group{
-		rdb: rdb, opts: o,
+		rdb: rdb, opts: o, late: &processLate,
 		hub:     notify.New(rdb, notify.NewChannel(o.Namespace+"fill:")),
 		flights: map[string]*flight{},
 		closing: make(chan struct{}),
@@ -105,9 +106,9 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 		reserve: newReserve(o),
 		reach:   newReach(rdb, o.RedisTimeout),
 	}
-	g.hits = commit.NewHits(rdb, o.MaxHitBatch, o.RedisTimeout)
-	g.readQ = commit.NewScripts(rdb, lua.GuardRead, o.MaxHitBatch, o.RedisTimeout)
-	g.fillQ = commit.NewScripts(rdb, lua.GuardFill, o.MaxHitBatch, o.RedisTimeout)
+	g.hits = commit.NewHits(rdb, o.MaxHitBatch, g.redisTimeout)
+	g.readQ = commit.NewScripts(rdb, lua.GuardRead, o.MaxHitBatch, g.redisTimeout)
+	g.fillQ = commit.NewScripts(rdb, lua.GuardFill, o.MaxHitBatch, g.redisTimeout)
 	g.firstLease = min(o.LockTTL, leaseGrace)
 	g.leaseArg = ms(g.firstLease)
 	g.chanArg = g.hub.Channel()
@@ -124,7 +125,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 	// longer: it is emptied when a call succeeds again, or when the tier
 	// comes back while calls succeed (a report connection lost alone).
 	g.br = breaker.Breaker{Threshold: o.BreakerFailures, Cooldown: o.BreakerCooldown,
-		Hook: o.Hooks.Breaker, Recovered: g.reserve.Clear}
+		Hook: o.Hooks.Breaker, Recovered: g.reserve.Clear, Starved: g.starved}
 	g.loc = tier.New(rdb, tier.Config{Namespace: o.Namespace, Entries: o.LocalEntries, Bytes: o.LocalBytes,
 		TTL: o.LocalTTL, Lag: o.LocalLag, Timeout: o.RedisTimeout, PerKey: o.LocalTracking == TrackHeld, OnRedisError: o.Hooks.RedisError, OnState: o.Hooks.LocalTier,
 		Reserve: g.reserve, RedisNow: g.clk.now, OnLive: func() {

@@ -84,7 +84,7 @@ func (g *Group) renew(held []heldLease) []heldLease {
 	for j, l := range held {
 		calls[j] = lua.Call{Keys: l.nm.keys[1:2], Args: []any{l.fence, ms(g.opts.LockTTL)}}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), g.opts.RedisTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), g.redisTimeout())
 	_, cmds := g.pipeline(ctx, nil, lua.GuardLease, calls)
 	cancel()
 	kept := held[:0]
@@ -116,7 +116,7 @@ func (g *Group) releaseLeases(ctx context.Context, ls []heldLease) {
 	for j, l := range ls {
 		calls[j] = lua.Call{Keys: l.nm.keys[1:2], Args: []any{l.fence, 0}}
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.opts.RedisTimeout)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.redisTimeout())
 	defer cancel()
 	_, cmds := g.pipeline(rctx, nil, lua.GuardLease, calls)
 	for _, c := range cmds {

@@ -56,11 +56,16 @@ type Options struct {
 	// its stale value is served meanwhile, and a missing key answers
 	// ErrBackoff. Default: 1s.
 	ErrorBackoff time.Duration
-	// RedisTimeout bounds every Redis call. Default: 250ms.
+	// RedisTimeout bounds every Redis call. It measures Redis, not this
+	// process: on a process that runs its goroutines late (its CPU
+	// saturated), a call is given that lateness on top, up to three
+	// RedisTimeouts more, since its reply may wait that long to be read.
+	// Default: 250ms.
 	RedisTimeout time.Duration
 	// BreakerFailures is how many Redis failures in a row open the
-	// breaker; while it is open the Group serves without Redis.
-	// Default: 3.
+	// breaker; while it is open the Group serves without Redis. A timeout
+	// while this process runs its goroutines a RedisTimeout late or more
+	// is not counted: it may be the process's, not Redis's. Default: 3.
 	BreakerFailures int
 	// BreakerCooldown is how long the breaker stays open before a call
 	// probes Redis again. Default: 1s.

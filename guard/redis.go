@@ -4,14 +4,34 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 	"unsafe"
 
 	"github.com/stampede-go/stampede/internal/lua"
 
 	"github.com/stampede-go/stampede/guard/internal/breaker"
+	"github.com/stampede-go/stampede/guard/internal/sched"
 
 	"github.com/redis/go-redis/v9"
 )
+
+// lateness tells how late this process runs its goroutines: a
+// *sched.Gauge, or a test's.
+type lateness interface{ Late() time.Duration }
+
+// processLate is the Groups' gauge: lateness is the process's.
+var processLate sched.Gauge
+
+// redisTimeout bounds a Redis call: RedisTimeout, plus how late this
+// process runs its goroutines lately (at most sched.MaxPad RedisTimeouts
+// more). On a starved process a reply waits to be read; RedisTimeout
+// measures Redis, not the run queue.
+func (g *Group) redisTimeout() time.Duration { return sched.Pad(g.opts.RedisTimeout, g.late.Late()) }
+
+// starved reports whether a goroutine of this process waited a whole
+// RedisTimeout to run lately: then a Redis call that timed out may have
+// had its reply waiting, and the timeout is no verdict on Redis.
+func (g *Group) starved() bool { return g.late.Late() >= g.opts.RedisTimeout }
 
 // readReply is the outcome of guard_read.lua.
 type readReply struct {
@@ -47,7 +67,7 @@ func (g *Group) read(ctx context.Context, nm names, force bool) (readReply, erro
 // peekRead reads the entry and Redis's clock, trying no lease and
 // registering no waiter.
 func (g *Group) peekRead(ctx context.Context, nm names) (readReply, error) {
-	rctx, cancel := context.WithTimeout(ctx, g.opts.RedisTimeout)
+	rctx, cancel := context.WithTimeout(ctx, g.redisTimeout())
 	defer cancel()
 	sent := g.clk.local()
 	v, err := lua.GuardRead.Run(rctx, g.rdb, nm.readKeys(), 0, "", 0, g.keepArg, "0").Slice()

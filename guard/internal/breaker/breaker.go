@@ -3,6 +3,8 @@ package breaker
 import (
 	"context"
 	"errors"
+	"net"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -35,6 +37,10 @@ type Breaker struct {
 	// Recovered is called when a call succeeds after failures, open or
 	// not: the caller can use Redis again.
 	Recovered func()
+	// Starved reports whether this process runs its goroutines so late
+	// that a timeout says nothing about Redis: its reply may have waited
+	// in the socket for a goroutine to read it. Nil: never.
+	Starved func() bool
 
 	mu        sync.Mutex
 	fails     int
@@ -132,6 +138,10 @@ func (b *Breaker) Record(err, callerErr error) {
 		b.Success()
 	case callerErr != nil || errors.Is(err, context.Canceled):
 		// The caller left: no verdict.
+	case b.Starved != nil && Timeout(err) && b.Starved():
+		// This process, not Redis, was slow: no verdict. A starved node
+		// that opened its breaker would serve without Redis, loading
+		// what the fleet loads once.
 	case !Unwell(err):
 		// Redis answered, with an error about the call (one key's data:
 		// WRONGTYPE, a value INCR cannot count...). That is the key's
@@ -153,6 +163,14 @@ var unwellReplies = [...]string{
 	"NOREPLICAS", "MISCONF", "OOM", "NOAUTH", "WRONGPASS", "NOPERM", "MOVED", "ASK",
 	"ERR max number of clients",
 	"ERR The user executing the script can't run", // an ACL refusal inside a script
+}
+
+// Timeout reports whether err is a timeout: no reply within the call's
+// deadline.
+func Timeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) ||
+		(errors.As(err, &ne) && ne.Timeout())
 }
 
 // Unwell reports whether err says Redis is Unwell: no reply at all (a

@@ -3,6 +3,9 @@ package breaker
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
+	"os"
 	"runtime"
 	"slices"
 	"sync"
@@ -235,6 +238,52 @@ func TestBreakerCountsOnlyUnwell(t *testing.T) {
 		b.Record(c.err, nil)
 		if got := b.Open(); got != c.counts {
 			t.Errorf("%v: breaker open %v; want %v", c.err, got, c.counts)
+		}
+	}
+}
+
+// TestBreakerStarved: on a starved process a timeout is no verdict on
+// Redis (its reply may have waited to be read); any other failure still
+// counts, and a timeout counts once the process runs on time.
+func TestBreakerStarved(t *testing.T) {
+	readTimeout := &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+	refused := errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
+	for _, c := range []struct {
+		err     error
+		starved bool
+		counts  bool
+	}{
+		{context.DeadlineExceeded, true, false},
+		{readTimeout, true, false},
+		{fmt.Errorf("guard: read: %w", readTimeout), true, false},
+		{refused, true, true},
+		{proto("LOADING Redis is loading the dataset in memory"), true, true},
+		{context.DeadlineExceeded, false, true},
+		{readTimeout, false, true},
+	} {
+		b := Breaker{Threshold: 1, Cooldown: time.Hour, Starved: func() bool { return c.starved }}
+		b.Record(c.err, nil)
+		if got := b.Open(); got != c.counts {
+			t.Errorf("%v, starved %v: breaker open %v; want %v", c.err, c.starved, got, c.counts)
+		}
+	}
+}
+
+func TestTimeout(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{context.DeadlineExceeded, true},
+		{os.ErrDeadlineExceeded, true},
+		{&net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}, true},
+		{context.Canceled, false},
+		{errors.New("dial tcp 127.0.0.1:1: connect: connection refused"), false},
+		{proto("BUSY Redis is busy running a script."), false},
+		{redis.ErrClosed, false},
+	} {
+		if got := Timeout(c.err); got != c.want {
+			t.Errorf("Timeout(%v) = %v, want %v", c.err, got, c.want)
 		}
 	}
 }

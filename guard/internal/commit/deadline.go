@@ -64,3 +64,9 @@ func (b *boundedCtx) Err() error {
 		return nil
 	}
 }
+
+// hasSooner reports whether ctx ends within timeout from now.
+func hasSooner(ctx context.Context, timeout time.Duration) bool {
+	dl, has := ctx.Deadline()
+	return has && time.Until(dl) <= timeout
+}

@@ -26,8 +26,10 @@ import (
 // The batcher is the guard's own rather than go-redis's AutoPipeline, which
 // is marked experimental: this one needs only Pipeline, which every
 // UniversalClient has (MGET on the two clients it knows), and on a
-// *redis.ClusterClient a batch is one MGET per slot, pipelined by node. Each queued caller still waits on its own ctx and is
-// answered within RedisTimeout of when it queued; it judges its own
+// *redis.ClusterClient a batch is one MGET per slot, pipelined by node.
+// Each queued caller still waits on its own ctx and is answered within
+// RedisTimeout (padded: see NewHits) of when it queued, not counting the
+// time this process kept the flusher from running; it judges its own
 // outcome (success, failure, or no verdict when it left): the breaker sees
 // every caller as it did when each sent its own GET.
 //
@@ -43,9 +45,9 @@ var Window = 2
 type Hits struct {
 	queue[*getReq]
 	rdb      redis.UniversalClient
-	rt       time.Duration // RedisTimeout
-	mode     int           // how a batch is sent: getPipeline, mgetOne, mgetSlots
-	batching bool          // false: every GET goes out on its own
+	rt       func() time.Duration // RedisTimeout, padded (see NewHits)
+	mode     int                  // how a batch is sent: getPipeline, mgetOne, mgetSlots
+	batching bool                 // false: every GET goes out on its own
 	// bypass: rdb has go-redis's client-side cache, which answers a GET or
 	// an MGET from memory, out of the tier's fence: every read goes out in
 	// a pipeline, which that cache does not serve.
@@ -81,10 +83,12 @@ func putReq(r *getReq) {
 	reqPool.Put(r)
 }
 
-// NewHits returns the batcher of GETs on rdb, each answered within timeout
-// (RedisTimeout). Batches hold at most max GETs; with max at most 1, or on
-// a client that caches GETs client-side, every GET goes out on its own.
-func NewHits(rdb redis.UniversalClient, max int, timeout time.Duration) *Hits {
+// NewHits returns the batcher of GETs on rdb, each answered within
+// timeout() (RedisTimeout, padded by how late the process runs its
+// goroutines: see package sched), asked when the GET is sent. Batches
+// hold at most max GETs; with max at most 1, or on a client that caches
+// GETs client-side, every GET goes out on its own.
+func NewHits(rdb redis.UniversalClient, max int, timeout func() time.Duration) *Hits {
 	q := &Hits{rdb: rdb, rt: timeout, bypass: ClientSideCaching(rdb)}
 	if max <= 1 {
 		return q
@@ -121,17 +125,18 @@ func ClientSideCaching(rdb redis.UniversalClient) bool {
 }
 
 // Get returns the value of the Redis string name, and of tname when not
-// "" (read in the same command: an MGET; "" when missing), within timeout
-// (RedisTimeout) of the call, or when ctx ends if that is sooner.
+// "" (read in the same command: an MGET; "" when missing), within timeout()
+// of the call, or when ctx ends if that is sooner.
 //
 // A queued caller needs no timer of its own: batches go out in the order
-// their callers queued, each bounded by RedisTimeout from when its oldest
-// caller queued, so every round trip ahead of a caller, and its own, ends
-// within RedisTimeout of its queueing. It waits on its own ctx only, which
+// their callers queued, each bounded by timeout() from when its oldest
+// caller queued (plus the time the process kept the flusher from
+// running), so every round trip ahead of a caller, and its own, ends
+// within that of its queueing. It waits on its own ctx only, which
 // saves the context.WithTimeout (allocations and a timer) a lone caller
 // pays.
 func (q *Hits) Get(ctx context.Context, name, tname string) (string, string, error) {
-	rdb, timeout := q.rdb, q.rt
+	rdb := q.rdb
 	if q.batching {
 		q.mu.Lock()
 		if !q.alone() {
@@ -146,7 +151,7 @@ func (q *Hits) Get(ctx context.Context, name, tname string) (string, string, err
 		// that panics, runtime.Goexit).
 		defer q.loneDone()
 	}
-	if dl, has := ctx.Deadline(); !has || time.Until(dl) > timeout {
+	if timeout := q.rt(); !hasSooner(ctx, timeout) {
 		ctx = q.lone.bounded(ctx, timeout)
 	}
 	if q.bypass {
@@ -194,10 +199,11 @@ func (r *getReq) wait(ctx context.Context) (string, string, error) {
 // pipeline of GETs on any other client; a lone GET for a batch of one.
 // An MGET costs the client one command to encode and one reply to parse
 // instead of one per hit, and Redis one command to dispatch.
-func (q *Hits) flushGets(batch []*getReq) {
-	// batch[0] queued first: this bound is within RedisTimeout of when
-	// each of the batch's callers queued.
-	ctx, cancel := context.WithDeadline(context.Background(), batch[0].enq.Add(q.rt))
+func (q *Hits) flushGets(batch []*getReq, late time.Duration) {
+	// batch[0] queued first: this bound is within timeout() of when each
+	// of the batch's callers queued, and the time the process kept the
+	// flusher from running.
+	ctx, cancel := context.WithDeadline(context.Background(), batch[0].enq.Add(q.rt()+late))
 	defer cancel()
 	switch {
 	case q.bypass:

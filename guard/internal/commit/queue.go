@@ -3,6 +3,7 @@ package commit
 import (
 	"runtime"
 	"sync"
+	"time"
 )
 
 // queue is group commit for one kind of Redis call, shared by the
@@ -14,8 +15,11 @@ import (
 // it in batches of at most max, one batch at a time, until the queue is
 // empty and idle again.
 type queue[R any] struct {
-	max   int       // most calls in one batch
-	flush func([]R) // sends one batch and answers its callers
+	max int // most calls in one batch
+	// flush sends one batch and answers its callers; late is how long
+	// this process kept the flusher from running since it was started
+	// (see drain), which no call's RedisTimeout should pay for.
+	flush func(batch []R, late time.Duration)
 	// yield: after a batch, let the callers it answered queue again before
 	// the next batch takes the queue (see drain).
 	yield bool
@@ -68,7 +72,7 @@ func (c *queue[R]) kick() {
 	c.inflight++
 	c.busy = true
 	c.flushing++
-	go c.drain()
+	go c.drain(time.Now())
 }
 
 // loneDone is called when a lone call is back: the calls that queued
@@ -82,10 +86,14 @@ func (c *queue[R]) loneDone() {
 	c.kick()
 }
 
-// drain flushes the queue until it is empty.
-func (c *queue[R]) drain() {
+// drain flushes the queue until it is empty. It was started at kicked:
+// on a starved process it may run much later, and its yields take long.
+// That time is the process's, not Redis's: it is handed to flush, whose
+// deadlines, counted from when the batch's callers queued, it extends.
+func (c *queue[R]) drain(kicked time.Time) {
 	defer c.drainDone()
 	var batch []R
+	late := time.Since(kicked)
 	for {
 		c.mu.Lock()
 		n := min(len(c.q), c.max)
@@ -100,7 +108,7 @@ func (c *queue[R]) drain() {
 		clear(c.q[rest:])
 		c.q = c.q[:rest]
 		c.mu.Unlock()
-		c.flush(batch)
+		c.flush(batch, late)
 		clear(batch)
 		if !c.yield {
 			continue
@@ -111,6 +119,7 @@ func (c *queue[R]) drain() {
 		// behind it, and the callers settle into two cohorts that
 		// alternate in half-size batches. Yield while they keep coming, a
 		// few times at most.
+		yielded := time.Now()
 		for range 4 {
 			n := c.queued()
 			runtime.Gosched()
@@ -118,6 +127,7 @@ func (c *queue[R]) drain() {
 				break
 			}
 		}
+		late += time.Since(yielded)
 	}
 }
 

@@ -17,8 +17,9 @@ import (
 // before; a herd of misses on different keys (a cold start, a flushed
 // Redis) shares round trips, so its socket reads and writes no longer grow
 // with the number of keys. Each queued call is answered within
-// RedisTimeout of when it queued (batches go out in queue order, each
-// bounded by RedisTimeout from its oldest call), and its caller judges its
+// RedisTimeout (padded) of when it queued, not counting the time this
+// process kept the flusher from running (batches go out in queue order,
+// each bounded so from its oldest call), and its caller judges its
 // own outcome, so the breaker sees every call as before. On a
 // *redis.ClusterClient the pipeline is split by node.
 
@@ -27,8 +28,8 @@ type Scripts struct {
 	queue[*scriptReq]
 	rdb      redis.UniversalClient
 	script   *redis.Script
-	rt       time.Duration // RedisTimeout
-	batching bool          // false: every call goes out on its own
+	rt       func() time.Duration // RedisTimeout, padded (see NewScripts)
+	batching bool                 // false: every call goes out on its own
 }
 
 // scriptReq is one queued call; see getReq for who owns it when.
@@ -42,16 +43,17 @@ type scriptReq struct {
 }
 
 // NewScripts returns the batcher of script's calls on rdb, each answered
-// within timeout (RedisTimeout). Batches hold at most max calls; with max
-// at most 1, every call goes out on its own.
-func NewScripts(rdb redis.UniversalClient, script *redis.Script, max int, timeout time.Duration) *Scripts {
+// within timeout() (RedisTimeout, padded: see NewHits), asked when the
+// call is sent. Batches hold at most max calls; with max at most 1, every
+// call goes out on its own.
+func NewScripts(rdb redis.UniversalClient, script *redis.Script, max int, timeout func() time.Duration) *Scripts {
 	q := &Scripts{rdb: rdb, script: script, rt: timeout, batching: max > 1}
 	q.max, q.flush = max, q.flushScripts
 	return q
 }
 
-// Call calls the script with c, within RedisTimeout of the call or when
-// ctx ends, if that is sooner.
+// Call calls the script with c, within timeout() of the call or when ctx
+// ends, if that is sooner.
 func (q *Scripts) Call(ctx context.Context, c lua.Call) ([]any, error) {
 	if q.batching {
 		q.mu.Lock()
@@ -65,7 +67,7 @@ func (q *Scripts) Call(ctx context.Context, c lua.Call) ([]any, error) {
 		// Deferred: the queue must move on however this call ends.
 		defer q.loneDone()
 	}
-	rctx, cancel := context.WithTimeout(ctx, q.rt)
+	rctx, cancel := context.WithTimeout(ctx, q.rt())
 	defer cancel()
 	return q.script.Run(rctx, q.rdb, c.Keys, c.Args...).Slice()
 }
@@ -84,8 +86,8 @@ func (r *scriptReq) wait(ctx context.Context) ([]any, error) {
 }
 
 // flushScripts sends batch as one pipeline and answers its callers.
-func (q *Scripts) flushScripts(batch []*scriptReq) {
-	ctx, cancel := context.WithDeadline(context.Background(), batch[0].enq.Add(q.rt))
+func (q *Scripts) flushScripts(batch []*scriptReq, late time.Duration) {
+	ctx, cancel := context.WithDeadline(context.Background(), batch[0].enq.Add(q.rt()+late))
 	defer cancel()
 	calls := make([]lua.Call, len(batch))
 	for i, r := range batch {
