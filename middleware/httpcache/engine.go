@@ -34,6 +34,7 @@ type engine struct {
 	heuristic    bool
 	storeCookies bool
 	keyHost      string
+	keys         *memo[keyEntry] // derived keys (key_memo.go)
 }
 
 // newEngine returns the engine of cfg, its defaults filled in: the one
@@ -45,6 +46,7 @@ func newEngine[C any](g *guard.Group, cfg *Config[C]) *engine {
 		maxBody:     cfg.MaxBodyBytes,
 		honorClient: cfg.HonorClientNoCache,
 		forwarding:  !cfg.UnkeyedForwarding,
+		keys:        newMemo[keyEntry](),
 	}
 	// Only a net/http KeyFunc can be called on a request the engine makes.
 	e.reqKey, _ = any(cfg.KeyFunc).(func(*http.Request) string)
@@ -80,11 +82,6 @@ func newEngine[C any](g *guard.Group, cfg *Config[C]) *engine {
 		e.passFor = 0
 	}
 	return e
-}
-
-// derived is r's key by the default rules (key.go).
-func (e *engine) derived(r *http.Request) string {
-	return deriveKey(r, e.host(r), e.keyHeaders, e.forwarding)
 }
 
 // runDirect runs the handler for this request on w as it is.
