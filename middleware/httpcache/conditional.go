@@ -127,7 +127,7 @@ func scanETag(s string) (opaque string, weak bool, n int) {
 var notModifiedFields = [...]string{"Cache-Control", "Content-Location", "Date", "Etag", "Expires", "Vary"}
 
 // writeNotModified answers a conditional request from sr with a 304.
-func writeNotModified(w http.ResponseWriter, sr *storedResponse, age, status string) {
+func writeNotModified(w http.ResponseWriter, sr *storedResponse, age []string, status string) {
 	dst := w.Header()
 	for _, name := range notModifiedFields {
 		if v := sr.get(name); v != nil {
@@ -139,7 +139,7 @@ func writeNotModified(w http.ResponseWriter, sr *storedResponse, age, status str
 			dst["Last-Modified"] = v
 		}
 	}
-	dst["Age"] = []string{age}
-	dst["Cache-Status"] = []string{status}
+	dst["Age"] = age
+	dst["Cache-Status"] = statusField(status)
 	w.WriteHeader(http.StatusNotModified)
 }

@@ -69,7 +69,7 @@ func TestNotModifiedFields(t *testing.T) {
 		"Content-Type": {"text/plain"}, "Content-Encoding": {"gzip"}, "Last-Modified": {"Tue, 01 Sep 2026 10:00:00 GMT"},
 	})
 	rec := httptest.NewRecorder()
-	writeNotModified(rec, &sr, "3", "stampede; hit")
+	writeNotModified(rec, &sr, []string{"3"}, "stampede; hit")
 	if rec.Code != 304 || rec.Body.Len() != 0 {
 		t.Fatalf("status %d, body %q", rec.Code, rec.Body)
 	}

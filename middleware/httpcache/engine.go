@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -34,6 +33,8 @@ type engine struct {
 	heuristic    bool
 	storeCookies bool
 	keyHost      string
+	keys         *memo[keyEntry] // derived keys (key_memo.go)
+	hits         *memo[hitEntry] // decoded stored responses (hit.go)
 }
 
 // newEngine returns the engine of cfg, its defaults filled in: the one
@@ -45,6 +46,8 @@ func newEngine[C any](g *guard.Group, cfg *Config[C]) *engine {
 		maxBody:     cfg.MaxBodyBytes,
 		honorClient: cfg.HonorClientNoCache,
 		forwarding:  !cfg.UnkeyedForwarding,
+		keys:        newMemo[keyEntry](),
+		hits:        newMemo[hitEntry](),
 	}
 	// Only a net/http KeyFunc can be called on a request the engine makes.
 	e.reqKey, _ = any(cfg.KeyFunc).(func(*http.Request) string)
@@ -80,11 +83,6 @@ func newEngine[C any](g *guard.Group, cfg *Config[C]) *engine {
 		e.passFor = 0
 	}
 	return e
-}
-
-// derived is r's key by the default rules (key.go).
-func (e *engine) derived(r *http.Request) string {
-	return deriveKey(r, e.host(r), e.keyHeaders, e.forwarding)
 }
 
 // runDirect runs the handler for this request on w as it is.
@@ -136,7 +134,7 @@ func (e *engine) stored(r *http.Request, key string) (storedResponse, guard.Resu
 	if err != nil {
 		return storedResponse{}, res, false
 	}
-	sr, derr := decodeResponse(res.Value)
+	sr, derr := e.decoded(key, res.Value)
 	return sr, res, derr == nil && e.usable(r, &sr, res)
 }
 
@@ -169,7 +167,7 @@ func (e *engine) serveCall(w http.ResponseWriter, r *http.Request, c *call, dire
 				return e.serveCall(w, r, v, direct, again)
 			}
 		default:
-			if sr, derr := decodeResponse(res.Value); derr == nil {
+			if sr, derr := e.decoded(c.key, res.Value); derr == nil {
 				if st := c.status(res); e.usable(r, &sr, res) {
 					e.write(w, r, &sr, res, st)
 					return nil
@@ -265,14 +263,14 @@ func (e *engine) usable(r *http.Request, sr *storedResponse, res guard.Result) b
 // write serves a stored response, or the 304 or 412 the request's
 // preconditions make of it.
 func (e *engine) write(w http.ResponseWriter, r *http.Request, sr *storedResponse, res guard.Result, status string) {
-	age := strconv.FormatInt(min(sr.initialAge+int64(res.Age/time.Second), maxDelta), 10)
+	age := sr.ageField(min(sr.initialAge+int64(res.Age/time.Second), maxDelta))
 	switch precondition(r, sr) {
 	case http.StatusNotModified:
 		writeNotModified(w, sr, age, status)
 		return
 	case http.StatusPreconditionFailed:
 		dst := w.Header()
-		dst["Cache-Status"] = []string{status}
+		dst["Cache-Status"] = statusField(status)
 		dst["Content-Type"] = []string{"text/plain; charset=utf-8"}
 		w.WriteHeader(http.StatusPreconditionFailed)
 		return
@@ -283,17 +281,16 @@ func (e *engine) write(w http.ResponseWriter, r *http.Request, sr *storedRespons
 	}
 	e.dropTargeted(dst)
 	noSniff(dst)
-	// The room decodeResponse left: no allocation per field.
-	extra := sr.extra[:extraFields:extraFields]
-	extra[0], extra[1], extra[2] = age, status, sr.contentLength
-	upstream := dst["Cache-Status"]
-	dst["Age"], dst["Cache-Status"] = extra[0:1:1], extra[1:2:2]
-	if len(upstream) > 0 {
+	// Fields made once (hit.go): no allocation per hit.
+	if upstream := dst["Cache-Status"]; len(upstream) > 0 {
 		dst["Cache-Status"] = followCacheStatus(upstream, status)
+	} else {
+		dst["Cache-Status"] = statusField(status)
 	}
+	dst["Age"] = age
 	withBody := sr.status != http.StatusNoContent && sr.status != http.StatusNotModified
 	if withBody {
-		dst["Content-Length"] = extra[2:3:3]
+		dst["Content-Length"] = sr.contentLength
 	}
 	w.WriteHeader(sr.status)
 	if withBody && r.Method != http.MethodHead {

@@ -67,17 +67,7 @@ var forwardingIndex = func() map[string]int {
 // its plain for= pairs. It walks h, not the list: a request holds a few
 // headers, and seldom one starting like a forwarding header.
 func appendForwarding(b []byte, h http.Header) []byte {
-	var present [32]bool
-	n := 0
-	for name, vals := range h {
-		if name == "" || (name[0] != 'X' && name[0] != 'F') || len(vals) == 0 {
-			continue
-		}
-		if i, ok := forwardingIndex[name]; ok {
-			present[i] = true
-			n++
-		}
-	}
+	present, n := forwardingPresent(h)
 	b = binary.AppendUvarint(b, uint64(n))
 	for i := 0; n > 0 && i < len(forwardingHeaders); i++ {
 		if !present[i] {
@@ -93,6 +83,21 @@ func appendForwarding(b []byte, h http.Header) []byte {
 		b = appendValues(b, name, h[name])
 	}
 	return b
+}
+
+// forwardingPresent returns which forwarding headers h carries, by their
+// place in the list, and how many.
+func forwardingPresent(h http.Header) (present [32]bool, n int) {
+	for name, vals := range h {
+		if name == "" || (name[0] != 'X' && name[0] != 'F') || len(vals) == 0 {
+			continue
+		}
+		if i, ok := forwardingIndex[name]; ok {
+			present[i] = true
+			n++
+		}
+	}
+	return present, n
 }
 
 // appendForwarded appends the Forwarded field lines with the pairs that

@@ -31,7 +31,7 @@ func (e *engine) serveRange(w http.ResponseWriter, r *http.Request, key string, 
 	}
 	e.dropTargeted(dst)
 	noSniff(dst)
-	dst["Age"] = []string{strconv.FormatInt(min(sr.initialAge+int64(res.Age/time.Second), maxDelta), 10)}
+	dst["Age"] = sr.ageField(min(sr.initialAge+int64(res.Age/time.Second), maxDelta))
 	dst["Cache-Status"] = followCacheStatus(dst["Cache-Status"], cachestatus.Of(res.Status))
 	var mod time.Time
 	if lm, ok := httpDate(sr.get("Last-Modified")); ok {

@@ -65,11 +65,13 @@ type storedResponse struct {
 	initialAge int64         // seconds
 	fields     []storedField // in stored order; names are distinct
 	body       []byte
-	headLen    int // bytes before the body: what a revalidation replaces
-	// contentLength is the body's length in decimal; extra, room for the
-	// fields added when serving (decodeResponse).
-	contentLength string
-	extra         []string
+	head       string // the encoded head the fields alias
+	headLen    int    // bytes before the body: what a revalidation replaces
+	// contentLength is the field served: the body's length in decimal.
+	contentLength []string
+	// ages keeps the Age field of a response decoded once for many hits
+	// (hit.go); nil for one decoded once for one use.
+	ages *ageMemo
 }
 
 // storedField is one header field of a stored response.
@@ -210,9 +212,9 @@ func (d *decoder) bytes() []byte {
 }
 
 // decodeResponse parses a stored response. The body aliases b; the
-// header's names and values are substrings of one string and its value
-// lists share one array, whose spare room holds the fields the engine adds
-// when serving (extra), so that a hit costs few allocations.
+// header's names and values are substrings of one string (head) and its
+// value lists share one array, which holds Content-Length too, so that a
+// decoding costs three allocations.
 func decodeResponse(b []byte) (storedResponse, error) {
 	var sr storedResponse
 	n, nv, headLen, ok := scanResponse(b)
@@ -225,7 +227,7 @@ func decodeResponse(b []byte) (storedResponse, error) {
 	sr.initialAge = int64(d.uvarint())
 	d.uvarint() // the header count: n
 	fields := make([]storedField, n)
-	vals := make([]string, nv+extraFields)
+	vals := make([]string, nv+1)
 	for i := range fields {
 		name := d.str()
 		if sr.get(name) != nil || !storedHeader(http.CanonicalHeaderKey(name), nil) {
@@ -239,14 +241,11 @@ func decodeResponse(b []byte) (storedResponse, error) {
 		vals = vals[k:]
 		sr.fields = fields[:i+1]
 	}
-	sr.contentLength = d.str()
-	sr.extra, sr.body, sr.headLen = vals, b[headLen:], headLen
+	vals[0] = d.str()
+	sr.contentLength = vals[:1:1]
+	sr.body, sr.head, sr.headLen = b[headLen:], head, headLen
 	return sr, nil
 }
-
-// extraFields is the room decodeResponse leaves for Age, Cache-Status and
-// Content-Length.
-const extraFields = 3
 
 // scanResponse validates a stored response, returning its header count,
 // value count and head length.
