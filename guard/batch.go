@@ -198,6 +198,7 @@ func (g *Group) getMany(ctx context.Context, keys []string, load batchLoader, op
 		nms: make([]names, len(keys)), res: make([]keyResult, len(keys)), start: time.Now()}
 	rest := make([]int, 0, len(keys))
 	for i, k := range keys {
+		g.hot.call(k)
 		if r, ok := g.localHit(k); ok {
 			b.res[i] = keyResult{v: r.Value, st: r.Status}
 			if r.Status == Stale {

@@ -192,6 +192,7 @@ func (b *batch) flight(idx []int, fences []int64, slots []*runningLoad, useRedis
 		if h := g.opts.Hooks.Load; h != nil {
 			h(k, d, errs[j])
 		}
+		g.hot.load(k)
 		g.oversizeHook(k, v, errs[j])
 	}
 	g.lmu.Lock()

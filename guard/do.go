@@ -33,6 +33,7 @@ func (g *Group) Do(ctx context.Context, key string, load LoadFunc, opts ...CallO
 		}
 	}
 	if it, now, ok := g.loc.Get(key); ok {
+		g.hot.tierHit(key, now)
 		if g.opts.EarlyRefreshBeta > 0 && !it.Stale {
 			if rnow, known := g.clk.at(now); known && g.earlyRefreshDue(it.Entry, rnow) {
 				g.refreshEarly(ctx, g.newCall(key, load, g.callOptions(opts)))
@@ -40,6 +41,7 @@ func (g *Group) Do(ctx context.Context, key string, load LoadFunc, opts ...CallO
 		}
 		return g.localResult(key, it, now), nil
 	}
+	g.hot.call(key)
 	co := g.callOptions(opts)
 	probe, ok := g.br.Allow()
 	if !ok {

@@ -40,6 +40,8 @@ type Group struct {
 	reach   *reach    // whether Redis accepts connections, past the client's pool
 	over    overStore // this node's copies of values over MaxValueBytes
 
+	hot *hotTracker // the hot keys (hotkeys.go); nil when off
+
 	firstLease time.Duration   // lease taken by a read, before the watchdog extends it
 	clk        redisClock      // estimate of the Redis clock, for the fast hit path
 	hints      hints           // key → fresh-until seen lately, for the fast hit path
@@ -105,6 +107,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 		over:    newOverStore(),
 		reserve: newReserve(o),
 		reach:   newReach(rdb, o.RedisTimeout),
+		hot:     newHotTracker(o),
 	}
 	g.hits = commit.NewHits(rdb, o.MaxHitBatch, g.redisTimeout)
 	g.readQ = commit.NewScripts(rdb, lua.GuardRead, o.MaxHitBatch, g.redisTimeout)
@@ -136,6 +139,9 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 			// probes now rather than at the end of its cooldown.
 			g.br.ProbeNow()
 		}})
+	if g.hot != nil {
+		go g.hotLoop(g.hot)
+	}
 	// Subscribe the fill channel now, so the first waiter finds it ready.
 	// A failure here (Redis down) is retried by the hub's dispatcher.
 	g.goBackground(func() {
@@ -207,6 +213,7 @@ func (g *Group) Close() error {
 		g.closed.Store(true)
 		g.mu.Unlock()
 		close(g.inv.stop)
+		g.hot.close()
 		err = g.hub.Close()
 		g.loc.Close()
 		g.bg.Wait()

@@ -64,6 +64,9 @@ type Hooks struct {
 	// should be on and is not ("connecting" for long, "lost",
 	// "refused") calls for an operator.
 	LocalTier func(on bool, why string)
+	// HotKeys: a window of hot keys ended (every 5s, Options.HotKeys);
+	// hk is what HotKeys returns until the next.
+	HotKeys func(hk HotKeys)
 }
 
 // MergeHooks returns Hooks that call each of hs in turn.
@@ -87,6 +90,7 @@ func MergeHooks(hs ...Hooks) Hooks {
 		m.BatchLoad = chain1(m.BatchLoad, h.BatchLoad)
 		m.Unready = chain1(m.Unready, h.Unready)
 		m.LocalTier = chain2(m.LocalTier, h.LocalTier)
+		m.HotKeys = chain1(m.HotKeys, h.HotKeys)
 	}
 	return m
 }

@@ -181,6 +181,7 @@ func (g *Group) runLoader(ctx context.Context, key string, load LoadFunc, prev *
 	if h := g.opts.Hooks.Load; h != nil {
 		h(key, d, err)
 	}
+	g.hot.load(key)
 	g.oversizeHook(key, v, err)
 	o := outcome{v: v, err: err, d: d, win: slot.take()}
 	var rv *revalidatedError

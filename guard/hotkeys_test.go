@@ -1,0 +1,256 @@
+package guard
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stampede-go/stampede/internal/redistest"
+)
+
+// ownHotWindows stops g's window loop and gives g a fresh tracker that
+// no loop drains, so that the test ends its windows itself.
+func ownHotWindows(g *Group) *hotTracker {
+	old := g.hot
+	old.close()
+	g.hot = newHotTracker(g.opts)
+	close(g.hot.done) // no loop: Close has none to wait for
+	return g.hot
+}
+
+// hotWorkload makes calls of 200 keys on g, one key taking half of them,
+// and loads each key once.
+func hotWorkload(t *testing.T, g *Group, hot string, calls int) {
+	t.Helper()
+	ctx := ctxT(t)
+	load := func(context.Context) ([]byte, error) { return []byte("v"), nil }
+	for i := range calls {
+		key := hot
+		if i%2 == 1 {
+			key = hot + ":cold:" + strconv.Itoa(i%199)
+		}
+		if _, err := g.Do(ctx, key, load); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestHotKeysWindow: a key taking half the calls of 200 keys is first by
+// calls in the Group's window, in its hook, and in the view it publishes,
+// which another Group of the Namespace reads back.
+func TestHotKeysWindow(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ns := strings.ReplaceAll(redistest.Key(t), "/", ":") + ":"
+		var hooked []HotKeys
+		var mu sync.Mutex
+		g, err := New(rdb, Options{Namespace: ns, RedisTimeout: 5 * time.Second,
+			Hooks: Hooks{HotKeys: func(hk HotKeys) { mu.Lock(); hooked = append(hooked, hk); mu.Unlock() }}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Close()
+		h := ownHotWindows(g)
+		hot := redistest.Key(t, "hot")
+		hotWorkload(t, g, hot, 8000)
+		g.endHotWindow(h, time.Second)
+
+		hk := g.HotKeys()
+		if len(hk.Calls) == 0 || hk.Calls[0].Key != hot {
+			t.Fatalf("HotKeys().Calls = %v, want %q first", head(hk.Calls), hot)
+		}
+		// Sampled, each sample weighed: about 4,000 calls per second
+		// (a tier hit one in 64: some 62 samples, 13% apart).
+		if r := hk.Calls[0].PerSecond; r < 2000 || r > 6000 {
+			t.Errorf("the hot key's rate is %.0f/s, want about 4000", r)
+		}
+		if got, want := len(hk.Loads), g.opts.HotKeys; got != want {
+			t.Errorf("%d keys by loads, want %d (200 keys loaded once each)", got, want)
+		}
+		if len(hk.Calls) > g.opts.HotKeys {
+			t.Errorf("%d keys by calls, want at most HotKeys = %d", len(hk.Calls), g.opts.HotKeys)
+		}
+		mu.Lock()
+		if len(hooked) != 1 || hooked[0].Calls[0].Key != hot {
+			t.Errorf("Hooks.HotKeys got %d windows, want 1 with %q first", len(hooked), hot)
+		}
+		mu.Unlock()
+
+		reader, err := New(rdb, Options{Namespace: ns, HotKeys: Disabled, LocalEntries: Disabled})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer reader.Close()
+		fleet, err := reader.FleetHotKeys(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fleet.Nodes != 1 || len(fleet.Calls) == 0 || fleet.Calls[0] != hk.Calls[0] {
+			t.Fatalf("FleetHotKeys = %d nodes, %v; want 1 node with %v first", fleet.Nodes, head(fleet.Calls), hk.Calls[0])
+		}
+		// Every name published expires.
+		index, prefix := hotNames(ns)
+		for _, name := range []string{index, prefix + h.node} {
+			if ttl := rdb.PTTL(ctxT(t), name).Val(); ttl <= 0 || ttl > 3*time.Second {
+				t.Errorf("PTTL %s = %v, want (0, 3s]: three windows", name, ttl)
+			}
+		}
+	})
+}
+
+// TestFleetHotKeysMerges: two Groups publish their windows; the fleet's
+// view sums a key's rates over them.
+func TestFleetHotKeysMerges(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	ns := strings.ReplaceAll(redistest.Key(t), "/", ":") + ":"
+	a := newGroup(t, rdb, Options{Namespace: ns})
+	b := newGroup(t, rdb, Options{Namespace: ns})
+	ha, hb := ownHotWindows(a), ownHotWindows(b)
+	for range 800 {
+		ha.calls.Add("both")
+		hb.calls.Add("both")
+		ha.calls.Add("only-a")
+	}
+	hb.loads.Add("only-b")
+	a.endHotWindow(ha, time.Second)
+	b.endHotWindow(hb, time.Second)
+
+	fleet, err := a.FleetHotKeys(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []HotKey{{"both", 2 * 800}, {"only-a", 800}}
+	if fleet.Nodes != 2 || len(fleet.Calls) != 2 || fleet.Calls[0] != want[0] || fleet.Calls[1] != want[1] {
+		t.Errorf("FleetHotKeys().Calls = %v from %d nodes, want %v from 2", fleet.Calls, fleet.Nodes, want)
+	}
+	if len(fleet.Loads) != 1 || fleet.Loads[0] != (HotKey{"only-b", 1}) {
+		t.Errorf("FleetHotKeys().Loads = %v, want [only-b 1/s]", fleet.Loads)
+	}
+}
+
+// TestHotKeysIdleWindowPublishesNothing: a window without calls writes
+// nothing to Redis.
+func TestHotKeysIdleWindowPublishesNothing(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	ns := strings.ReplaceAll(redistest.Key(t), "/", ":") + ":"
+	g := newGroup(t, rdb, Options{Namespace: ns})
+	h := ownHotWindows(g)
+	g.endHotWindow(h, time.Second)
+	index, _ := hotNames(ns)
+	if n := rdb.Exists(ctxT(t), index, h.name).Val(); n != 0 {
+		t.Errorf("%d names published after an idle window, want 0", n)
+	}
+	if hk := g.HotKeys(); len(hk.Calls)+len(hk.Loads) != 0 || hk.Nodes != 1 {
+		t.Errorf("HotKeys() = %+v, want none from 1 node", hk)
+	}
+}
+
+// TestHotKeysOptions: Disabled turns them off (no tracker, nothing
+// counted); the bounds are checked.
+func TestHotKeysOptions(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	g := newGroup(t, rdb, Options{HotKeys: Disabled})
+	if g.hot != nil {
+		t.Fatal("HotKeys: Disabled still tracks")
+	}
+	if _, err := g.Do(ctxT(t), redistest.Key(t), func(context.Context) ([]byte, error) { return []byte("v"), nil }); err != nil {
+		t.Fatal(err)
+	}
+	if hk := g.HotKeys(); hk.Nodes != 0 || len(hk.Calls) != 0 {
+		t.Errorf("HotKeys() with HotKeys: Disabled = %+v, want zero", hk)
+	}
+	if d := newGroup(t, rdb, Options{}); d.opts.HotKeys != defaultHotKeys {
+		t.Errorf("default HotKeys = %d, want %d", d.opts.HotKeys, defaultHotKeys)
+	}
+	for _, n := range []int{-2, maxHotKeys + 1} {
+		if _, err := New(rdb, Options{HotKeys: n}); err == nil || !strings.Contains(err.Error(), "HotKeys") {
+			t.Errorf("New with HotKeys %d: %v, want an error naming HotKeys", n, err)
+		}
+	}
+}
+
+// TestShortKey: long keys are cut on a character boundary and stay apart.
+func TestShortKey(t *testing.T) {
+	long := strings.Repeat("é", 300)
+	a, b := shortKey(long), shortKey(long+"x")
+	if len(a) > maxHotKeyBytes || a == b || !strings.HasPrefix(long, strings.Split(a, "…")[0]) {
+		t.Errorf("shortKey: %q and %q", a, b)
+	}
+	if got := shortKey("short"); got != "short" {
+		t.Errorf("shortKey(short) = %q", got)
+	}
+}
+
+func head(ks []HotKey) []HotKey { return ks[:min(len(ks), 3)] }
+
+// BenchmarkHitHotKeys is BenchmarkHit (a tier hit, default Options) with
+// hot keys off and on, side by side in one process so that a drifting
+// machine weighs on both alike; "feed" is the work a call adds for them.
+//
+//	go test -run '^$' -bench HitHotKeys -count 10 ./guard | benchstat -col /hotkeys -
+func BenchmarkHitHotKeys(b *testing.B) {
+	for _, par := range []bool{false, true} {
+		for _, on := range []bool{false, true} {
+			name := "serial/hotkeys=off"
+			switch {
+			case par && on:
+				name = "parallel/hotkeys=on"
+			case par:
+				name = "parallel/hotkeys=off"
+			case on:
+				name = "serial/hotkeys=on"
+			}
+			b.Run(name, func(b *testing.B) {
+				o := Options{HotKeys: Disabled}
+				if on {
+					o.HotKeys = 0
+				}
+				g, err := New(redistest.Shared(b).Client(b), o)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer g.Close()
+				ctx := context.Background()
+				load := func(context.Context) ([]byte, error) { return make([]byte, 256), nil }
+				key := redistest.Key(b)
+				if _, err := g.Do(ctx, key, load); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportAllocs()
+				if !par {
+					for b.Loop() {
+						if r, err := g.Do(ctx, key, load); err != nil || r.Status != Hit {
+							b.Fatal(r.Status, err)
+						}
+					}
+					return
+				}
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						if r, err := g.Do(ctx, key, load); err != nil || r.Status != Hit {
+							b.Error(r.Status, err)
+							return
+						}
+					}
+				})
+			})
+		}
+	}
+	b.Run("feed", func(b *testing.B) {
+		h := newHotTracker(Options{Namespace: "bench:", HotKeys: defaultHotKeys})
+		keys := make([]string, 256)
+		for i := range keys {
+			keys[i] = "user:" + strconv.Itoa(i)
+		}
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			h.tierHit(keys[i&255], int64(i)*211)
+			i++
+		}
+	})
+}
