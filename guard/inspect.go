@@ -1,0 +1,245 @@
+package guard
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stampede-go/stampede/guard/internal/entry"
+	"github.com/stampede-go/stampede/internal/hashtag"
+)
+
+// KeyInfo is what Redis holds for one key, as Inspect read it. Times are
+// on the Redis clock.
+type KeyInfo struct {
+	Key   string
+	Entry string // the entry's Redis name; the key's others add ":lease", ":fence", ":w", ":inv"
+	Slot  int    // the Redis Cluster hash slot of all its names
+	Tag   string // its own hash tag ("{tag}..."), if any: InvalidateTag drops it
+	// State is fresh, stale, negative, error (a failed load's marker),
+	// revalidate (kept only to be revalidated), oversize (each node keeps
+	// its copy), pass, failing, expired, invalidated (by its tag; the next
+	// read drops it), corrupt or missing.
+	State      string
+	FreshLeft  time.Duration // until fresh-until; negative once past
+	StaleLeft  time.Duration // until stale-until, when Redis drops it
+	Age        time.Duration // since it was written
+	Size       int           // the value's bytes
+	Fence      int64         // the fence its writer held
+	LeaseFence int64         // the refresh lease holder's fence; 0: no lease held
+	LeaseTTL   time.Duration
+	Counter    int64    // the key's fence counter: the last fence minted
+	Waiters    int      // nodes waiting for its fill
+	TagKeys    []string // for a Tag: keys of it filled since it was last invalidated (100 at most, sorted)
+	TagSize    int      // for a Tag: how many names its member set holds
+	Foreign    []string // names holding data the guard did not write
+}
+
+// inspectTagKeys bounds KeyInfo.TagKeys.
+const inspectTagKeys = 100
+
+// Inspect reports what Redis holds for key: its entry's state and windows,
+// its refresh lease, fence counter and waiters, and for a key with a hash
+// tag of its own the tag's keys. It sends only read commands, in one
+// round trip to the node that holds the key, and changes nothing: the
+// stampede command's inspect prints it.
+func (g *Group) Inspect(ctx context.Context, key string) (KeyInfo, error) {
+	if err := g.check(ctx, key, noLoad); err != nil {
+		return KeyInfo{}, err
+	}
+	nm := g.names(key)
+	ki := KeyInfo{Key: key, Entry: nm.entry, Slot: hashtag.Slot(nm.entry)}
+	if t, ok := hashtag.Tag(key); ok {
+		ki.Tag = t
+	}
+	rctx, cancel := context.WithTimeout(ctx, g.opts.RedisTimeout)
+	defer cancel()
+	c, err := g.inspectRead(rctx, nm)
+	if err != nil {
+		return KeyInfo{}, fmt.Errorf("guard: inspect: %w", err)
+	}
+	t, err := c.time.Result()
+	if err != nil {
+		return KeyInfo{}, fmt.Errorf("guard: inspect: %w", err)
+	}
+	now := t.UnixMilli()
+	ki.Counter, _ = decimal(c.fence, "fence", &ki)
+	if f, held := decimal(c.lease, "lease", &ki); held {
+		ki.LeaseFence, ki.LeaseTTL = max(f, 1), max(c.leaseTTL.Val(), 0)
+	}
+	ki.Waiters = int(count(c.waiters, "w", &ki))
+	written, ok := entryInfo(&ki, c, now)
+	if c.tagSize != nil {
+		ki.TagSize = int(count(c.tagSize, "tkeys", &ki))
+		ki.TagKeys = g.tagKeys(c.tagKeys.Val())
+		// Written before the tag's last invalidation (Redis µs): the read
+		// script deletes it as one the invalidation missed.
+		if inv, held := decimal(c.tagInv, "tinv", &ki); held && ok && (ki.Fence < inv || (written+1)*1000 <= inv) {
+			ki.State = "invalidated"
+		}
+	}
+	return ki, nil
+}
+
+// inspectCmds are the replies of Inspect's pipeline.
+type inspectCmds struct {
+	time                   *redis.TimeCmd
+	head, lease, fence     *redis.StringCmd
+	tagInv                 *redis.StringCmd // nil without a tag
+	size, waiters, tagSize *redis.IntCmd    // tagSize: nil without a tag
+	ttl, leaseTTL          *redis.DurationCmd
+	tagKeys                *redis.StringSliceCmd
+}
+
+// inspectRead sends Inspect's read commands in one pipeline: to the master
+// that holds nm on a cluster, so that TIME is that node's clock.
+func (g *Group) inspectRead(ctx context.Context, nm names) (*inspectCmds, error) {
+	var p redis.Pipeliner
+	if cc, ok := g.rdb.(*redis.ClusterClient); ok {
+		node, err := cc.MasterForKey(ctx, nm.entry)
+		if err != nil {
+			return nil, err
+		}
+		p = node.Pipeline()
+	} else {
+		p = g.rdb.Pipeline()
+	}
+	e := nm.keys[0]
+	c := &inspectCmds{
+		time: p.Time(ctx),
+		// The header only: a value may be megabytes.
+		head:     p.GetRange(ctx, e, 0, entry.MaxHeaderLen-1),
+		size:     p.StrLen(ctx, e),
+		ttl:      p.PTTL(ctx, e),
+		lease:    p.Get(ctx, nm.keys[1]),
+		leaseTTL: p.PTTL(ctx, nm.keys[1]),
+		fence:    p.Get(ctx, nm.keys[2]),
+		waiters:  p.SCard(ctx, nm.keys[3]),
+	}
+	if len(nm.keys) == 7 {
+		c.tagSize = p.SCard(ctx, nm.keys[5])
+		c.tagKeys = p.SRandMemberN(ctx, nm.keys[5], inspectTagKeys)
+		c.tagInv = p.Get(ctx, nm.keys[6])
+	}
+	_, err := p.Exec(ctx)
+	var rerr redis.Error
+	if err != nil && !errors.Is(err, redis.Nil) && !errors.As(err, &rerr) {
+		// A reply error (WRONGTYPE: foreign data) is one name's; anything
+		// else is Redis's.
+		return nil, err
+	}
+	return c, nil
+}
+
+// entryInfo fills ki's entry fields from c, read at now (Redis ms), with
+// the rules of the read script; it returns when the entry was written,
+// and whether it holds a valid one.
+func entryInfo(ki *KeyInfo, c *inspectCmds, now int64) (written int64, ok bool) {
+	head, err := c.head.Bytes()
+	switch {
+	case errors.Is(err, redis.Nil) || (err == nil && len(head) == 0):
+		ki.State = "missing"
+		return 0, false
+	case err != nil:
+		ki.State, ki.Foreign = "corrupt", append(ki.Foreign, "entry")
+		return 0, false
+	}
+	e, derr := decodeHead(head, c.size.Val())
+	if derr != nil || c.ttl.Val() < 0 {
+		// Every entry the guard writes expires.
+		ki.State = "corrupt"
+		return 0, false
+	}
+	ki.Size = int(c.size.Val()) - len(head[:bytes.IndexByte(head, '\n')+1])
+	ki.FreshLeft = time.Duration(e.FreshUntil-now) * time.Millisecond
+	ki.StaleLeft = time.Duration(e.StaleUntil-now) * time.Millisecond
+	ki.Age = time.Duration(max(now-e.Written, 0)) * time.Millisecond
+	ki.Fence = e.Fence
+	ki.State = entryState(&e, now)
+	return e.Written, true
+}
+
+// decodeHead decodes an entry's header (its first bytes, head) given the
+// entry's size: the flags that allow no value are checked against it.
+func decodeHead(head []byte, size int64) (entry.Entry, error) {
+	i := bytes.IndexByte(head, '\n')
+	if i < 0 {
+		return entry.Decode(head) // the error it makes
+	}
+	e, err := entry.Decode(head[:i+1])
+	if err == nil && size > int64(i+1) && (e.Negative || e.Marker() || e.Oversize) {
+		return e, errors.New("guard: a marker with a value")
+	}
+	return e, err
+}
+
+// entryState names e's state at now, as the read path judges it.
+func entryState(e *entry.Entry, now int64) string {
+	fresh, servable := now < e.FreshUntil, now < e.StaleUntil
+	switch {
+	case e.Failing:
+		return "failing"
+	case e.Pass && fresh:
+		return "pass"
+	case e.Oversize:
+		return "oversize"
+	case fresh && e.Negative:
+		return "negative"
+	case fresh && e.ErrMark:
+		return "error"
+	case fresh:
+		return "fresh"
+	case servable && e.MustRevalidate:
+		return "revalidate"
+	case servable && !e.Negative && !e.ErrMark && !e.Pass:
+		return "stale"
+	}
+	return "expired"
+}
+
+// decimal reads a counter or lease: its number, and whether the name
+// holds anything. A value the guard did not write is listed as foreign.
+func decimal(c *redis.StringCmd, name string, ki *KeyInfo) (int64, bool) {
+	s, err := c.Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return 0, false
+	case err != nil:
+		ki.Foreign = append(ki.Foreign, name)
+		return 0, true
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		ki.Foreign = append(ki.Foreign, name)
+		return 0, true
+	}
+	return n, true
+}
+
+// count reads a set's size; another type is foreign.
+func count(c *redis.IntCmd, name string, ki *KeyInfo) int64 {
+	n, err := c.Result()
+	if err != nil {
+		ki.Foreign = append(ki.Foreign, name)
+		return 0
+	}
+	return n
+}
+
+// tagKeys are the keys whose entries a tag's member set names, sorted.
+func (g *Group) tagKeys(members []string) []string {
+	keys := make([]string, 0, len(members))
+	for _, m := range members {
+		if key, role, ok := g.KeyOf(m); ok && role == roleEntry {
+			keys = append(keys, key)
+		}
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -1,0 +1,252 @@
+package guard
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stampede-go/stampede/internal/redistest"
+)
+
+// TestInspectFilled: a filled key is fresh, with its windows, size, age
+// and fence; no lease is held and nobody waits.
+func TestInspectFilled(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := ctxT(t)
+		g := newGroup(t, rdb, Options{FreshFor: time.Minute, StaleFor: 5 * time.Minute, Jitter: Disabled})
+		key := redistest.Key(t)
+		if _, err := g.Do(ctx, key, func(context.Context) ([]byte, error) { return []byte("twelve bytes"), nil }); err != nil {
+			t.Fatal(err)
+		}
+		ki, err := g.Inspect(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ki.State != "fresh" || ki.Size != 12 || ki.Key != key || ki.Entry != g.names(key).entry {
+			t.Errorf("Inspect = %+v, want fresh, 12 bytes, under %q", ki, g.names(key).entry)
+		}
+		if ki.FreshLeft <= 50*time.Second || ki.FreshLeft > time.Minute {
+			t.Errorf("FreshLeft = %v, want about 1m", ki.FreshLeft)
+		}
+		if d := ki.StaleLeft - ki.FreshLeft; d != 5*time.Minute {
+			t.Errorf("StaleLeft - FreshLeft = %v, want StaleFor 5m", d)
+		}
+		if ki.Age < 0 || ki.Age > 10*time.Second {
+			t.Errorf("Age = %v, want a few ms", ki.Age)
+		}
+		if ki.Fence <= 0 || ki.Counter < ki.Fence {
+			t.Errorf("Fence %d, Counter %d: want a fence, and a counter at least that", ki.Fence, ki.Counter)
+		}
+		if ki.LeaseFence != 0 || ki.Waiters != 0 || ki.Tag != "" || len(ki.Foreign) != 0 {
+			t.Errorf("Inspect = %+v: want no lease, waiter, tag or foreign name", ki)
+		}
+	})
+}
+
+// TestInspectLease: while a slow load runs, the key is missing and its
+// lease is held with the fence the counter minted last.
+func TestInspectLease(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := ctxT(t)
+		g := newGroup(t, rdb, Options{LockTTL: 10 * time.Second})
+		key := redistest.Key(t)
+		started, release := make(chan struct{}), make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			_, err := g.Do(ctx, key, func(context.Context) ([]byte, error) {
+				close(started)
+				<-release
+				return []byte("v"), nil
+			})
+			done <- err
+		}()
+		<-started
+		ki, err := g.Inspect(ctx, key)
+		close(release)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ki.State != "missing" || ki.LeaseFence == 0 || ki.LeaseFence != ki.Counter {
+			t.Errorf("Inspect during the load = %+v: want missing, a lease whose fence is the counter's", ki)
+		}
+		if ki.LeaseTTL <= 0 || ki.LeaseTTL > 10*time.Second {
+			t.Errorf("LeaseTTL = %v, want (0, LockTTL]", ki.LeaseTTL)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		ki, err = g.Inspect(ctx, key)
+		if err != nil || ki.State != "fresh" || ki.LeaseFence != 0 || ki.Fence != ki.Counter {
+			t.Errorf("Inspect after the fill = %+v, %v: want fresh under the lease's fence, no lease", ki, err)
+		}
+	})
+}
+
+// TestInspectStates: stale, negative, corrupt, foreign and missing
+// entries, judged on the Redis clock as the read path judges them.
+func TestInspectStates(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	ctx := ctxT(t)
+	g := newGroup(t, rdb, Options{Jitter: Disabled})
+	value := func(context.Context) ([]byte, error) { return []byte("v"), nil }
+
+	stale := redistest.Key(t, "stale")
+	if _, err := g.Do(ctx, stale, value, WithFreshFor(time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, 10*time.Second, "the entry to turn stale", func() bool {
+		ki, err := g.Inspect(ctx, stale)
+		return err == nil && ki.State == "stale" && ki.FreshLeft <= 0 && ki.StaleLeft > 0
+	})
+
+	negative := redistest.Key(t, "negative")
+	if _, err := g.Do(ctx, negative, func(context.Context) ([]byte, error) { return nil, ErrNotFound }); err != ErrNotFound {
+		t.Fatal(err)
+	}
+	garbage := redistest.Key(t, "garbage")
+	rdb.Set(ctx, g.names(garbage).entry, "not an entry", time.Minute)
+	wrongType := redistest.Key(t, "wrongtype")
+	rdb.SAdd(ctx, g.names(wrongType).entry, "x")
+	for key, want := range map[string]string{
+		negative:                    "negative",
+		garbage:                     "corrupt",
+		wrongType:                   "corrupt",
+		redistest.Key(t, "nothing"): "missing",
+	} {
+		ki, err := g.Inspect(ctx, key)
+		if err != nil || ki.State != want {
+			t.Errorf("Inspect(%s) = %q, %v; want %q", key, ki.State, err, want)
+		}
+	}
+	if ki, _ := g.Inspect(ctx, wrongType); !slices.Equal(ki.Foreign, []string{"entry"}) {
+		t.Errorf("Foreign = %q, want [entry]", ki.Foreign)
+	}
+	if _, err := g.Inspect(ctx, ""); err == nil {
+		t.Error("Inspect of the empty key: no error")
+	}
+}
+
+// TestInspectTag: a key with a hash tag of its own lists the tag's keys;
+// once the tag is invalidated they are gone.
+func TestInspectTag(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := ctxT(t)
+		g := newGroup(t, rdb, Options{})
+		tag := strings.ReplaceAll(redistest.Key(t), "}", "")
+		keys := []string{"{" + tag + "}a", "{" + tag + "}b", "x{" + tag + "}"}
+		for _, k := range keys {
+			if _, err := g.Do(ctx, k, func(context.Context) ([]byte, error) { return []byte(k), nil }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ki, err := g.Inspect(ctx, keys[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := slices.Sorted(slices.Values(keys))
+		if ki.Tag != tag || ki.TagSize != 3 || !slices.Equal(ki.TagKeys, want) {
+			t.Errorf("Inspect = tag %q, %d keys %q; want %q, 3 keys %q", ki.Tag, ki.TagSize, ki.TagKeys, tag, want)
+		}
+		if err := g.InvalidateTag(ctx, tag); err != nil {
+			t.Fatal(err)
+		}
+		ki, err = g.Inspect(ctx, keys[1])
+		if err != nil || ki.State != "missing" || ki.TagSize != 0 || len(ki.TagKeys) != 0 {
+			t.Errorf("Inspect after InvalidateTag = %+v, %v; want missing, no tag keys", ki, err)
+		}
+	})
+}
+
+// TestInspectReadsOnly: Inspect writes nothing (COMMAND INFO flags none
+// of the commands it sent "write"), in one round trip, on a standalone
+// server and on a cluster.
+func TestInspectReadsOnly(t *testing.T) {
+	t.Run("standalone", func(t *testing.T) {
+		srv := redistest.Start(t)
+		admin := srv.Client(t)
+		h := &rtCounter{}
+		rdb := srv.Client(t)
+		rdb.AddHook(h)
+		inspectOnce(t, rdb, h, func() map[string]int64 { return commandCalls(t, admin) })
+	})
+	t.Run("cluster", func(t *testing.T) {
+		h := &rtCounter{}
+		rdb := redistest.SharedCluster(t).Client(t)
+		rdb.OnNewNode(func(c *redis.Client) { c.AddHook(h) })
+		inspectOnce(t, rdb, h, nil)
+	})
+}
+
+// inspectOnce fills a tagged key, then checks that Inspect of it costs
+// one round trip (h) and, when calls is set, sends no write command.
+func inspectOnce(t *testing.T, rdb redis.UniversalClient, h *rtCounter, calls func() map[string]int64) {
+	ctx := ctxT(t)
+	g := newGroup(t, rdb, Options{HotKeys: Disabled})
+	key := "{" + strings.ReplaceAll(redistest.Key(t), "}", "") + "}k"
+	if _, err := g.Do(ctx, key, func(context.Context) ([]byte, error) { return []byte("v"), nil }); err != nil {
+		t.Fatal(err)
+	}
+	var before map[string]int64
+	if calls != nil {
+		before = calls()
+	}
+	n := h.n.Load()
+	ki, err := g.Inspect(ctx, key)
+	if err != nil || ki.State != "fresh" {
+		t.Fatalf("Inspect = %+v, %v", ki, err)
+	}
+	if rt := h.n.Load() - n; rt != 1 {
+		t.Errorf("Inspect took %d round trips, want 1", rt)
+	}
+	if calls == nil {
+		return
+	}
+	for cmd, n := range calls() {
+		if n == before[cmd] || cmd == "info" {
+			continue
+		}
+		if isWrite(t, rdb, cmd) {
+			t.Errorf("Inspect sent %s, a write command", cmd)
+		}
+	}
+}
+
+// commandCalls returns INFO commandstats: calls by command.
+func commandCalls(t *testing.T, rdb *redis.Client) map[string]int64 {
+	t.Helper()
+	info, err := rdb.Info(ctxT(t), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	for line := range strings.SplitSeq(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(line), "cmdstat_"), ":calls=")
+		if !ok {
+			continue
+		}
+		n, _, _ := strings.Cut(rest, ",")
+		out[name], _ = strconv.ParseInt(n, 10, 64)
+	}
+	return out
+}
+
+// isWrite reports whether COMMAND INFO flags cmd ("get", "client|id") as
+// one that writes.
+func isWrite(t *testing.T, rdb redis.UniversalClient, cmd string) bool {
+	t.Helper()
+	v, err := rdb.Do(ctxT(t), "COMMAND", "INFO", cmd).Slice()
+	if err != nil || len(v) != 1 {
+		t.Fatalf("COMMAND INFO %s: %v %v", cmd, v, err)
+	}
+	info, _ := v[0].([]any)
+	if len(info) < 3 {
+		t.Fatalf("COMMAND INFO %s: %v", cmd, v)
+	}
+	flags, _ := info[2].([]any)
+	return slices.Contains(flags, any("write"))
+}
