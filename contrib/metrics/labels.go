@@ -37,6 +37,14 @@ type Labels struct {
 	// events with a new value are recorded under the key label OtherKey.
 	// Default: 100.
 	MaxKeyLabels int
+
+	// HotKeys is how many of the Group's hottest keys, by calls and by
+	// loads (guard.Hooks.HotKeys, every 5s), are exported: one series
+	// each, labelled with its rank and the key itself (cut to 100 bytes),
+	// so at most 2 × HotKeys series at a time, the keys changing with
+	// the traffic. The key reaches the metrics backend: set a negative
+	// value where keys hold user data. Default: 10.
+	HotKeys int
 }
 
 // OtherKey is the key label of events past Labels.MaxKeyLabels.
@@ -46,6 +54,7 @@ const OtherKey = "other"
 const (
 	defaultGroup        = "default"
 	defaultMaxKeyLabels = 100
+	defaultHotKeys      = 10
 )
 
 // WithDefaults returns l with its defaults filled in, and Group made valid
@@ -57,6 +66,9 @@ func (l Labels) WithDefaults() Labels {
 	l.Group = Valid(l.Group)
 	if l.MaxKeyLabels <= 0 {
 		l.MaxKeyLabels = defaultMaxKeyLabels
+	}
+	if l.HotKeys == 0 {
+		l.HotKeys = defaultHotKeys
 	}
 	return l
 }

@@ -69,6 +69,10 @@ func collect(t *testing.T, reader sdkmetric.Reader, all bool) map[string]float64
 				for _, p := range d.DataPoints {
 					put(m.Name, p.Attributes, float64(p.Value))
 				}
+			case metricdata.Gauge[float64]:
+				for _, p := range d.DataPoints {
+					put(m.Name, p.Attributes, p.Value)
+				}
 			case metricdata.Histogram[float64]:
 				for _, p := range d.DataPoints {
 					put(m.Name+"_count", p.Attributes, float64(p.Count))

@@ -30,6 +30,9 @@ const (
 	StateKey     = attribute.Key("stampede.breaker.state")    // breaker transitions
 	TierStateKey = attribute.Key("stampede.local_tier.state") // the in-process tier's state set
 	AgeKey       = attribute.Key("stampede.age")              // spans of Do: the value's age in seconds
+	HotByKey     = attribute.Key("stampede.hot.by")           // hot keys: calls or loads
+	HotRankKey   = attribute.Key("stampede.hot.rank")         // hot keys: 1 for the hottest
+	HotKeyKey    = attribute.Key("stampede.hot.key")          // hot keys: the key (cut to 100 bytes)
 )
 
 // Span names.
@@ -54,6 +57,7 @@ type Telemetry struct {
 	lockObtained, lockRenewals, lockLost, lockRe metric.Int64Counter
 	lockWait, lockHold                           metric.Float64Histogram
 	tier                                         *tierState
+	hot                                          *hotKeys
 
 	guardOnce sync.Once
 	guardKeys *metrics.Series[guardSeries]
@@ -89,7 +93,7 @@ type lockSeries struct {
 }
 
 // redisOps are the op values guard.Hooks.RedisError reports today.
-var redisOps = []string{"get", "read", "fill", "renew", "release", "invalidate", "subscribe", "track"}
+var redisOps = []string{"get", "read", "fill", "renew", "release", "invalidate", "subscribe", "track", "hotkeys"}
 
 // New returns Telemetry whose instruments come from opts.MeterProvider. It
 // fails only if the provider fails to make an instrument.
@@ -150,6 +154,8 @@ func New(opts Options) (*Telemetry, error) {
 	t.breakerTrans = counter("stampede.breaker.transitions", "{transition}",
 		"Redis breaker state changes, by the state entered (stampede.breaker.state): open, closed.")
 	t.tier, err = newTierState(mt, t.group)
+	errs = append(errs, err)
+	t.hot, err = newHotKeys(mt, o, t.group)
 	errs = append(errs, err)
 
 	t.lockObtained = counter("stampede.lock.obtained", "{lock}", "Locks (or reentrant holds) obtained.")
@@ -311,6 +317,7 @@ func (t *Telemetry) GuardHooks() guard.Hooks {
 		Oversize:     func(key string, _ int) { t.oversize.Add(bg, 1, t.guardSeries(key).base...) },
 		Unready:      func(error) { t.unready.Add(bg, 1, t.plain...) },
 		LocalTier:    t.tier.hook,
+		HotKeys:      t.hot.keys.Hook,
 		RedisError: func(op string, _ error) {
 			o, ok := t.redisOps[op]
 			if !ok {

@@ -425,3 +425,34 @@ func TestLocalTierStateSet(t *testing.T) {
 		t.Error(d)
 	}
 }
+
+// The hottest keys of the last window: one point per key and kind,
+// ranked, at most HotKeys of each; the next window replaces them.
+func TestHotKeys(t *testing.T) {
+	tel, reader, _ := setup(t, stampedeotel.Options{Labels: metrics.Labels{HotKeys: 2}})
+	h := tel.GuardHooks()
+	h.HotKeys(guard.HotKeys{Calls: []guard.HotKey{{Key: "a", PerSecond: 30}, {Key: "b", PerSecond: 20}, {Key: "c", PerSecond: 10}},
+		Loads: []guard.HotKey{{Key: "a", PerSecond: 0.5}}})
+	hot := func() map[string]float64 {
+		got := map[string]float64{}
+		for k, v := range collect(t, reader, true) {
+			if strings.HasPrefix(k, "stampede.hot_key.rate{") {
+				got[k] = v
+			}
+		}
+		return got
+	}
+	want := map[string]float64{
+		"stampede.hot_key.rate{" + g + ",stampede.hot.by=calls,stampede.hot.key=a,stampede.hot.rank=1}": 30,
+		"stampede.hot_key.rate{" + g + ",stampede.hot.by=calls,stampede.hot.key=b,stampede.hot.rank=2}": 20,
+		"stampede.hot_key.rate{" + g + ",stampede.hot.by=loads,stampede.hot.key=a,stampede.hot.rank=1}": 0.5,
+	}
+	if d := diff(hot(), want); d != "" {
+		t.Error(d)
+	}
+	h.HotKeys(guard.HotKeys{Calls: []guard.HotKey{{Key: "d", PerSecond: 5}}})
+	want = map[string]float64{"stampede.hot_key.rate{" + g + ",stampede.hot.by=calls,stampede.hot.key=d,stampede.hot.rank=1}": 5}
+	if d := diff(hot(), want); d != "" {
+		t.Error(d)
+	}
+}

@@ -35,6 +35,7 @@ type Metrics struct {
 	breakerVec   *prometheus.GaugeVec     // no variable labels; bound by GuardHooks
 	breakerTrans *prometheus.CounterVec   // state
 	tier         *tierCollector           // state; bound by GuardHooks
+	hot          *hotCollector            // by, rank, key
 
 	// lock
 	lockObtained *prometheus.CounterVec   // [key]
@@ -77,7 +78,7 @@ type lockSeries struct {
 
 // redisOps are the op values guard.Hooks.RedisError reports today; their
 // series exist (at zero) from the start, so alerts on rate() see them.
-var redisOps = []string{"get", "read", "fill", "renew", "release", "invalidate", "subscribe", "track"}
+var redisOps = []string{"get", "read", "fill", "renew", "release", "invalidate", "subscribe", "track", "hotkeys"}
 
 // New returns Metrics for the guard Group or lock Client named by
 // opts.Group. Register it with a prometheus.Registerer. New panics if a
@@ -144,6 +145,10 @@ func New(opts Options) *Metrics {
 		"Redis breaker state changes, by the state entered: open, closed.", []string{"state"})
 	m.tier = newTierCollector(o)
 	m.all = append(m.all, m.tier)
+	m.hot = newHotCollector(o)
+	if m.hot.keys.On() {
+		m.all = append(m.all, m.hot)
+	}
 
 	m.lockObtained = counter("lock", "obtained_total", "Locks (or reentrant holds) obtained.", keyed)
 	m.lockWait = histogram("lock", "wait_duration_seconds", "Time callers waited to obtain a lock.")
@@ -287,6 +292,7 @@ func (m *Metrics) GuardHooks() guard.Hooks {
 		Oversize:     func(key string, _ int) { m.guardSeries(key).oversize.Inc() },
 		Unready:      func(error) { m.unreadyC.Inc() },
 		LocalTier:    m.tier.hook,
+		HotKeys:      m.hot.keys.Hook,
 		RedisError: func(op string, _ error) {
 			if c, ok := m.redisOps[op]; ok {
 				c.Inc()

@@ -237,7 +237,7 @@ func TestSeriesAppearWithTheirHooks(t *testing.T) {
 	m.GuardHooks()
 	for name, want := range map[string]int{
 		"stampede_requests_total":      4,
-		"stampede_redis_errors_total":  8,
+		"stampede_redis_errors_total":  9,
 		"stampede_breaker_open":        1,
 		"stampede_local_tier_state":    7, // every state, at 0 until the Group tells its own
 		"stampede_lock_obtained_total": 0,
@@ -510,5 +510,38 @@ stampede_local_tier_state{group="products",state="unsupported"} 0
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "stampede_local_tier_state"); err != nil {
 		t.Error(err)
+	}
+}
+
+// The hottest keys of the last window: one series per key and kind,
+// ranked, at most HotKeys of each; the next window replaces them.
+func TestHotKeySeries(t *testing.T) {
+	m, reg := newMetrics(t, stampedeprom.Options{Labels: metrics.Labels{Group: "products", HotKeys: 2}})
+	h := m.GuardHooks()
+	h.HotKeys(guard.HotKeys{Calls: []guard.HotKey{{Key: "a", PerSecond: 30}, {Key: "b", PerSecond: 20}, {Key: "c", PerSecond: 10}},
+		Loads: []guard.HotKey{{Key: "a", PerSecond: 0.5}}})
+	const want = `
+# HELP stampede_hot_key_per_second The Group's hottest keys over its last window (5s), by calls or by loads (by), ranked from 1: calls or loads per second (calls are sampled). At most Options.HotKeys of each.
+# TYPE stampede_hot_key_per_second gauge
+stampede_hot_key_per_second{by="calls",group="products",key="a",rank="1"} 30
+stampede_hot_key_per_second{by="calls",group="products",key="b",rank="2"} 20
+stampede_hot_key_per_second{by="loads",group="products",key="a",rank="1"} 0.5
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "stampede_hot_key_per_second"); err != nil {
+		t.Error(err)
+	}
+	h.HotKeys(guard.HotKeys{Calls: []guard.HotKey{{Key: "d", PerSecond: 5}}})
+	const next = `
+# HELP stampede_hot_key_per_second The Group's hottest keys over its last window (5s), by calls or by loads (by), ranked from 1: calls or loads per second (calls are sampled). At most Options.HotKeys of each.
+# TYPE stampede_hot_key_per_second gauge
+stampede_hot_key_per_second{by="calls",group="products",key="d",rank="1"} 5
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(next), "stampede_hot_key_per_second"); err != nil {
+		t.Error(err)
+	}
+	off, offReg := newMetrics(t, stampedeprom.Options{Labels: metrics.Labels{HotKeys: -1}})
+	off.GuardHooks().HotKeys(guard.HotKeys{Calls: []guard.HotKey{{Key: "a", PerSecond: 1}}})
+	if n, err := testutil.GatherAndCount(offReg, "stampede_hot_key_per_second"); err != nil || n != 0 {
+		t.Errorf("HotKeys -1: %d series, %v; want none", n, err)
 	}
 }
