@@ -85,6 +85,21 @@ func (e *Engine[C]) Serve(c C, w http.ResponseWriter, r *http.Request, direct fu
 	return e.e.serve(w, r, key, direct, h, true)
 }
 
+// Key returns the key a GET or HEAD request r is stored under by the
+// default rules (Config.KeyFunc is not called), or "" when r is never
+// shared (credentials, a body...; see the package documentation). The
+// scheme keyed is https when r.TLS is set. Every key of r's URL (its
+// variants, its other spellings) holds one hash tag, which
+// guard.Group.Inspect reports (KeyInfo.Tag) and InvalidateTag drops, as
+// an unsafe request does. The stampede command uses it to inspect and
+// invalidate a URL.
+func (e *Engine[C]) Key(r *http.Request) string {
+	if e.e.bypass(r) != "" {
+		return ""
+	}
+	return e.e.derived(r)
+}
+
 // StatusError is returned by Serve when the engine, not the handler,
 // decides the answer: the middleware renders Code its framework's way
 // (the headers the answer needs, Cache-Status and Retry-After, are set).
