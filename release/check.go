@@ -83,17 +83,26 @@ func (c *checker) check(ctx context.Context, m *module, version string, own map[
 	if _, err := c.goCmd(ctx, dir, "get", m.path+"@"+version); err != nil {
 		return "", err
 	}
-	out, err := c.goCmd(ctx, dir, "list", "-f", `{{if and (ne .Name "main") .GoFiles}}{{.ImportPath}}{{end}}`, m.path+"/...")
+	out, err := c.goCmd(ctx, dir, "list", "-f", `{{if .GoFiles}}{{.Name}} {{.ImportPath}}{{end}}`, m.path+"/...")
 	if err != nil {
 		return "", err
 	}
-	var pkgs []string
-	for _, p := range strings.Fields(out) {
-		if !slices.Contains(strings.Split(p, "/"), "internal") {
+	var pkgs, cmds []string
+	for line := range strings.Lines(out) {
+		name, p, _ := strings.Cut(strings.TrimSpace(line), " ")
+		switch {
+		case slices.Contains(strings.Split(p, "/"), "internal"):
+		case name == "main":
+			cmds = append(cmds, p)
+		default:
 			pkgs = append(pkgs, p)
 		}
 	}
-	if len(pkgs) == 0 {
+	switch {
+	case len(pkgs) == 0 && len(cmds) > 0:
+		// A module of commands: built as go install builds them.
+		return c.checkCommands(ctx, dir, cmds, version, own)
+	case len(pkgs) == 0:
 		return "", fmt.Errorf("%s@%s: no package to import", m.path, version)
 	}
 	var src bytes.Buffer
@@ -110,11 +119,39 @@ func (c *checker) check(ctx context.Context, m *module, version string, own map[
 			return "", err
 		}
 	}
-	// The modules the program is built from, as selected (go list -m all
-	// would want every module's .info, which the module cache may lack).
-	out, err = c.goCmd(ctx, dir, "list", "-deps", "-f", "{{with .Module}}{{.Path}} {{.Version}}{{end}}", ".")
+	got, err := c.ownModules(ctx, dir, version, own, ".")
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("a dependent of %s@%s %w", m.path, version, err)
+	}
+	return fmt.Sprintf("%d package(s) built; stampede modules in its graph, all at %s: %s",
+		len(pkgs), version, strings.Join(got, ", ")), nil
+}
+
+// checkCommands builds the commands cmds of a module just got in the
+// scratch module dir, as go install would, and checks the stampede
+// modules they are built from.
+func (c *checker) checkCommands(ctx context.Context, dir string, cmds []string, version string, own map[string]*module) (string, error) {
+	for _, p := range cmds {
+		if _, err := c.goCmd(ctx, dir, "build", "-o", os.DevNull, p); err != nil {
+			return "", err
+		}
+	}
+	got, err := c.ownModules(ctx, dir, version, own, cmds...)
+	if err != nil {
+		return "", fmt.Errorf("a build of %s %w", strings.Join(cmds, ", "), err)
+	}
+	return fmt.Sprintf("%d command(s) built; stampede modules in its graph, all at %s: %s",
+		len(cmds), version, strings.Join(got, ", ")), nil
+}
+
+// ownModules returns the repository's modules that pkgs are built from in
+// the scratch module dir, as selected (go list -m all would want every
+// module's .info, which the module cache may lack), or says which is not
+// at version.
+func (c *checker) ownModules(ctx context.Context, dir, version string, own map[string]*module, pkgs ...string) ([]string, error) {
+	out, err := c.goCmd(ctx, dir, append([]string{"list", "-deps", "-f", "{{with .Module}}{{.Path}} {{.Version}}{{end}}"}, pkgs...)...)
+	if err != nil {
+		return nil, err
 	}
 	var got []string
 	for line := range strings.Lines(out) {
@@ -123,12 +160,11 @@ func (c *checker) check(ctx context.Context, m *module, version string, own map[
 			continue
 		}
 		if v != version {
-			return "", fmt.Errorf("a dependent of %s@%s gets %s %s, not %s", m.path, version, p, v, version)
+			return nil, fmt.Errorf("gets %s %s, not %s", p, v, version)
 		}
 		got = append(got, own[p].name())
 	}
-	return fmt.Sprintf("%d package(s) built; stampede modules in its graph, all at %s: %s",
-		len(pkgs), version, strings.Join(got, ", ")), nil
+	return got, nil
 }
 
 // clean empties the scratch module cache (its files are writable:

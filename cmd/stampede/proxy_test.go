@@ -1,0 +1,245 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httptrace"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stampede-go/stampede/internal/redistest"
+)
+
+// origin is the service behind the proxies: every GET answers the path's
+// version, after delay; a PUT makes a new version.
+type origin struct {
+	delay    time.Duration
+	gets     atomic.Int64
+	inFlight atomic.Int64
+	version  atomic.Int64
+}
+
+func (o *origin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodPut {
+		o.version.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	o.gets.Add(1)
+	o.inFlight.Add(1)
+	defer o.inFlight.Add(-1)
+	select {
+	case <-time.After(o.delay):
+	case <-r.Context().Done():
+		return
+	}
+	fmt.Fprintf(w, "%s v%d", r.URL.Path, o.version.Load())
+}
+
+// proxies starts n stampede proxies of one fleet in front of up, and
+// returns their base URLs and processes.
+func proxies(t *testing.T, n int, redisAddr, ns, up string, extra ...string) ([]string, []*proc) {
+	t.Helper()
+	var bases []string
+	var ps []*proc
+	for range n {
+		p := start(t, append([]string{"proxy", "-redis", redisAddr, "-namespace", ns, "-upstream", up,
+			"-listen", "127.0.0.1:0", "-wait-timeout", "20s"}, extra...)...)
+		line := p.waitLine(t, 30*time.Second, `"msg":"stampede proxy: serving"`)
+		var l struct{ Listen string }
+		if err := json.Unmarshal([]byte(line), &l); err != nil || l.Listen == "" {
+			t.Fatalf("start-up line %q: %v", line, err)
+		}
+		bases = append(bases, "http://"+l.Listen)
+		ps = append(ps, p)
+	}
+	return bases, ps
+}
+
+var client = &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 300, MaxConnsPerHost: 0}}
+
+func get(t *testing.T, u string) (int, string) {
+	t.Helper()
+	resp, err := client.Get(u)
+	if err != nil {
+		t.Error(err)
+		return 0, ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestProxyFleet: three proxies in front of one origin: 300 concurrent
+// requests across them make one origin call; a PUT through one makes the
+// others fetch anew; inspect and invalidate find the URL's entry by its
+// URL.
+func TestProxyFleet(t *testing.T) {
+	srv := redistest.Start(t)
+	ns := namespace(t)
+	o := &origin{delay: 300 * time.Millisecond}
+	up := httptest.NewServer(o)
+	defer up.Close()
+	bases, _ := proxies(t, 3, srv.Addr, ns, up.URL)
+
+	var wg sync.WaitGroup
+	var bad atomic.Int64
+	for i := range 300 {
+		wg.Go(func() {
+			code, body := get(t, bases[i%3]+"/products/8")
+			if code != 200 || body != "/products/8 v0" {
+				bad.Add(1)
+				t.Errorf("request %d: %d %q", i, code, body)
+			}
+		})
+	}
+	wg.Wait()
+	if n := o.gets.Load(); n != 1 || bad.Load() > 0 {
+		t.Fatalf("300 requests over 3 proxies: %d origin calls, %d bad answers; want 1 and 0", n, bad.Load())
+	}
+
+	// A PUT through the first: the others fetch the new version.
+	req, _ := http.NewRequest(http.MethodPut, bases[0]+"/products/8", strings.NewReader("new"))
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	// At once where the change's report is on the host already, as here;
+	// within LocalLag (100ms) in the rare case that it is not.
+	for _, b := range bases[1:] {
+		redistest.Eventually(t, 5*time.Second, b+" serving v1 after the PUT", func() bool {
+			code, body := get(t, b+"/products/8")
+			return code == 200 && body == "/products/8 v1"
+		})
+	}
+	if n := o.gets.Load(); n != 2 {
+		t.Errorf("%d origin calls after the PUT, want 2: one fetch anew for the fleet", n)
+	}
+
+	// The URL as the proxies key it: the upstream's host, over http.
+	u, _ := url.Parse(up.URL)
+	target := "GET http://" + u.Host + "/products/8"
+	r := stampede(t, nil, "inspect", "-redis", srv.Addr, "-namespace", ns, "-url", target)
+	if r.code != 0 || !strings.Contains(r.stdout, "state    fresh") || !strings.Contains(r.stdout, "size     ") {
+		t.Errorf("inspect -url %s: exit %d:\n%s%s", target, r.code, r.stdout, r.stderr)
+	}
+	if r := stampede(t, nil, "invalidate", "-redis", srv.Addr, "-namespace", ns, "-url", target); r.code != 0 {
+		t.Fatalf("invalidate -url: exit %d: %s", r.code, r.stderr)
+	}
+	if r := stampede(t, nil, "inspect", "-redis", srv.Addr, "-namespace", ns, "-url", target); r.code != 1 || !strings.Contains(r.stdout, "state    missing") {
+		t.Errorf("inspect -url after invalidate -url: exit %d:\n%s", r.code, r.stdout)
+	}
+	if code, body := get(t, bases[2]+"/products/8"); code != 200 || body != "/products/8 v1" || o.gets.Load() != 3 {
+		t.Errorf("after invalidate -url: %d %q, %d origin calls; want v1 fetched anew (3)", code, body, o.gets.Load())
+	}
+}
+
+// TestProxyShutdown: SIGTERM while requests are in flight: each of them
+// completes, the proxy exits 0, and no refresh lease is left held.
+func TestProxyShutdown(t *testing.T) {
+	srv := redistest.Start(t)
+	ns := namespace(t)
+	o := &origin{delay: time.Second}
+	up := httptest.NewServer(o)
+	defer up.Close()
+	bases, ps := proxies(t, 1, srv.Addr, ns, up.URL)
+
+	const n = 40
+	var wg sync.WaitGroup
+	var written atomic.Int64
+	codes := make([]int, n)
+	for i := range n {
+		wg.Go(func() { codes[i] = getCounted(t, fmt.Sprintf("%s/item/%d", bases[0], i%10), &written) })
+	}
+	// Every request sent before the signal, so that each is in flight on
+	// the proxy, not refused by its closed listener.
+	redistest.Eventually(t, 30*time.Second, "40 requests sent, 10 origin calls in flight", func() bool {
+		return written.Load() == n && o.inFlight.Load() == 10
+	})
+	stopped := make(chan int, 1)
+	go func() { stopped <- ps[0].stop(t, syscall.SIGTERM, 60*time.Second) }()
+	ps[0].waitLine(t, 30*time.Second, "shutting down")
+	wg.Wait()
+	for i, c := range codes {
+		if c != 200 {
+			t.Errorf("request %d in flight at SIGTERM: %d, want 200", i, c)
+		}
+	}
+	if code := <-stopped; code != 0 {
+		t.Errorf("exit %d after SIGTERM, want 0:\n%s", code, ps[0].output())
+	}
+	leases, err := srv.Client(t).Keys(ctxT(t), ns+"*:lease").Result()
+	if err != nil || len(leases) != 0 {
+		t.Errorf("leases left in Redis after the exit: %q, %v", leases, err)
+	}
+}
+
+// TestProxyAdmin: /livez, /readyz and /metrics; readiness holds through
+// a Redis outage (the proxy serves from memory meanwhile).
+func TestProxyAdmin(t *testing.T) {
+	srv := redistest.Start(t)
+	ns := namespace(t)
+	o := &origin{}
+	up := httptest.NewServer(o)
+	defer up.Close()
+	admin := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	bases, _ := proxies(t, 1, srv.Addr, ns, up.URL, "-admin", admin)
+	if code, body := get(t, bases[0]+"/a"); code != 200 || body != "/a v0" {
+		t.Fatalf("GET /a: %d %q", code, body)
+	}
+	for path, want := range map[string]string{
+		"/livez": "ok", "/readyz": "ok",
+		"/metrics": `stampede_requests_total{group="default",status="miss"} 1`,
+	} {
+		if code, body := get(t, "http://"+admin+path); code != 200 || !strings.Contains(body, want) {
+			t.Errorf("GET %s: %d, want 200 with %q:\n%.2000s", path, code, want, body)
+		}
+	}
+	srv.Kill(t)
+	if code, body := get(t, "http://"+admin+"/readyz"); code != 200 {
+		t.Errorf("/readyz with Redis down: %d %q, want 200: a Redis outage is not a reason to leave the pool", code, body)
+	}
+	if code, body := get(t, bases[0]+"/a"); code != 200 || body != "/a v0" {
+		t.Errorf("GET /a with Redis down: %d %q, want it from memory", code, body)
+	}
+}
+
+// getCounted GETs u, counting in written when the request has been sent,
+// and returns the status.
+func getCounted(t *testing.T, u string, written *atomic.Int64) int {
+	t.Helper()
+	trace := &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { written.Add(1) }}
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodGet, u, nil)
+	if err != nil {
+		t.Error(err)
+		return 0
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Error(err)
+		return 0
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	srv := httptest.NewServer(http.NotFoundHandler())
+	defer srv.Close()
+	u, _ := url.Parse(srv.URL)
+	var port int
+	_, _ = fmt.Sscanf(u.Port(), "%d", &port)
+	return port
+}

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/stampede-go/stampede/guard"
+)
+
+var topCommand = command{
+	name: "top", args: "",
+	summary: "Print the fleet's hottest keys, by calls and by origin loads.\n\n" +
+		"Per second: every Group of the\n" +
+		"Namespace publishes its own view every 5s (guard.Options.HotKeys, on by default); top merges\n" +
+		"them. It only reads; it exits 1 when no Group published in the last 15s.",
+	example: "stampede top -redis localhost:6379 -namespace catalog: -n 10",
+	setup: func(fs *flag.FlagSet) action {
+		var c conn
+		c.register(fs, 2*time.Second)
+		n := fs.Int("n", 10, "how many keys of each ranking")
+		asJSON := fs.Bool("json", false, "print JSON: {nodes, calls: [{key, per_second}], loads: [...]}")
+		every := fs.Duration("every", 0, "print again at this interval until interrupted (0: once)")
+		return func(ctx context.Context, out io.Writer, args []string) error {
+			if len(args) > 0 {
+				return usagef("top takes no arguments")
+			}
+			if *n <= 0 {
+				return usagef("-n %d: want at least 1", *n)
+			}
+			return top(ctx, out, &c, *n, *asJSON, *every)
+		}
+	},
+}
+
+func top(ctx context.Context, out io.Writer, c *conn, n int, asJSON bool, every time.Duration) error {
+	g, _, stop, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	for {
+		hk, err := g.FleetHotKeys(ctx)
+		switch {
+		case err != nil:
+			return err
+		case hk.Nodes == 0 && every == 0:
+			return errors.New("no Group of this Namespace published hot keys in the last 15s (none called, HotKeys off, or another Namespace)")
+		}
+		hk.Calls, hk.Loads = hk.Calls[:min(n, len(hk.Calls))], hk.Loads[:min(n, len(hk.Loads))]
+		if asJSON {
+			err = writeTopJSON(out, hk)
+		} else {
+			err = writeTop(out, hk)
+		}
+		if err != nil || every == 0 {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(every):
+		}
+	}
+}
+
+func writeTop(w io.Writer, hk guard.HotKeys) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(w, "%s  %d node(s)\n", time.Now().Format("15:04:05"), hk.Nodes)
+	for _, r := range []struct {
+		what string
+		keys []guard.HotKey
+	}{{"calls/s", hk.Calls}, {"loads/s", hk.Loads}} {
+		fmt.Fprintf(tw, "%s\t\t key\n", r.what)
+		for i, k := range r.keys {
+			fmt.Fprintf(tw, "%d\t%.1f\t %s\n", i+1, k.PerSecond, strconv.Quote(k.Key))
+		}
+		fmt.Fprintln(tw, "\t\t")
+	}
+	return tw.Flush()
+}
+
+type jsonTop struct {
+	Nodes int          `json:"nodes"`
+	Calls []jsonHotKey `json:"calls"`
+	Loads []jsonHotKey `json:"loads"`
+}
+
+type jsonHotKey struct {
+	Key       string  `json:"key"`
+	PerSecond float64 `json:"per_second"`
+}
+
+func writeTopJSON(w io.Writer, hk guard.HotKeys) error {
+	conv := func(ks []guard.HotKey) []jsonHotKey {
+		out := make([]jsonHotKey, len(ks))
+		for i, k := range ks {
+			out[i] = jsonHotKey{k.Key, k.PerSecond}
+		}
+		return out
+	}
+	return json.NewEncoder(w).Encode(jsonTop{Nodes: hk.Nodes, Calls: conv(hk.Calls), Loads: conv(hk.Loads)})
+}

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stampede-go/stampede/guard"
+	"github.com/stampede-go/stampede/internal/redistest"
+)
+
+// TestTop: two Groups, 200 keys, one key taking half the calls: within
+// 15s `stampede top` lists it first (each Group publishes every 5s).
+func TestTop(t *testing.T) {
+	srv := redistest.Start(t)
+	ns := namespace(t)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	load := func(context.Context) ([]byte, error) { return []byte("v"), nil }
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	for range 2 {
+		g := group(t, srv.Client(t), guard.Options{Namespace: ns})
+		wg.Go(func() {
+			for i := 0; ctx.Err() == nil; i++ {
+				key := "hot"
+				if i%2 == 1 {
+					key = "cold:" + strconv.Itoa(i%199)
+				}
+				_, _ = g.Do(ctx, key, load)
+				if i%64 == 0 {
+					time.Sleep(time.Millisecond) // leave the command some CPU
+				}
+			}
+		})
+	}
+	start := time.Now()
+	var last result
+	for time.Since(start) < 15*time.Second {
+		last = stampede(t, nil, "top", "-json", "-redis", srv.Addr, "-namespace", ns, "-n", "3")
+		var got jsonTop
+		if last.code == 0 && json.Unmarshal([]byte(last.stdout), &got) == nil && len(got.Calls) > 0 && got.Nodes == 2 {
+			if got.Calls[0].Key != "hot" {
+				t.Fatalf("top: %+v; want \"hot\" first", got)
+			}
+			t.Logf("after %v: %+v", time.Since(start).Round(time.Millisecond), got)
+			human := stampede(t, nil, "top", "-redis", srv.Addr, "-namespace", ns, "-n", "3")
+			if human.code != 0 || !strings.Contains(strings.Split(human.stdout, "\n")[2], `"hot"`) {
+				t.Errorf("top: exit %d; want \"hot\" on the first ranked line:\n%s", human.code, human.stdout)
+			}
+			return
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Fatalf("top did not list both nodes within 15s: exit %d\n%s%s", last.code, last.stdout, last.stderr)
+}
+
+// TestWatch: watch prints a lease grant, the fill, a refresh and an
+// invalidation under the Namespace, and each second's counts; it stops
+// on Ctrl-C with status 0.
+func TestWatch(t *testing.T) {
+	srv := redistest.Start(t)
+	ns := namespace(t)
+	ctx := ctxT(t)
+	w := start(t, "watch", "-redis", srv.Addr, "-namespace", ns)
+	w.waitLine(t, 20*time.Second, "watching")
+	g := group(t, srv.Client(t), guard.Options{Namespace: ns, LocalEntries: guard.Disabled})
+	load := func(context.Context) ([]byte, error) { return []byte("value"), nil }
+	if _, err := g.Do(ctx, "k", load); err != nil {
+		t.Fatal(err)
+	}
+	w.waitLine(t, 20*time.Second, `lease          "k"  fence`)
+	w.waitLine(t, 20*time.Second, `fill           "k"  fresh`)
+	// A stale value refreshed: its lease is granted over the value.
+	if _, err := g.Do(ctx, "s", load, guard.WithFreshFor(time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	w.waitLine(t, 20*time.Second, `fill           "s"`)
+	redistest.Eventually(t, 20*time.Second, "a refresh of s", func() bool {
+		_, _ = g.Do(ctx, "s", load, guard.WithFreshFor(time.Millisecond))
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return strings.Contains(strings.Join(w.lines, "\n"), `refresh        "s"`)
+	})
+	if err := g.Invalidate(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	w.waitLine(t, 20*time.Second, `invalidate     "k"`)
+	w.waitLine(t, 20*time.Second, "-- ")
+	if code := w.stop(t, syscall.SIGINT, 20*time.Second); code != 0 {
+		t.Errorf("watch exited %d on SIGINT, want 0:\n%s", code, w.output())
+	}
+}
