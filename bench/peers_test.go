@@ -24,8 +24,9 @@ import (
 // origin, as a fleet of three servers would be. nginx with
 // proxy_cache_lock, proxy_cache_use_stale updating and
 // proxy_cache_background_update; Varnish with grace; guardhttp as three
-// processes (three Groups) sharing one redis-server. Each contender is skipped when its
-// binary is not installed.
+// processes (three Groups) sharing one redis-server, and the stampede
+// proxy, the same as a binary of its own (cmd/stampede). Each contender is
+// skipped when its binary is not installed.
 //
 //	cd bench && go test -run '^$' -bench HTTPPeers -benchtime 1x -v .
 
@@ -93,6 +94,7 @@ var httpPeers = []httpPeer{
 	{"nginx (proxy_cache_lock, use_stale updating, background_update)", "nginx", startNginx},
 	{"varnish (grace)", "varnishd", startVarnish},
 	{"stampede guardhttp", "", peerNodes("guardhttp")},
+	{"stampede-proxy (cmd/stampede: guardhttp in front of httputil.ReverseProxy, a binary)", "", startProxies},
 	// Not a cache: the ceiling of any net/http middleware (see
 	// constantNode), so that the table shows what is the cache's cost and
 	// what is net/http's.
