@@ -71,19 +71,21 @@ func top(ctx context.Context, out io.Writer, c *conn, n int, asJSON bool, every 
 }
 
 func writeTop(w io.Writer, hk guard.HotKeys) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(w, "%s  %d node(s)\n", time.Now().Format("15:04:05"), hk.Nodes)
+	fmt.Fprintf(w, "%s  %d node(s) published in the last 15s\n", time.Now().Format("15:04:05"), hk.Nodes)
 	for _, r := range []struct {
 		what string
 		keys []guard.HotKey
 	}{{"calls/s", hk.Calls}, {"loads/s", hk.Loads}} {
-		fmt.Fprintf(tw, "%s\t\t key\n", r.what)
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintf(tw, "\t%s\t\n", r.what)
 		for i, k := range r.keys {
-			fmt.Fprintf(tw, "%d\t%.1f\t %s\n", i+1, k.PerSecond, strconv.Quote(k.Key))
+			fmt.Fprintf(tw, "%d\t%.1f\t  %s\n", i+1, k.PerSecond, strconv.Quote(k.Key))
 		}
-		fmt.Fprintln(tw, "\t\t")
+		if err := tw.Flush(); err != nil {
+			return err
+		}
 	}
-	return tw.Flush()
+	return nil
 }
 
 type jsonTop struct {

@@ -51,7 +51,7 @@ func TestTop(t *testing.T) {
 			}
 			t.Logf("after %v: %+v", time.Since(start).Round(time.Millisecond), got)
 			human := stampede(t, nil, "top", "-redis", srv.Addr, "-namespace", ns, "-n", "3")
-			if human.code != 0 || !strings.Contains(strings.Split(human.stdout, "\n")[2], `"hot"`) {
+			if lines := strings.Split(human.stdout, "\n"); human.code != 0 || len(lines) < 3 || !strings.Contains(lines[2], `1  `) || !strings.Contains(lines[2], `"hot"`) {
 				t.Errorf("top: exit %d; want \"hot\" on the first ranked line:\n%s", human.code, human.stdout)
 			}
 			return
