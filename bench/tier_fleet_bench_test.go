@@ -147,5 +147,5 @@ func BenchmarkTierBarrierCost(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	b.ReportMetric(float64((redisCPU(b, ctx, obs) - cpu0).Nanoseconds())/float64(b.N)/1000, "redis-cpu-us/barrier")
+	b.ReportMetric(float64((redisCPU(b, ctx, obs)-cpu0).Nanoseconds())/float64(b.N)/1000, "redis-cpu-us/barrier")
 }
