@@ -26,15 +26,12 @@ type Hooks struct {
 	Load func(key string, d time.Duration, err error)
 	// Lease: this node won a key's refresh lease, or found it held.
 	Lease func(key string, won bool)
-	// Woken: a wait for another node's fill ended, once per wait (per key
-	// of a batch); notified: by the fill's notification, rather than a
-	// poll, WaitTimeout or a joined load. A wait whose first read found
-	// the value is not reported.
+	// Woken: a wait for another node's fill ended (per key of a batch);
+	// notified: by the fill's notification, not a poll or a timeout.
 	Woken func(key string, notified bool, waited time.Duration)
 	// RefreshError: a background refresh failed; stale is served.
 	RefreshError func(key string, err error)
-	// FillRejected: a fill was refused: a newer value or an Invalidate
-	// came after this node's lease was granted.
+	// FillRejected: a newer value or an Invalidate beat this node's fill.
 	FillRejected func(key string)
 	// RedisError: a Redis call failed; op names it ("track": the tier's
 	// report connection was lost or refused, once per outage).
@@ -53,16 +50,12 @@ type Hooks struct {
 	// BatchLoad: a batch loader call ended. Load runs for each of its
 	// keys as well.
 	BatchLoad func(BatchLoadStats)
-	// Unready: the fill subscription New starts failed (refused, or not
-	// confirmed within WaitTimeout), with a *ReadyError per failed check.
-	// At most once per Group; the Group serves meanwhile.
+	// Unready: the fill subscription New starts failed, with a
+	// *ReadyError per failed check; once per Group, which still serves.
 	Unready func(err error)
-	// LocalTier: the in-process tier started serving or stopped; once
-	// from New, then at each change. why is "" when on, else "disabled",
-	// "unsupported" (a client it cannot follow), "connecting", "lost",
-	// "refused" (an ACL, an old server) or "closed". Only a tier that
-	// should be on and is not ("connecting" for long, "lost",
-	// "refused") calls for an operator.
+	// LocalTier: the in-process tier started serving or stopped. why is
+	// "" when on, else "disabled", "unsupported", "connecting", "lost",
+	// "refused" or "closed" (the last three call for an operator).
 	LocalTier func(on bool, why string)
 	// HotKeys: a window of hot keys ended (every 5s, Options.HotKeys);
 	// hk is what HotKeys returns until the next.

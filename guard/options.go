@@ -14,100 +14,61 @@ import (
 // NegativeFor, MaxHitBatch, LocalEntries, HotKeys) take Disabled; New rejects any
 // other negative value. docs/guard.md has a table of them all.
 type Options struct {
-	// Namespace prefixes every Redis name and channel of the Group: one
-	// per service sharing a Redis. No '{' or '}'. Default: "stampede:".
+	// Namespace prefixes the Group's Redis names and channels: one per
+	// service sharing a Redis; no '{' or '}'. Default: "stampede:".
 	Namespace string
 	// FreshFor is how long a loaded value is served as is. Default: 1m.
 	FreshFor time.Duration
-	// StaleFor is how long after FreshFor the value is still served, at
-	// hit latency, while one node refreshes it, or while refreshes fail.
-	// Default: 5m. Disabled: an expired value is a miss.
+	// StaleFor is how long after that it is still served while one node
+	// refreshes it, or while refreshes fail. Default: 5m.
 	StaleFor time.Duration
-	// LockTTL is the refresh lease. A watchdog renews it while the load
-	// runs; a node that dies mid-load loses it within LockTTL. A read
-	// takes it for at most 1s at first, so a lease won for a caller that
-	// left is soon free. Default: 10s.
+	// LockTTL is the refresh lease, renewed while its load runs; a node
+	// that dies mid-load loses it within LockTTL. Default: 10s.
 	LockTTL time.Duration
 	// WaitTimeout bounds a wait for another node's fill of a missing key;
-	// then WaitTimeoutPolicy applies. Each caller also leaves on its own
-	// ctx. Default: 5s.
-	WaitTimeout time.Duration
-	// WaitTimeoutPolicy is what a waiter does after WaitTimeout.
-	// Default: LoadLocally.
+	// then WaitTimeoutPolicy applies. Default: 5s, and LoadLocally.
+	WaitTimeout       time.Duration
 	WaitTimeoutPolicy WaitTimeoutPolicy
-	// LoadTimeout bounds a load, which runs detached from its callers. A
-	// loader still running a tenth of LoadTimeout later (1ms to 1s) is
-	// abandoned: its callers get ErrLoadTimeout, and nothing waits for it.
-	// Default: 30s.
+	// LoadTimeout bounds a load, which runs detached from its callers:
+	// they get ErrLoadTimeout. Default: 30s.
 	LoadTimeout time.Duration
-	// EarlyRefreshBeta turns on probabilistic early refresh (XFetch): a
-	// fresh hit starts a refresh with probability
-	// exp(-remaining/(beta*load time)). 1 is the paper's choice. Default:
-	// 0 (off).
+	// EarlyRefreshBeta turns on probabilistic early refresh (XFetch;
+	// 1 is the paper's choice). Default: 0, off.
 	EarlyRefreshBeta float64
 	// Jitter shortens each FreshFor by a random share up to Jitter, so
-	// keys filled together do not expire together. Default: 0.1.
-	// Disabled: exact.
+	// that keys filled together do not expire together. Default: 0.1.
 	Jitter float64
-	// NegativeFor is how long a loader's ErrNotFound is cached.
-	// Default: 10s. Disabled: not cached.
+	// NegativeFor is how long ErrNotFound is cached. Default: 10s.
 	NegativeFor time.Duration
-	// ErrorBackoff is how long no node loads a key after its load failed:
-	// its stale value is served meanwhile, and a missing key answers
-	// ErrBackoff. Default: 1s.
+	// ErrorBackoff is how long no node loads a key after its load failed
+	// (stale is served; a missing key answers ErrBackoff). Default: 1s.
 	ErrorBackoff time.Duration
-	// RedisTimeout bounds every Redis call. It measures Redis, not this
-	// process: on a process that runs its goroutines late (its CPU
-	// saturated), a call is given that lateness on top, up to three
-	// RedisTimeouts more, since its reply may wait that long to be read.
-	// Default: 250ms.
+	// RedisTimeout bounds each Redis call, plus this process's own
+	// lateness when its CPU is saturated. Default: 250ms.
 	RedisTimeout time.Duration
-	// BreakerFailures is how many Redis failures in a row open the
-	// breaker; while it is open the Group serves without Redis. A timeout
-	// while this process runs its goroutines a RedisTimeout late or more
-	// is not counted: it may be the process's, not Redis's. Default: 3.
+	// BreakerFailures Redis failures in a row open the breaker: the Group
+	// serves without Redis, and probes it after BreakerCooldown.
+	// Default: 3 and 1s.
 	BreakerFailures int
-	// BreakerCooldown is how long the breaker stays open before a call
-	// probes Redis again. Default: 1s.
 	BreakerCooldown time.Duration
-	// MaxHitBatch is how many concurrent calls may share a round trip
-	// (group commit). A lone call goes out at once. Default: 256.
-	// Disabled: a round trip per call.
+	// MaxHitBatch is how many concurrent hits may share a round trip.
+	// Default: 256.
 	MaxHitBatch int
-	// MaxValueBytes is the largest value stored in Redis. A larger one is
-	// served and reported (Hooks.Oversize), not stored: each node keeps
-	// its own copy (16 at most), so it costs the origin one load per key
-	// per refresh per node. Default: 8 MiB.
+	// MaxValueBytes is the largest value stored in Redis; a larger one is
+	// served, not stored (Hooks.Oversize). Default: 8 MiB.
 	MaxValueBytes int
-	// LocalEntries bounds the in-process tier, which serves hot keys from
-	// memory and stays coherent with the fleet (docs/local-tier.md). It is
-	// off on a client whose changes the guard cannot follow (a Ring, a
-	// cluster client that reads from replicas) and while Redis refuses
-	// client tracking (Hooks.LocalTier says so). Default: 10000.
-	// Disabled: off.
+	// LocalEntries and LocalBytes bound the in-process tier, which serves
+	// hot keys from memory, coherent with the fleet (docs/local-tier.md);
+	// LocalTTL bounds a copy's life. Default: 10000, 64 MiB and 1m.
 	LocalEntries int
-	// LocalBytes bounds the tier's memory; a value over LocalBytes/8 is
-	// not kept. Default: 64 MiB.
-	LocalBytes int
-	// LocalTTL is the longest a copy is served, should a change ever go
-	// unreported. Default: 1m.
-	LocalTTL time.Duration
-	// LocalTracking says which changes Redis reports to this node's tier.
-	// TrackAll (the default): every change under the Namespace; a node
-	// then never serves a copy another node's change replaced once the
-	// change has returned (its report is on this host first). TrackHeld:
-	// the changes of the keys this node holds a copy of, so that what a
-	// change costs Redis follows the nodes that hold its key, not the
-	// fleet; a copy then goes within LocalLag of a change (Redis sends
-	// the writer's reply before such a report). See docs/local-tier.md
-	// for the cost of each as a fleet grows.
+	LocalBytes   int
+	LocalTTL     time.Duration
+	// LocalTracking says which changes Redis reports to the tier: all
+	// under the Namespace (TrackAll, the default), or those of the keys
+	// this node holds (TrackHeld: its cost follows the holders).
 	LocalTracking Tracking
-	// LocalLag bounds how long after another node's change has returned
-	// this node may still serve the copy it replaced, whatever the network
-	// between it and Redis does: the tier serves only while a barrier sent
-	// within LocalLag came back on every report connection (one small
-	// command per LocalLag/2 per master while the tier is used). Where the
-	// change's report is on this host already, the copy goes at once.
+	// LocalLag bounds how long after another node's change returned this
+	// node may serve the copy it replaced, whatever the network does.
 	// Default: 100ms.
 	LocalLag time.Duration
 	// MaxBatch is the most keys a batch loader is given per call.
