@@ -30,14 +30,11 @@ import (
 //
 // The work runs detached from the caller, who leaves on its own ctx.
 
-// BatchLoadFunc loads the values of keys in one call. A key it does not return
-// has no value (as ErrNotFound, cached for NegativeFor); keys it was not asked
-// for are ignored. An error fails every key of the call, as a LoadFunc's error
-// would.
+// BatchLoadFunc loads the values of keys in one call. A key it does not
+// return has no value; an error fails every key.
 type BatchLoadFunc func(ctx context.Context, keys []string) (map[string][]byte, error)
 
-// BatchStats is what became of one GetMany or FetchMany call's keys, for
-// Hooks.Batch: each key is counted once.
+// BatchStats counts what became of one batch call's keys (Hooks.Batch).
 type BatchStats struct {
 	Keys     int           // distinct keys asked for
 	Hits     int           // fresh values, from Redis or the in-process tier
@@ -51,24 +48,20 @@ type BatchStats struct {
 	Took     time.Duration // the call's work, waits and loads included
 }
 
-// BatchLoadStats describes one batch loader call, for Hooks.BatchLoad.
+// BatchLoadStats describes one batch loader call (Hooks.BatchLoad).
 type BatchLoadStats struct {
 	Keys    int // keys the loader was asked for
 	Found   int // of those, how many it returned a value for
 	Unasked int // keys it returned that it was not asked for (ignored)
-	// Refresh is true for a background refresh of stale keys.
+	// Refresh: a background refresh.
 	Refresh bool
 	Took    time.Duration
 	Err     error
 }
 
-// GetMany returns the values of keys, loading with load those without a usable
-// value; keys without a value are left out. The batch is read in one round
-// trip per Redis node, the keys this node leases are loaded together (MaxBatch
-// per call) and filled in one more; keys loading elsewhere are waited for or
-// joined. The values are shared: never modify them. err joins the distinct
-// errors of the keys that failed; the map holds the values found. A cancelled
-// ctx returns at once; the work goes on for the others.
+// GetMany returns the values of keys, loading with load those without a
+// usable value, in one round trip per Redis node. Keys without a value are
+// left out; err joins the keys' errors. The values are shared: read only.
 func (g *Group) GetMany(ctx context.Context, keys []string, load BatchLoadFunc, opts ...CallOption) (map[string][]byte, error) {
 	if load == nil {
 		return nil, errors.New("guard: nil BatchLoadFunc")
@@ -79,10 +72,8 @@ func (g *Group) GetMany(ctx context.Context, keys []string, load BatchLoadFunc, 
 	}, opts)
 }
 
-// FetchMany is GetMany for values of any type, stored as Fetch stores them,
-// with ids of any comparable type mapped to keys by key. An id load does not
-// return has no value. Each id's value is the caller's own; ids whose keys are
-// equal share one load.
+// FetchMany is GetMany for values of any type, with ids mapped to keys by
+// key. An id load does not return has no value.
 func FetchMany[ID comparable, T any](ctx context.Context, g *Group, ids []ID, key func(ID) string, load func(context.Context, []ID) (map[ID]T, error), opts ...CallOption) (map[ID]T, error) {
 	switch {
 	case key == nil:

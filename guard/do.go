@@ -17,11 +17,9 @@ func (g *Group) Get(ctx context.Context, key string, load LoadFunc, opts ...Call
 	return r.Value, err
 }
 
-// Do returns the value of key with its Status and Age. A fresh value costs one
-// Redis round trip, or none from the in-process tier; a stale one is returned
-// at once while one node refreshes it. With no usable value, one caller in the
-// fleet loads it and the others wait for its fill, each leaving on its own
-// ctx. load runs at most once per call.
+// Do returns the value of key with its Status and Age. A stale value is
+// served at once while one node refreshes it; with none, one caller in the
+// fleet loads and the others wait, each leaving on its own ctx.
 func (g *Group) Do(ctx context.Context, key string, load LoadFunc, opts ...CallOption) (Result, error) {
 	if err := g.check(ctx, key, load); err != nil {
 		return Result{}, err

@@ -7,24 +7,19 @@ import (
 )
 
 var (
-	// ErrNotFound is what a loader returns for a key with no value; the
-	// answer is cached for NegativeFor.
+	// ErrNotFound: the key has no value (cached for NegativeFor).
 	ErrNotFound = errors.New("guard: not found")
-	// ErrWaitTimeout: another node's fill did not land within WaitTimeout
-	// (with WaitTimeoutPolicy ReturnError).
+	// ErrWaitTimeout: another node's fill did not land within WaitTimeout.
 	ErrWaitTimeout = errors.New("guard: timed out waiting for another node's fill")
-	// ErrBackoff: a key's load failed lately, on some node, and no node
-	// loads it again for ErrorBackoff. The error is a *BackoffError.
+	// ErrBackoff: the key's load failed lately; a *BackoffError.
 	ErrBackoff = errors.New("guard: load failed recently; backing off")
 	// ErrClosed: the Group is closed.
 	ErrClosed = errors.New("guard: group closed")
 	// ErrGoexit: the loader called runtime.Goexit; a failed load.
 	ErrGoexit = errors.New("guard: loader called runtime.Goexit")
-	// ErrLoadTimeout: the loader was abandoned after LoadTimeout; a
-	// failed load. It wraps context.DeadlineExceeded.
+	// ErrLoadTimeout: the loader was abandoned after LoadTimeout.
 	ErrLoadTimeout = fmt.Errorf("guard: loader abandoned after LoadTimeout: %w", context.DeadlineExceeded)
-	// ErrNoPrevious: a loader answered Revalidated with nothing to
-	// revalidate.
+	// ErrNoPrevious: Revalidated with no previous value.
 	ErrNoPrevious = errors.New("guard: Revalidated without a previous value")
 	// ErrNotCached: Peek found nothing servable.
 	ErrNotCached = errors.New("guard: not cached")
@@ -34,12 +29,10 @@ var (
 // joiner sees it only if the goroutine running the load left without one.
 var errLoadAbandoned = errors.New("guard: load ended without an outcome")
 
-// BackoffError is the error returned for a key backing off after a load of
-// it failed, on this node or another (see ErrBackoff, which it wraps).
+// BackoffError is the ErrBackoff of one key, with the failed load's cause.
 type BackoffError struct {
 	Key string // the key asked for
-	// Cause is the text of the error the failed load returned, as the
-	// node whose load failed stored it (at most maxCauseBytes bytes).
+	// Cause is the failed load's error text.
 	Cause string
 }
 
@@ -67,8 +60,7 @@ func causeText(err error) []byte {
 	return []byte(s)
 }
 
-// PanicError is the error every caller of a flight gets when its loader
-// panicked. The process survives; the refresh lease is released.
+// PanicError is what a flight's callers get when its loader panicked.
 type PanicError struct {
 	Value any    // the value passed to panic
 	Stack []byte // the loader's goroutine stack at the panic
@@ -84,9 +76,8 @@ func (p *PanicError) Unwrap() error {
 	return err
 }
 
-// NoStore marks a loader's answer that must not be stored or shared beyond the
-// callers of its flight, and is no origin failure: nothing is stored, the
-// lease is released and nothing backs off.
+// NoStore marks a loader's answer as its flight's callers' alone, and no
+// failure: nothing is stored and nothing backs off.
 func NoStore(err error) error {
 	if err == nil {
 		err = errors.New("guard: not stored")

@@ -82,10 +82,8 @@ type Group struct {
 	closeOnce    sync.Once
 }
 
-// New returns a Group on rdb (a *redis.Client, a *redis.ClusterClient or
-// another UniversalClient). It returns an error for a nil client, invalid
-// options, or a client made without ContextTimeoutEnabled (RedisTimeout could
-// not bound its calls).
+// New returns a Group on rdb, which must be made with
+// ContextTimeoutEnabled.
 func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 	if isNil(rdb) {
 		return nil, errors.New("guard: nil Redis client")
@@ -203,9 +201,8 @@ var leaseGrace = time.Second // a var for tests
 // are kept after last use.
 const fenceRetention = 24 * time.Hour
 
-// Close stops the Group: it waits for background refreshes, closes its
-// subscriptions and stops renewing leases. Calls after Close return ErrClosed.
-// It does not close the Redis client.
+// Close waits for background refreshes and stops the Group; later calls
+// return ErrClosed. It does not close the Redis client.
 func (g *Group) Close() error {
 	var err error
 	g.closeOnce.Do(func() {

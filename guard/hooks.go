@@ -118,12 +118,8 @@ func chain3[A, B, C any](f, g func(A, B, C)) func(A, B, C) {
 	return func(a A, b B, c C) { f(a, b, c); g(a, b, c) }
 }
 
-// LogHooks returns Hooks that log to l one line per change of state, not per
-// attempt: the breaker opening and closing (with the Redis calls that failed
-// meanwhile, unlogged), the in-process tier stopping and starting, failed
-// loads and refreshes, corrupt or foreign data, oversized values, and failed
-// Redis calls while the breaker is closed. Keys are not logged, only their
-// length.
+// LogHooks returns Hooks that log to l one line per change of state (the
+// breaker, the tier, failed loads, corrupt data), not per attempt.
 func LogHooks(l *slog.Logger) Hooks {
 	ctx := context.Background()
 	// While the breaker is open, the probes' failures are not logged:

@@ -117,9 +117,7 @@ func (h *hotTracker) close() {
 	}
 }
 
-// HotKeys returns this Group's hottest keys over its last complete window
-// (5s), at most Options.HotKeys of each kind; nothing when they are off.
-// FleetHotKeys merges every node's.
+// HotKeys returns this Group's hottest keys of its last 5s window.
 func (g *Group) HotKeys() HotKeys {
 	if g.hot == nil {
 		return HotKeys{}

@@ -64,11 +64,8 @@ func shortKey(key string) string {
 	return key[:cut] + "…" + hex.EncodeToString(sum[:6])
 }
 
-// FleetHotKeys returns the hottest keys of every Group of the Namespace
-// that published lately (each publishes its view at the end of a window
-// in which it was called), merged: each key's rates summed over the
-// nodes. Keys over 200 bytes are cut, with a digest. It reads Redis and
-// writes nothing. The stampede command's top prints it.
+// FleetHotKeys merges the hot keys every Group of the Namespace published
+// lately, reading Redis and writing nothing.
 func (g *Group) FleetHotKeys(ctx context.Context) (HotKeys, error) {
 	index, prefix := hotNames(g.opts.Namespace)
 	rctx, cancel := context.WithTimeout(ctx, g.opts.RedisTimeout)

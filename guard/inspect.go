@@ -22,10 +22,8 @@ type KeyInfo struct {
 	Entry string // the entry's Redis name; the key's others add ":lease", ":fence", ":w", ":inv"
 	Slot  int    // the Redis Cluster hash slot of all its names
 	Tag   string // its own hash tag ("{tag}..."), if any: InvalidateTag drops it
-	// State is fresh, stale, negative, error (a failed load's marker),
-	// revalidate (kept only to be revalidated), oversize (each node keeps
-	// its copy), pass, failing, expired, invalidated (by its tag; the next
-	// read drops it), corrupt or missing.
+	// State: fresh, stale, negative, error, revalidate, oversize, pass,
+	// failing, expired, invalidated, corrupt or missing.
 	State      string
 	FreshLeft  time.Duration // until fresh-until; negative once past
 	StaleLeft  time.Duration // until stale-until, when Redis drops it
@@ -44,11 +42,8 @@ type KeyInfo struct {
 // inspectTagKeys bounds KeyInfo.TagKeys.
 const inspectTagKeys = 100
 
-// Inspect reports what Redis holds for key: its entry's state and windows,
-// its refresh lease, fence counter and waiters, and for a key with a hash
-// tag of its own the tag's keys. It sends only read commands, in one
-// round trip to the node that holds the key, and changes nothing: the
-// stampede command's inspect prints it.
+// Inspect reports what Redis holds for key (entry, lease, fence, waiters,
+// tag), with read commands only, in one round trip.
 func (g *Group) Inspect(ctx context.Context, key string) (KeyInfo, error) {
 	if err := g.check(ctx, key, noLoad); err != nil {
 		return KeyInfo{}, err

@@ -13,10 +13,8 @@ import (
 	"github.com/stampede-go/stampede/internal/hashtag"
 )
 
-// Invalidate drops key's value everywhere: its entry, every node's copy, and
-// any refresh in flight (its fill will be rejected); the waiters load anew. A
-// failure (Redis unreachable or slow) is returned, and the invalidation is
-// retried in the background until it lands or the Group is closed.
+// Invalidate drops key's value on every node and any refresh in flight.
+// A failure is returned, and retried in the background.
 func (g *Group) Invalidate(ctx context.Context, key string) error {
 	if err := g.check(ctx, key, func(context.Context) ([]byte, error) { return nil, nil }); err != nil {
 		return err
@@ -51,11 +49,8 @@ func (g *Group) invalidate(ctx context.Context, nm names) error {
 	return nil
 }
 
-// InvalidateTag invalidates, as Invalidate does, every key of the Group that
-// holds the hash tag tag (a key "{tag}..." or "...{tag}..."): the keys filled
-// since the tag's last invalidation, and the loads of any of its keys whose
-// lease was taken before. The HTTP middleware tags every variant of one URL
-// so. A failure is returned and retried as for Invalidate.
+// InvalidateTag invalidates every key holding the hash tag tag ("{tag}..."
+// or "...{tag}..."), as Invalidate does. The HTTP middleware tags a URL so.
 func (g *Group) InvalidateTag(ctx context.Context, tag string) error {
 	switch {
 	case tag == "" || strings.Contains(tag, "}"):

@@ -19,13 +19,9 @@ const (
 	roleHotKeys = "hotkeys"
 )
 
-// KeyOf returns the key a Redis name of this Group's Namespace belongs to
-// and its role: "entry", "lease" (its refresh lease), "fence" (its fence
-// counter), "waiters", "inv" (its last invalidation); for a hash tag's
-// names the tag and "tag" (its member set) or "taginv" (its last
-// invalidation); "hotkeys" for the published hot keys. ok is false for a
-// name the Group does not make. The stampede command's watch uses it on
-// the names client tracking reports.
+// KeyOf returns the key a Redis name of the Namespace belongs to and its
+// role ("entry", "lease", "fence", "waiters", "inv", "tag", "taginv",
+// "hotkeys"); ok is false for a name the Group does not make.
 func (g *Group) KeyOf(name string) (key, role string, ok bool) {
 	rest, ok := strings.CutPrefix(name, g.opts.Namespace+"{")
 	if !ok {

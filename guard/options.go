@@ -74,19 +74,14 @@ type Options struct {
 	// MaxBatch is the most keys a batch loader is given per call.
 	// Default: 100.
 	MaxBatch int
-	// HotKeys is how many of its hottest keys, by calls and by loads, the
-	// Group reports every 5s (HotKeys, Hooks.HotKeys) and publishes under
-	// the Namespace for `stampede top` (FleetHotKeys): a few KiB per Group
-	// in Redis, expiring 15s after its last window with calls. Counting
-	// samples calls: a tier hit pays some 3ns. At most 1000.
-	// Default: 20. Disabled: off, nothing counted or published.
+	// HotKeys is how many hottest keys the Group reports every 5s and
+	// publishes for `stampede top`. Default: 20.
 	HotKeys int
 	// Hooks observe the Group's events.
 	Hooks Hooks
 }
 
-// Tracking is how the in-process tier learns of changes (see
-// Options.LocalTracking).
+// Tracking says which changes the tier learns of (Options.LocalTracking).
 type Tracking int
 
 const (
@@ -94,8 +89,7 @@ const (
 	TrackHeld                 // the changes of the keys this node holds
 )
 
-// WaitTimeoutPolicy says what a caller does when another node's fill does
-// not land within Options.WaitTimeout.
+// WaitTimeoutPolicy is what a caller does after Options.WaitTimeout.
 type WaitTimeoutPolicy int
 
 const (
@@ -103,8 +97,7 @@ const (
 	ReturnError                          // return ErrWaitTimeout
 )
 
-// Disabled turns off an Options field or call option that can be off
-// (StaleFor, Jitter, NegativeFor, MaxHitBatch, LocalEntries, HotKeys, WithStaleFor):
+// Disabled turns off an Options field or call option that can be off;
 // zero means the default.
 const Disabled = -1
 
@@ -246,8 +239,7 @@ func (g *Group) callOptions(opts []CallOption) callOptions {
 	return co
 }
 
-// CallOption changes one call's settings; made by the With funcs. (A value,
-// not a func: applying it allocates nothing.)
+// CallOption changes one call's settings.
 type CallOption struct {
 	kind callOptionKind
 	d    time.Duration
@@ -295,10 +287,8 @@ func (o CallOption) apply(c *callOptions) {
 	}
 }
 
-// WithWaitTimeoutPolicy sets this call's WaitTimeoutPolicy. The calls of a
-// process that join one wait share its first caller's policy. The HTTP and
-// gRPC adapters set ReturnError, so a failing origin never sees a call per
-// node at once.
+// WithWaitTimeoutPolicy sets this call's WaitTimeoutPolicy (shared by the
+// calls that join its wait).
 func WithWaitTimeoutPolicy(p WaitTimeoutPolicy) CallOption {
 	return CallOption{kind: optWaitPolicy, p: p}
 }

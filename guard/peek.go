@@ -7,10 +7,8 @@ import (
 	"time"
 )
 
-// Peek returns what is stored under key without loading it: no lease, no wait,
-// no refresh. Status is Hit or Stale. It returns ErrNotFound for a negative
-// entry, and ErrNotCached when nothing servable is stored or Redis cannot be
-// asked. An HTTP cache uses it for HEAD and only-if-cached requests.
+// Peek returns what is stored under key without loading it: Hit or Stale,
+// ErrNotFound for a negative entry, else ErrNotCached.
 func (g *Group) Peek(ctx context.Context, key string) (Result, error) {
 	if err := g.check(ctx, key, noLoad); err != nil {
 		return Result{}, err

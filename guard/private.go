@@ -30,11 +30,8 @@ import (
 //     first of them whose load returns a value stores it, which ends the
 //     window (so the window never hides a shareable value for long).
 
-// Private marks a loader's error as its own caller's: no other caller gets it.
-// Nothing is stored and the lease is released: the other callers take turns,
-// one load at a time across the fleet, until one value is stored and shared. A
-// caller whose turn does not come within WaitTimeout gets ErrBackoff. A
-// refresh that fails with Private keeps its stale value served.
+// Private marks a loader's error as its own caller's: nothing is stored,
+// and the other callers take turns, one load at a time across the fleet.
 func Private(err error) error {
 	if err == nil {
 		err = errors.New("guard: private failure")
@@ -42,11 +39,9 @@ func Private(err error) error {
 	return &privateError{err: err}
 }
 
-// Pass marks a loader's error as its own caller's, as Private, and marks the
-// key pass for d (at most FreshFor), fleet-wide: calls in that window run
-// their own load at once, with no flight, lease or wait, and get Status
-// Passed. The first such load that returns a value stores it, which ends the
-// window. A refresh's Pass marks nothing.
+// Pass marks a loader's error as its caller's (Private) and the key pass
+// for d, fleet-wide: calls run their own loads, with Status Passed, until
+// one stores a value.
 func Pass(err error, d time.Duration) error {
 	if err == nil {
 		err = errors.New("guard: not shared")

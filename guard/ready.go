@@ -15,16 +15,12 @@ import (
 	"github.com/stampede-go/stampede/internal/notify"
 )
 
-// ReadyTimeout bounds Ready when its ctx has no deadline: under a Kubernetes
-// probe's default timeout (1s).
+// ReadyTimeout bounds Ready when its ctx has no deadline.
 const ReadyTimeout = 500 * time.Millisecond
 
-// ReadyError is one failed check of Ready or Coordinating; they join one
-// per failed check, and errors.As finds the first. Check is "redis" (no
-// answer to TIME, or an error), "scripts" (a guard script cannot run: no
-// scripting, an ACL that refuses it or the guard's keys) or
-// "subscription" (the fill channel is not subscribed: waiters are woken
-// late).
+// ReadyError is one failed check of Ready or Coordinating: Check is
+// "redis", "scripts" (no scripting, or an ACL refusing it) or
+// "subscription" (waiters are woken late).
 type ReadyError struct {
 	Check string
 	Err   error
@@ -34,13 +30,9 @@ func (e *ReadyError) Error() string { return "guard: not ready: " + e.Check + ":
 
 func (e *ReadyError) Unwrap() error { return e.Err }
 
-// Ready reports whether this node can serve its callers, for a readiness
-// probe. A Redis outage does not fail it: the Group serves meanwhile, from
-// what it holds in memory and through its own loads (Coordinating says
-// whether it coordinates with the fleet). It fails only on what waiting
-// will not heal, with a *ReadyError per failed check: Redis refusing the
-// guard's scripts, keys or fill channel (an ACL, a server that cannot run
-// them) or its credentials. It returns ErrClosed after Close.
+// Ready reports whether this node can serve, for a readiness probe. A
+// Redis outage does not fail it (the Group serves from memory); what
+// waiting will not heal does (an ACL, no Lua), with a *ReadyError.
 func (g *Group) Ready(ctx context.Context) error {
 	var out []error
 	for _, err := range unjoin(g.Coordinating(ctx)) {
@@ -53,12 +45,8 @@ func (g *Group) Ready(ctx context.Context) error {
 }
 
 // Coordinating reports whether the Group coordinates with the fleet
-// through Redis, for dashboards and alerts rather than readiness: nil, or a
-// *ReadyError per failed check, joined. It checks, concurrently and within
-// ctx's deadline (ReadyTimeout when it has none), that Redis answers TIME
-// (every master of a cluster), that every guard script runs (called with
-// arguments it rejects before it touches a key: the check writes nothing)
-// and that the fill channel's subscription is confirmed.
+// through Redis (for dashboards, not readiness): nil, or a *ReadyError
+// per failed check. It writes nothing.
 func (g *Group) Coordinating(ctx context.Context) error {
 	if g.closed.Load() {
 		return ErrClosed

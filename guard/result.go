@@ -6,8 +6,7 @@ import (
 	"time"
 )
 
-// LoadFunc loads the value of a key from the origin. It returns ErrNotFound
-// (possibly wrapped) when the key has no value.
+// LoadFunc loads the value of a key; ErrNotFound: it has none.
 type LoadFunc func(ctx context.Context) ([]byte, error)
 
 // Status says where a value came from.
@@ -42,15 +41,13 @@ func (s Status) String() string {
 
 // Result is a value, where it came from and how old it is.
 type Result struct {
-	// Value is shared with the other callers that got it: never modify
-	// it. (Fetch and Wrap return values the caller owns.)
+	// Value is shared: never modify it (Fetch's values are the caller's).
 	Value  []byte
 	Status Status
-	// Age is the time since the value was loaded (Redis clock).
+	// Age is the time since the value was loaded.
 	Age time.Duration
-	// Fresh is how much longer the value is fresh, when it was read:
-	// zero or less once stale, zero for a value not stored.
+	// Fresh is how much longer the value is fresh, as read.
 	Fresh time.Duration
-	// Oversize: the value is over MaxValueBytes: not in Redis.
+	// Oversize: the value is over MaxValueBytes, not in Redis.
 	Oversize bool
 }

@@ -9,9 +9,7 @@ import (
 )
 
 // Fetch is Do for values of any type, stored as JSON ([]byte and string as
-// they are). The value returned is the caller's own, decoded for each call. A
-// value JSON cannot encode is returned as an error and nothing is stored (see
-// NoStore).
+// they are). Each caller gets a value of its own.
 func Fetch[T any](ctx context.Context, g *Group, key string, load func(context.Context) (T, error), opts ...CallOption) (T, error) {
 	var zero T
 	if load == nil {
@@ -36,9 +34,8 @@ func Fetch[T any](ctx context.Context, g *Group, key string, load func(context.C
 	return unmarshal[T](raw)
 }
 
-// Wrap returns load guarded by g: calls whose arguments map to one key share
-// one load across the fleet, and get values of their own, as Fetch's. It
-// panics on a nil g, key or load, where the func is built.
+// Wrap returns load guarded by g: calls whose arguments map to one key
+// share one load across the fleet. It panics on a nil argument.
 func Wrap[A, T any](g *Group, key func(A) string, load func(context.Context, A) (T, error), opts ...CallOption) func(context.Context, A) (T, error) {
 	switch {
 	case g == nil:

@@ -10,30 +10,22 @@ import (
 	"github.com/stampede-go/stampede/guard/internal/entry"
 )
 
-// Windows are the windows of one loaded value: how long it is served as fresh,
-// then as stale while one node refreshes it. A zero field keeps the call's
-// window. Stale Disabled: no stale window. Fresh Disabled: served to the
-// callers of its flight, not stored.
+// Windows are how long one loaded value is served fresh, then stale. A
+// zero field keeps the call's window; Disabled: none (Fresh: not stored).
 type Windows struct {
 	Fresh, Stale time.Duration
 
-	// MustRevalidate: never served stale. Past Fresh the value is only
-	// kept, for Stale, for the next load to revalidate (Previous,
-	// Revalidated); callers wait for that load as on a miss.
+	// MustRevalidate: never served stale; past Fresh, only kept for the
+	// next load to revalidate.
 	MustRevalidate bool
 }
 
-// Expired, as Windows.Fresh, stores a value already past its freshness: served
-// stale from its first read on (or, with MustRevalidate, only kept to be
-// revalidated). With neither a stale window nor MustRevalidate, nothing is
-// stored.
+// Expired, as Windows.Fresh, stores a value already stale (or, with
+// MustRevalidate, only to be revalidated).
 const Expired = -2
 
-// SetWindows sets, from a loader, the windows of the value it is about to
-// return: an HTTP response's max-age, a token's expires_in. ctx is the
-// loader's. The value lives exactly as long as w says (no Jitter). It returns
-// an error, and changes nothing, outside a loader or for a negative duration
-// other than Disabled.
+// SetWindows sets, from a loader, the windows of the value it returns
+// (an HTTP max-age, a token's expires_in), exactly, without Jitter.
 func SetWindows(ctx context.Context, w Windows) error {
 	slot, _ := ctx.Value(windowsKey{}).(*windowsSlot)
 	switch {
@@ -60,11 +52,8 @@ type windowsSlot struct {
 	prev *entry.Entry // the value the load replaces, or nil (set before the load)
 }
 
-// Previous returns, in a loader, the value the load replaces: a refresh's
-// stale value, or one kept to be revalidated (Windows.MustRevalidate). ok is
-// false on a miss, without Redis, outside a loader and in batch loaders. A
-// loader whose origin can answer "unchanged since version X" reads X from it
-// and answers Revalidated.
+// Previous returns, in a loader, the value the load replaces (a stale one,
+// or one kept to be revalidated); ok is false when there is none.
 func Previous(ctx context.Context) (value []byte, ok bool) {
 	slot, _ := ctx.Value(windowsKey{}).(*windowsSlot)
 	if slot == nil || slot.prev == nil {
@@ -73,10 +62,8 @@ func Previous(ctx context.Context) (value []byte, ok bool) {
 	return slot.prev.Value, true
 }
 
-// Revalidated is the error a loader returns when its origin confirmed that the
-// Previous value is still current. The new value is head followed by
-// previous[trim:]; only head travels to Redis. A load with no previous value,
-// or a trim outside it, fails with ErrNoPrevious.
+// Revalidated is what a loader returns when its origin confirmed that the
+// Previous value is current: the new value is head then previous[trim:].
 func Revalidated(head []byte, trim int) error {
 	return &revalidatedError{head: head, trim: trim}
 }
