@@ -1,0 +1,244 @@
+package guard
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stampede-go/stampede/internal/redistest"
+)
+
+// The lag checker under the server's faults: CLIENT KILL of node B's
+// report or tracking connection, CLIENT PAUSE, a restart, a failover; on
+// standalone, cluster and Sentinel. The proxy's faults (a slow or cut
+// path) are in tierlag_test.go.
+
+// lagName is B's client name: how CLIENT LIST tells B's connections.
+const lagName = "lag-b"
+
+// lagTopology is where a row runs: A's and B's clients, the server that
+// serves a Redis key now, and what a failover does there.
+type lagTopology struct {
+	a, b     func(t *testing.T) redis.UniversalClient
+	node     func(t *testing.T, key string) *redistest.Server
+	failover func(t *testing.T, key string) // nil: none here
+	// confirm, when set, makes a change count only once it reached every
+	// replica (see lagRun.confirm).
+	confirm func(rdb redis.UniversalClient) func(ctx context.Context) error
+}
+
+// lagFault is one row: a fault of the server that serves lagKey, applied
+// while the checker runs; it returns once the fault is over.
+type lagFault struct {
+	name  string
+	apply func(t *testing.T, top lagTopology, key string)
+	back  bool // B's tier serves again once the fault is over
+}
+
+// lagFaults are the rows, by name.
+var lagFaults = map[string]lagFault{
+	"kill report":   {"kill report", func(t *testing.T, top lagTopology, key string) { killB(t, top.node(t, key), reportConn) }, true},
+	"kill tracking": {"kill tracking", func(t *testing.T, top lagTopology, key string) { killB(t, top.node(t, key), trackingConn) }, true},
+	"pause write":   {"pause write", func(t *testing.T, top lagTopology, key string) { pause(t, top.node(t, key), "WRITE") }, true},
+	"pause all":     {"pause all", func(t *testing.T, top lagTopology, key string) { pause(t, top.node(t, key), "ALL") }, true},
+	"restart": {"restart", func(t *testing.T, top lagTopology, key string) {
+		srv := top.node(t, key)
+		srv.Kill(t)
+		srv.Restart(t)
+	}, true},
+	"failover": {"failover", func(t *testing.T, top lagTopology, key string) { top.failover(t, key) }, true},
+}
+
+// runLagFaults runs the named rows on top, each with Groups of its own.
+func runLagFaults(t *testing.T, top lagTopology, rows ...string) {
+	const lag = 100 * time.Millisecond
+	for _, name := range rows {
+		f := lagFaults[name]
+		t.Run(name, func(t *testing.T) {
+			o := Options{Namespace: redistest.Key(t) + ":", LocalLag: lag, FreshFor: time.Hour, LocalEntries: 100}
+			a := newLocalNode(t, top.a(t), o)
+			var offs tierOffs
+			ob := o
+			ob.Hooks.LocalTier = offs.hook
+			b := newLocalNode(t, top.b(t), ob)
+			waitLocal(t, a)
+			waitLocal(t, b)
+			offs.arm()
+			key := a.names(lagKey).entry
+			run := lagRun{a: a, b: b, fault: func() { f.apply(t, top, key) }, back: f.back}
+			if top.confirm != nil {
+				run.confirm = top.confirm(a.rdb)
+			}
+			r := runLagChecker(t, run)
+			assertLag(t, name, r, lag, f.back)
+			t.Logf("%s: B's tier stopped %s", name, offs.String())
+		})
+	}
+}
+
+// tierOffs records why B's tier stopped serving, once armed: the
+// evidence that a fault reached it.
+type tierOffs struct {
+	mu    sync.Mutex
+	armed bool
+	whys  []string
+}
+
+func (o *tierOffs) arm() {
+	o.mu.Lock()
+	o.armed = true
+	o.mu.Unlock()
+}
+
+func (o *tierOffs) hook(on bool, why string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.armed && !on {
+		o.whys = append(o.whys, why)
+	}
+}
+
+func (o *tierOffs) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return fmt.Sprintf("%d times %v", len(o.whys), o.whys)
+}
+
+// TestLocalTierLagServerFaults: on one redis-server, node A keeps changing
+// a key while node B's readers spin on it, and the server kills B's report
+// connection, or its tracking one, pauses its clients (writes, or all)
+// for a second, or is killed and restarted empty on its port. Whatever
+// the fault, no read of B that begins more than LocalLag after one of A's
+// changes returned gets the value it replaced, and B's tier serves again.
+func TestLocalTierLagServerFaults(t *testing.T) {
+	srv := redistest.Start(t)
+	top := lagTopology{
+		a: func(t *testing.T) redis.UniversalClient { return srv.Client(t) },
+		b: func(t *testing.T) redis.UniversalClient {
+			return srv.Client(t, func(o *redis.Options) { o.ClientName = lagName })
+		},
+		node: func(*testing.T, string) *redistest.Server { return srv },
+	}
+	runLagFaults(t, top, "kill report", "kill tracking", "pause write", "pause all", "restart")
+}
+
+// TestLocalTierLagCluster: the same on a cluster of two masters with a
+// replica each, the faults on the master serving the key, and a failover
+// (CLUSTER FAILOVER on its replica) last.
+func TestLocalTierLagCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a cluster's rows: the standalone ones cover the tier's side")
+	}
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 2, Replicas: 1})
+	top := lagTopology{
+		a: func(t *testing.T) redis.UniversalClient { return cl.Client(t) },
+		b: func(t *testing.T) redis.UniversalClient {
+			return cl.Client(t, func(o *redis.ClusterOptions) { o.ClientName = lagName })
+		},
+		node: func(t *testing.T, key string) *redistest.Server { return cl.MasterFor(t, key) },
+		failover: func(t *testing.T, key string) {
+			cl.Failover(t, cl.ReplicasOf(cl.MasterFor(t, key))[0])
+		},
+	}
+	runLagFaults(t, top, "kill report", "kill tracking", "pause write", "pause all", "failover")
+}
+
+// TestLocalTierLagSentinel: the same behind Sentinel (a master, two
+// replicas), and a failover (SENTINEL FAILOVER) last. A change counts
+// once a replica has it (WAIT 1): a failover may lose a write the old
+// master acknowledged, which is Redis's loss, not the tier's; Sentinel
+// promotes the replica furthest along, which has it. (WAIT 2 would fail
+// every change for the second the demoted master takes to resync.)
+func TestLocalTierLagSentinel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("Sentinel's rows: the standalone ones cover the tier's side")
+	}
+	st := redistest.StartSentinel(t, redistest.SentinelOptions{})
+	top := lagTopology{
+		a: func(t *testing.T) redis.UniversalClient { return st.FailoverClient(t) },
+		b: func(t *testing.T) redis.UniversalClient {
+			return st.FailoverClient(t, func(o *redis.FailoverOptions) { o.ClientName = lagName })
+		},
+		node:     func(t *testing.T, _ string) *redistest.Server { return st.Master(t) },
+		failover: func(t *testing.T, _ string) { st.Failover(t) },
+		confirm: func(rdb redis.UniversalClient) func(ctx context.Context) error {
+			return func(ctx context.Context) error {
+				want := len(st.Nodes) - 1
+				n, err := rdb.Do(ctx, "WAIT", want, 200).Int()
+				if err == nil && n < want {
+					err = fmt.Errorf("WAIT: %d replicas have the change, want %d", n, want)
+				}
+				return err
+			}
+		},
+	}
+	runLagFaults(t, top, "kill report", "pause all", "failover")
+}
+
+// pause pauses srv's clients (mode WRITE or ALL) for a second and returns
+// once the pause is over.
+func pause(t *testing.T, srv *redistest.Server, mode string) {
+	const d = time.Second
+	if err := srv.Client(t).Do(ctxT(t), "CLIENT", "PAUSE", d.Milliseconds(), mode).Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(d) // the fault's length
+}
+
+// A connection of B's, as CLIENT LIST shows it.
+type clientEntry map[string]string
+
+// reportConn: B's report connection, where its tracking redirects (RESP2),
+// or that tracks for itself (RESP3).
+func reportConn(c clientEntry, targets map[string]bool) bool {
+	return targets[c["id"]] || (strings.Contains(c["flags"], "t") && c["redir"] == "-1")
+}
+
+// trackingConn: B's tracked reader, whose reads' reports go elsewhere.
+func trackingConn(c clientEntry, _ map[string]bool) bool {
+	return strings.Contains(c["flags"], "t") && c["redir"] != "-1"
+}
+
+// killB kills B's connections to srv that pick chooses (CLIENT KILL ID,
+// as a timeout, an output-buffer limit or an operator would); it fails t
+// when there is none.
+func killB(t *testing.T, srv *redistest.Server, pick func(c clientEntry, targets map[string]bool) bool) {
+	admin := srv.Client(t)
+	list, err := admin.ClientList(ctxT(t)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mine []clientEntry
+	targets := map[string]bool{} // where B's tracking redirects
+	for line := range strings.Lines(list) {
+		c := clientEntry{}
+		for f := range strings.FieldsSeq(line) {
+			k, v, _ := strings.Cut(f, "=")
+			c[k] = v
+		}
+		if c["name"] == lagName {
+			mine = append(mine, c)
+			if r := c["redir"]; r != "" && r != "-1" {
+				targets[r] = true
+			}
+		}
+	}
+	killed := 0
+	for _, c := range mine {
+		if !pick(c, targets) {
+			continue
+		}
+		if err := admin.Do(ctxT(t), "CLIENT", "KILL", "ID", c["id"]).Err(); err != nil {
+			t.Fatal(err)
+		}
+		killed++
+	}
+	if killed == 0 {
+		t.Fatalf("no connection of B's to kill on %s among %d:\n%s", srv.Addr, len(mine), list)
+	}
+}
