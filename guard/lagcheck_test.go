@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,12 +14,18 @@ import (
 	"github.com/stampede-go/stampede/internal/redistest"
 )
 
-// The lag checker: node A changes a key while node B's readers spin on
-// it, and every read of B that began after one of A's changes returned is
-// judged against when that change returned.
+// The lag checker: node A changes keys while node B's readers spin on
+// them, and every read of B that began after one of A's changes returned
+// is judged against when that change returned.
 
-// lagKey is the key the checker changes.
-const lagKey = "lagged"
+// lagKeys is how many keys A changes, in turn: each changes every 32
+// changes (about 350 ms), so a report B never applied leaves its copy
+// stale for longer than the lag, where a key changed every 10 ms would
+// have its copy dropped by the next change's report.
+const lagKeys = 32
+
+// lagKey is the key change n (or read n) is about.
+func lagKey(n int64) string { return "lagged-" + strconv.FormatInt(n%lagKeys, 10) }
 
 // lagRun is what a lag check runs on.
 type lagRun struct {
@@ -53,42 +60,54 @@ func (r lagReport) String() string {
 		r.changes, r.werrs, r.after, r.reads, r.rerrs, r.within, r.late, r.max, r.back)
 }
 
-// changeLog records when each version was replaced on A.
+// changeLog records A's changes that returned, per key.
 type changeLog struct {
-	mu       sync.Mutex
-	replaced []time.Time // replaced[v]: when a change that replaced version v returned
+	mu   sync.Mutex
+	keys [lagKeys][]change // in the order they returned
+	n    int
 }
 
-// returned records that a change to version next returned at at: every
-// version before it not yet replaced was replaced then at the latest (a
-// change that failed replaced nothing for sure).
-func (c *changeLog) returned(next int64, at time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for int64(len(c.replaced)) < next {
-		c.replaced = append(c.replaced, at)
-	}
+// change is one of A's changes that returned: the version it wrote and
+// when its Invalidate returned.
+type change struct {
+	v  int64
+	at time.Time
 }
 
-// when returns when version v was replaced, if it was.
-func (c *changeLog) when(v int64) (time.Time, bool) {
+// returned records that change v (of key lagKey(v)) returned at at. A
+// change that failed is not recorded: it replaced nothing for sure, and
+// the next one of its key that returns replaces every earlier version.
+func (c *changeLog) returned(v int64, at time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if v >= 0 && v < int64(len(c.replaced)) {
-		return c.replaced[v], true
+	k := &c.keys[v%lagKeys]
+	*k = append(*k, change{v, at})
+	c.n++
+}
+
+// when returns when version v of key k was replaced, if it was: when the
+// first change of k to a later version returned.
+func (c *changeLog) when(k, v int64) (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch := c.keys[k%lagKeys]
+	i := sort.Search(len(ch), func(i int) bool { return ch[i].v > v })
+	if i == len(ch) {
+		return time.Time{}, false
 	}
-	return time.Time{}, false
+	return ch[i].at, true
 }
 
 func (c *changeLog) count() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.replaced)
+	return c.n
 }
 
-// runLagChecker changes lagKey on run.a (a version every 10ms: an
-// Invalidate, then a load of the next version), applies run.fault after
-// the first changes, while two readers on run.b spin on the key; it runs
+// runLagChecker changes the lagKeys keys on run.a in turn (a version
+// every 10ms: an Invalidate, then a load of the next version), applies
+// run.fault after the first changes, while two readers on run.b spin on
+// the keys; it runs
 // for 3s, and at least 1s after the fault cleared (and, with run.back,
 // until B's tier served again). A change counts once A's Invalidate and
 // its load both returned without error, from when the Invalidate
@@ -99,8 +118,10 @@ func runLagChecker(t *testing.T, run lagRun) lagReport {
 	load := func(context.Context) ([]byte, error) { return []byte("v" + strconv.FormatInt(version.Load(), 10)), nil }
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := run.a.Get(ctx, lagKey, load); err != nil {
-		t.Fatal(err)
+	for k := range int64(lagKeys) {
+		if _, err := run.a.Get(ctx, lagKey(k), load); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var changes changeLog
 	var r lagReport
@@ -123,10 +144,10 @@ func runLagChecker(t *testing.T, run lagRun) lagReport {
 			default:
 			}
 			next := version.Add(1)
-			err := run.a.Invalidate(ctx, lagKey)
+			err := run.a.Invalidate(ctx, lagKey(next))
 			at := time.Now()
 			if err == nil {
-				_, err = run.a.Get(ctx, lagKey, load)
+				_, err = run.a.Get(ctx, lagKey(next), load)
 			}
 			if err == nil && run.confirm != nil {
 				err = run.confirm(ctx)
@@ -165,17 +186,18 @@ func runLagChecker(t *testing.T, run lagRun) lagReport {
 	return r
 }
 
-// readLagged is one of B's readers: it reads lagKey until stop, and
-// judges each read that got a version already replaced when it began.
+// readLagged is one of B's readers: it reads the keys in turn until
+// stop, and judges each read that got a version already replaced when it
+// began.
 func readLagged(ctx context.Context, b *Group, load LoadFunc, changes *changeLog, r *lagReport, mu *sync.Mutex, stop <-chan struct{}, begin time.Time) {
-	for {
+	for k := int64(0); ; k++ {
 		select {
 		case <-stop:
 			return
 		default:
 		}
 		start := time.Now()
-		v, err := b.Get(ctx, lagKey, load)
+		v, err := b.Get(ctx, lagKey(k), load)
 		mu.Lock()
 		r.reads++
 		if err != nil {
@@ -184,13 +206,13 @@ func readLagged(ctx context.Context, b *Group, load LoadFunc, changes *changeLog
 			continue
 		}
 		got, _ := strconv.ParseInt(strings.TrimPrefix(string(v), "v"), 10, 64)
-		if at, ok := changes.when(got); ok && start.After(at) {
+		if at, ok := changes.when(k, got); ok && start.After(at) {
 			late := start.Sub(at)
 			r.max = max(r.max, late)
 			if late > b.opts.LocalLag {
 				r.late++
 				if len(r.samples) < 5 {
-					r.samples = append(r.samples, fmt.Sprintf("read began %v into the run got v%d, replaced %v before", start.Sub(begin), got, late))
+					r.samples = append(r.samples, fmt.Sprintf("read of %s began %v into the run, got v%d, replaced %v before", lagKey(k), start.Sub(begin), got, late))
 				}
 			} else {
 				r.within++

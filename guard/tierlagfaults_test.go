@@ -32,7 +32,7 @@ type lagTopology struct {
 	confirm func(rdb redis.UniversalClient) func(ctx context.Context) error
 }
 
-// lagFault is one row: a fault of the server that serves lagKey, applied
+// lagFault is one row: a fault of the server that serves lagKey(0), applied
 // while the checker runs; it returns once the fault is over.
 type lagFault struct {
 	name  string
@@ -69,7 +69,7 @@ func runLagFaults(t *testing.T, top lagTopology, rows ...string) {
 			waitLocal(t, a)
 			waitLocal(t, b)
 			offs.arm()
-			key := a.names(lagKey).entry
+			key := a.names(lagKey(0)).entry // on a cluster, the faulted master serves it and about half the keys
 			run := lagRun{a: a, b: b, fault: func() { f.apply(t, top, key) }, back: f.back}
 			if top.confirm != nil {
 				run.confirm = top.confirm(a.rdb)
@@ -204,11 +204,37 @@ func trackingConn(c clientEntry, _ map[string]bool) bool {
 	return strings.Contains(c["flags"], "t") && c["redir"] != "-1"
 }
 
+// lagKills is how many times a kill row kills B's connection: each
+// time, the changes made before B's tier reconnected were reported to
+// nobody on B, and a tier that kept its copies would serve them late.
+const lagKills = 10
+
 // killB kills B's connections to srv that pick chooses (CLIENT KILL ID,
-// as a timeout, an output-buffer limit or an operator would); it fails t
-// when there is none.
+// as a timeout, an output-buffer limit or an operator would), lagKills
+// times, each once B has dialled them anew and at least 100ms after the
+// last.
 func killB(t *testing.T, srv *redistest.Server, pick func(c clientEntry, targets map[string]bool) bool) {
 	admin := srv.Client(t)
+	killed := map[string]bool{}
+	for range lagKills {
+		var ids []string
+		redistest.Eventually(t, 10*time.Second, "B's connection to kill", func() bool {
+			ids = connsOfB(t, admin, pick, killed)
+			return len(ids) > 0
+		})
+		for _, id := range ids {
+			if err := admin.Do(ctxT(t), "CLIENT", "KILL", "ID", id).Err(); err != nil {
+				t.Fatal(err)
+			}
+			killed[id] = true
+		}
+		time.Sleep(100 * time.Millisecond) // the pace of the kills
+	}
+}
+
+// connsOfB returns the ids of B's connections that pick chooses, but
+// those in skip, from CLIENT LIST.
+func connsOfB(t *testing.T, admin *redis.Client, pick func(c clientEntry, targets map[string]bool) bool, skip map[string]bool) []string {
 	list, err := admin.ClientList(ctxT(t)).Result()
 	if err != nil {
 		t.Fatal(err)
@@ -228,17 +254,11 @@ func killB(t *testing.T, srv *redistest.Server, pick func(c clientEntry, targets
 			}
 		}
 	}
-	killed := 0
+	var ids []string
 	for _, c := range mine {
-		if !pick(c, targets) {
-			continue
+		if pick(c, targets) && !skip[c["id"]] {
+			ids = append(ids, c["id"])
 		}
-		if err := admin.Do(ctxT(t), "CLIENT", "KILL", "ID", c["id"]).Err(); err != nil {
-			t.Fatal(err)
-		}
-		killed++
 	}
-	if killed == 0 {
-		t.Fatalf("no connection of B's to kill on %s among %d:\n%s", srv.Addr, len(mine), list)
-	}
+	return ids
 }
