@@ -107,11 +107,11 @@ func (c *changeLog) count() int {
 // runLagChecker changes the lagKeys keys on run.a in turn (a version
 // every 10ms: an Invalidate, then a load of the next version), applies
 // run.fault after the first changes, while two readers on run.b spin on
-// the keys; it runs
-// for 3s, and at least 1s after the fault cleared (and, with run.back,
-// until B's tier served again). A change counts once A's Invalidate and
-// its load both returned without error, from when the Invalidate
-// returned. It returns what B's reads saw.
+// the keys; it runs for 2s, and at least 1s and 10 of A's changes after
+// the fault cleared (and, with run.back, until B's tier served again). A
+// change counts once A's Invalidate and its load both returned without
+// error, from when the Invalidate returned. It returns what B's reads
+// saw.
 func runLagChecker(t *testing.T, run lagRun) lagReport {
 	t.Helper()
 	var version atomic.Int64
@@ -172,7 +172,7 @@ func runLagChecker(t *testing.T, run lagRun) lagReport {
 	}
 	end, hits := time.Now(), run.b.local.Load()
 	cleared.Store(end.UnixNano())
-	time.Sleep(max(time.Until(begin.Add(3*time.Second)), time.Until(end.Add(time.Second)))) // the run's length
+	time.Sleep(max(time.Until(begin.Add(2*time.Second)), time.Until(end.Add(time.Second)))) // the run's length
 	redistest.Eventually(t, 20*time.Second, "A's changes after the fault", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
