@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -47,8 +48,11 @@ type tracker struct {
 	id    atomic.Int64
 	opts  *redis.Options
 	keeps chan keepReq // copies waiting for their tracked read
-	resp3 bool         // the report connection runs in RESP3 (resp3.go)
-	raddr string       // where the report connection dials (ReportAddr)
+	// reader is the socket of the tracked reader's connection (TrackHeld),
+	// watched by the barriers: nil when none, or once its loss was seen.
+	reader atomic.Pointer[syscall.RawConn]
+	resp3  bool   // the report connection runs in RESP3 (resp3.go)
+	raddr  string // where the report connection dials (ReportAddr)
 
 	mu sync.Mutex
 	ps *redis.PubSub // the current subscription, closed by stop
@@ -210,14 +214,47 @@ func (c *coherence) apply(t *tracker, ts *trackState, msg any) {
 // readerDialed returns the dial hook of t's reader: a second connection
 // means the first was lost, and with it the tracking of the keys read on
 // it; the tier flushes, so that no copy whose change Redis would not
-// report is served.
-func (c *coherence) readerDialed(t *tracker) func() {
+// report is served. The connection's socket is kept for readerLost.
+func (c *coherence) readerDialed(t *tracker) func(net.Conn) {
 	var n atomic.Int64
-	return func() {
+	return func(cn net.Conn) {
 		if n.Add(1) > 1 {
 			c.tier.Flush()
 		}
+		t.reader.Store(rawConn(cn))
 	}
+}
+
+// readerLost flushes the tier once t's tracked reader's connection is no
+// longer established: a CLIENT KILL, a timeout or an output-buffer limit
+// on Redis's side ends the tracking of every key read on it, and an idle
+// reader would only notice at its next read, while the copies it vouched
+// for are served. The barriers run it, so a copy goes within LocalLag.
+func (c *coherence) readerLost(t *tracker) {
+	rc := t.reader.Load()
+	if rc == nil || !tcpInfoWorks {
+		return
+	}
+	if _, ok := bytesReceived(*rc); !ok && t.reader.CompareAndSwap(rc, nil) {
+		c.tier.Flush()
+	}
+}
+
+// rawConn returns the socket of cn for TCP_INFO, through TLS; nil when
+// there is none.
+func rawConn(cn net.Conn) *syscall.RawConn {
+	if nc, ok := cn.(interface{ NetConn() net.Conn }); ok {
+		cn = nc.NetConn()
+	}
+	tc, ok := cn.(*net.TCPConn)
+	if !ok {
+		return nil
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return &rc
 }
 
 // sendBarriers sends a barrier on ps every Lag/2 while the tier is being
@@ -235,6 +272,9 @@ func (c *coherence) sendBarriers(t *tracker, ps *redis.PubSub, done <-chan struc
 		}
 		if nanotime()-c.tier.lastHit.Load() > int64(idleAfter) {
 			continue
+		}
+		if c.perKey {
+			c.readerLost(t)
 		}
 		if err := t.bar.send(func() error { return ps.Subscribe(context.Background(), invalidateChannel) }); err != nil {
 			return // the connection is gone; listen sees it too

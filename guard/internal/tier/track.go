@@ -130,7 +130,7 @@ func tagInvalidated(e *entry.Entry, cmd *redis.StringCmd) bool {
 // readerOptions are the options of a tracked reader on the node o
 // reaches: its reads are tracked, their reports sent to the report
 // connection whose client id is id; dialed is told of each connection.
-func readerOptions(o *redis.Options, id int64, dialed func()) *redis.Options {
+func readerOptions(o *redis.Options, id int64, dialed func(net.Conn)) *redis.Options {
 	dial := o.Dialer
 	if dial == nil {
 		dial = redis.NewDialer(o)
@@ -140,7 +140,7 @@ func readerOptions(o *redis.Options, id int64, dialed func()) *redis.Options {
 		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			cn, err := dial(ctx, network, addr)
 			if err == nil {
-				dialed()
+				dialed(cn)
 			}
 			return cn, err
 		},
