@@ -184,7 +184,7 @@ func (g *Group) readCall(nm names, force bool) lua.Call {
 	if force {
 		f = "1"
 	}
-	return lua.Call{Keys: nm.readKeys(), Args: []any{g.leaseArg, g.chanArg, g.waitArg, g.keepArg, f}}
+	return lua.Call{Keys: nm.readKeys(), Args: []any{g.leaseArg, g.chanArg, g.waitArg, g.keepArg, f, g.capArg}}
 }
 
 // readResult decodes one reply of guard_read.lua (see read).
@@ -221,7 +221,7 @@ func (g *Group) storeMany(ctx context.Context, items []fillItem) {
 			fresh = time.Millisecond // windows are not used, but must be valid
 		}
 		calls[i] = lua.Call{Keys: it.nm.keys, Args: []any{f.fence, f.value, ms(fresh), ms(f.stale),
-			f.loadDur.Microseconds(), string(f.flags), string(f.mode), ms(f.keepLease), it.nm.entry, g.keepArg}}
+			f.loadDur.Microseconds(), string(f.flags), string(f.mode), ms(f.keepLease), it.nm.entry, g.keepArg, 0, "", g.capArg}}
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.redisTimeout())
 	defer cancel()

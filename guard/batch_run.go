@@ -168,6 +168,11 @@ func (b *batch) sort(i int, r batchRead, own bool, p *plan) {
 	switch {
 	case st == oversized:
 		p.over = append(p.over, overKey{i: i, e: e, now: r.rr.now})
+	case r.rr.capped:
+		// Its tag is full (MaxTagKeys): loaded with no lease, and its
+		// fill (fence 0) is refused.
+		g.tagFullHook(key)
+		p.won, p.wonF = append(p.won, i), append(p.wonF, 0)
 	case r.rr.x > 0 && own:
 		g.leaseHook(key, true)
 		p.won, p.wonF = append(p.won, i), append(p.wonF, r.rr.x)

@@ -36,7 +36,7 @@ func (d batchWait) late(ws []*waiter) {
 	for j, w := range ws {
 		idx[j] = w.i
 	}
-	if d.co.waitPolicy == ReturnError {
+	if d.co.waitPolicy != LoadLocally { // ReturnError, BackupLoad
 		for _, i := range idx {
 			d.set(i, keyResult{err: ErrWaitTimeout})
 		}
@@ -131,6 +131,10 @@ func (d batchWait) settle(w *waiter, r batchRead, own bool, resolve func(*waiter
 		resolve(w)
 	case st == oversized:
 		a.over = append(a.over, overKey{i: w.i, e: e, now: r.rr.now})
+		resolve(w)
+	case r.rr.capped:
+		g.tagFullHook(key)
+		a.won, a.fences = append(a.won, w.i), append(a.fences, 0)
 		resolve(w)
 	case r.rr.x > 0 && own:
 		g.leaseHook(key, true)

@@ -78,6 +78,9 @@ type call struct {
 	start time.Time   // bounds the turns it waits for (takeTurns)
 	// reread: the call read Redis again after a failure (degraded)
 	reread bool
+	// backup: the call loads under the key's backup lease (nm names it
+	// as the lease): its fill leaves the fence counter as it is
+	backup bool
 }
 
 func (g *Group) newCall(key string, load LoadFunc, co callOptions) *call {
@@ -117,6 +120,9 @@ func (g *Group) readPathOnce(ctx context.Context, c *call) (Result, error) {
 	case oversized:
 		g.missHook(c.key)
 		return g.loadOversize(ctx, c.key, c.load, lk.e, lk.now)
+	case capped:
+		g.missHook(c.key)
+		return g.cappedLoad(ctx, c)
 	case loaded:
 		if !lk.missSeen {
 			g.missHook(c.key)

@@ -106,6 +106,7 @@ type fillSpec struct {
 	trim         int    // mode "k": stored payload bytes value replaces
 	expect       string // mode "k": "fence,written" of the entry revalidated
 	keep         []byte // flags "o": the value kept in process once the marker is stored
+	backup       string // "b": the fill of a backup load (guard_fill.lua's ARGV[14])
 }
 
 // overMarker turns the fill of value v, too large for Redis, into an
@@ -146,7 +147,8 @@ func (g *Group) store(ctx context.Context, key string, nm names, f fillSpec) {
 	}
 	sent := g.clk.local()
 	reply, err := g.fillQ.Call(context.WithoutCancel(ctx), lua.Call{Keys: nm.keys, Args: []any{f.fence, f.value, ms(fresh), ms(f.stale),
-		f.loadDur.Microseconds(), string(f.flags), string(f.mode), ms(f.keepLease), nm.entry, g.keepArg, f.trim, f.expect}})
+		f.loadDur.Microseconds(), string(f.flags), string(f.mode), ms(f.keepLease), nm.entry, g.keepArg, f.trim, f.expect,
+		g.capArg, f.backup}})
 	if err != nil {
 		g.redisFailed("fill", err)
 		return

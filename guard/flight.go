@@ -37,6 +37,7 @@ const (
 	loaded    // by the read's own flight, which won the lease
 	passing   // a pass marker (Pass): each caller runs its own load
 	oversized // a fresh oversize marker this node holds no copy of
+	capped    // missing, and its tag is full (MaxTagKeys): each caller loads
 )
 
 // flight is what the waiting callers of one read flight share besides its
@@ -123,6 +124,9 @@ func (g *Group) readOnce(ctx context.Context, c *call, fl *flight) (lookup, erro
 		return lookup{}, err
 	}
 	e, st := g.classify(c.key, rr)
+	if rr.capped {
+		st = capped
+	}
 	switch {
 	case st == fresh:
 		g.hint(c.key, c.nm, e.FreshUntil)

@@ -50,7 +50,7 @@ type Group struct {
 	fillQ      *commit.Scripts // fill scripts, batched when they overlap
 
 	// Constant script arguments, boxed once.
-	leaseArg, chanArg, waitArg, keepArg any
+	leaseArg, chanArg, waitArg, keepArg, capArg, tagLifeArg any
 
 	mu sync.Mutex // guards closed against bg.Add
 
@@ -121,7 +121,11 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 		wait = math.MaxInt64
 	}
 	g.waitArg = ms(wait)
-	g.keepArg = ms(fenceRetention)
+	g.keepArg = ms(o.hold())
+	g.capArg = o.MaxTagKeys
+	// A tag's invalidation when its member set is gone: the entries it
+	// named (of the Group's windows) may be there still.
+	g.tagLifeArg = ms(max(o.FreshFor+o.StaleFor, o.NegativeFor, o.ErrorBackoff, time.Millisecond))
 	// The reserve serves while this node's calls to Redis fail, and no
 	// longer: it is emptied when a call succeeds again, or when the tier
 	// comes back while calls succeed (a report connection lost alone).
@@ -196,10 +200,6 @@ func contextTimeouts(rdb redis.UniversalClient) bool {
 // use; such a lease is free again within leaseGrace. A load that runs
 // longer has its lease extended to LockTTL by the watchdog.
 var leaseGrace = time.Second // a var for tests
-
-// fenceRetention is how long a key's fence counter and invalidation marker
-// are kept after last use.
-const fenceRetention = 24 * time.Hour
 
 // Close waits for background refreshes and stops the Group; later calls
 // return ErrClosed. It does not close the Redis client.

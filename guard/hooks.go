@@ -44,6 +44,9 @@ type Hooks struct {
 	// Oversize: a load returned size bytes, over MaxValueBytes: not
 	// stored in Redis.
 	Oversize func(key string, size int)
+	// TagFull: key was loaded for its caller alone and not stored: its
+	// hash tag holds MaxTagKeys keys already.
+	TagFull func(key string)
 	// Batch: a GetMany or FetchMany call finished its work. The hooks
 	// above run for each of its keys as well.
 	Batch func(BatchStats)
@@ -79,6 +82,7 @@ func MergeHooks(hs ...Hooks) Hooks {
 		m.Breaker = chain1(m.Breaker, h.Breaker)
 		m.Corrupt = chain2(m.Corrupt, h.Corrupt)
 		m.Oversize = chain2(m.Oversize, h.Oversize)
+		m.TagFull = chain1(m.TagFull, h.TagFull)
 		m.Batch = chain1(m.Batch, h.Batch)
 		m.BatchLoad = chain1(m.BatchLoad, h.BatchLoad)
 		m.Unready = chain1(m.Unready, h.Unready)

@@ -22,6 +22,9 @@ func (g *Group) loadAndFill(ctx context.Context, c *call, fence int64, refresh b
 	o := g.loadLeased(ctx, c.key, c.nm, c.load, fence, prev)
 	v, err := o.v, o.err
 	f := g.fillFor(c.co, fence, o, refresh)
+	if c.backup {
+		f.backup = "b"
+	}
 	g.step(ctx, "fill")
 	g.store(ctx, c.key, c.nm, f)
 	if f.keepLease > 0 {

@@ -70,8 +70,11 @@ type missWait struct {
 	failing bool
 	marker  *entry.Entry // where a pass marker found is handed to the callers
 	from    *valueRead   // set to the read whose value the wait returns
-	res     Result
-	err     error
+	// backedUp: BackupLoad was applied once; the next late is
+	// ErrWaitTimeout.
+	backedUp bool
+	res      Result
+	err      error
 }
 
 // resolveMiss is the body of a miss flight: wait for another node's fill
@@ -103,6 +106,8 @@ func (d *missWait) reread(ws []*waiter, resolve func(*waiter), _ bool) {
 	e, st := g.classify(c.key, rr)
 	d.failing = e.Failing
 	switch {
+	case rr.capped:
+		d.res, d.err = g.cappedLoad(d.ctx, c)
 	case st == passing:
 		*d.marker, d.err = e, errPassing
 	case st == fresh || st == stale:
@@ -138,13 +143,17 @@ func (d *missWait) joined(_ *waiter, o outcome) bool {
 }
 
 // late applies WaitTimeoutPolicy: no load outside the lease at a failing
-// key; ErrWaitTimeout; or a load of this node's own, stored only if
-// nothing newer landed and nothing was invalidated meanwhile (fence 0).
+// key; ErrWaitTimeout; a backup load (backup.go); or a load of this
+// node's own, stored only if nothing newer landed and nothing was
+// invalidated meanwhile (fence 0).
 func (d *missWait) late([]*waiter) {
 	switch {
 	case d.failing:
 		d.err = turnTimeout(d.c.key)
-	case d.c.co.waitPolicy == ReturnError:
+	case d.c.co.waitPolicy == BackupLoad && !d.backedUp:
+		d.backedUp = true
+		d.g.backup(d)
+	case d.c.co.waitPolicy != LoadLocally:
 		d.err = ErrWaitTimeout
 	default:
 		d.res, d.err = d.g.loadAndFill(d.ctx, d.c, 0, false, nil)

@@ -77,6 +77,13 @@ type Options struct {
 	// HotKeys is how many hottest keys the Group reports every 5s and
 	// publishes for `stampede top`. Default: 20.
 	HotKeys int
+	// MaxTagKeys bounds the keys of one hash tag that are stored or
+	// loading at once (the HTTP middleware's variants of one URL). A key
+	// past it is loaded by each of its callers and not stored
+	// (Hooks.TagFull), so no stream of requests makes a tag, or the work
+	// of one InvalidateTag, grow without bound. Default: 256. Disabled:
+	// no bound.
+	MaxTagKeys int
 	// Hooks observe the Group's events.
 	Hooks Hooks
 }
@@ -95,6 +102,12 @@ type WaitTimeoutPolicy int
 const (
 	LoadLocally WaitTimeoutPolicy = iota // load on this node; stored unless a newer value landed
 	ReturnError                          // return ErrWaitTimeout
+	// BackupLoad: one caller fleet-wide loads the key under a backup
+	// lease of its own (a slow or stuck lease holder then decides nobody
+	// else's answer); the other waiters share its fill, and return
+	// ErrWaitTimeout only if it does not land within another
+	// WaitTimeout. Batches apply ReturnError.
+	BackupLoad
 )
 
 // Disabled turns off an Options field or call option that can be off;
@@ -108,7 +121,23 @@ const (
 	defaultLocalBytes   = 64 << 20
 	defaultHotKeys      = 20
 	maxHotKeys          = 1000
+	defaultTagKeys      = 256
 )
+
+func (p WaitTimeoutPolicy) valid() bool { return p >= LoadLocally && p <= BackupLoad }
+
+// hold is the longest a lease and the loads under it last: a wait, a
+// load and its abandonment, a lease. The names that fence out fills (a
+// key's fence counter and invalidation marker, its tag's member set)
+// need live no longer; capped at a day, the retention they had before.
+func (o Options) hold() time.Duration {
+	slack := min(max(o.LoadTimeout/10, time.Millisecond), time.Second)
+	h := o.WaitTimeout + o.LoadTimeout + slack + o.LockTTL
+	if h <= 0 || h > 24*time.Hour {
+		h = 24 * time.Hour
+	}
+	return h
+}
 
 // MaxKeyBytes is the longest key accepted.
 const MaxKeyBytes = 64 << 10
@@ -225,7 +254,15 @@ func (o *Options) numbers() error {
 	case o.HotKeys == 0:
 		o.HotKeys = defaultHotKeys
 	}
-	if o.WaitTimeoutPolicy != LoadLocally && o.WaitTimeoutPolicy != ReturnError {
+	switch {
+	case o.MaxTagKeys == Disabled:
+		o.MaxTagKeys = 0
+	case o.MaxTagKeys < 0:
+		return fmt.Errorf("guard: negative MaxTagKeys %d (Disabled lifts the bound)", o.MaxTagKeys)
+	case o.MaxTagKeys == 0:
+		o.MaxTagKeys = defaultTagKeys
+	}
+	if !o.WaitTimeoutPolicy.valid() {
 		return fmt.Errorf("guard: unknown WaitTimeoutPolicy %d", o.WaitTimeoutPolicy)
 	}
 	return nil
@@ -280,7 +317,7 @@ func (o CallOption) apply(c *callOptions) {
 			c.staleFor = o.d
 		}
 	case optWaitPolicy:
-		if o.p != LoadLocally && o.p != ReturnError && c.err == nil {
+		if !o.p.valid() && c.err == nil {
 			c.err = fmt.Errorf("guard: unknown WaitTimeoutPolicy %d", o.p)
 		}
 		c.waitPolicy = o.p

@@ -39,6 +39,8 @@ type readReply struct {
 	present bool
 	now     int64 // Redis clock, ms
 	x       int64 // > 0: lease won (fence); < 0: -remaining lease of the holder
+	// capped: the lease was not tried, the key's tag is full (MaxTagKeys)
+	capped bool
 }
 
 // read runs the one-round-trip read: the entry, Redis's clock and, when the
@@ -51,7 +53,7 @@ func (g *Group) read(ctx context.Context, nm names, force bool) (readReply, erro
 		forceArg = "1"
 	}
 	sent := g.clk.local()
-	v, err := g.readQ.Call(ctx, lua.Call{Keys: nm.readKeys(), Args: []any{g.leaseArg, g.chanArg, g.waitArg, g.keepArg, forceArg}})
+	v, err := g.readQ.Call(ctx, lua.Call{Keys: nm.readKeys(), Args: []any{g.leaseArg, g.chanArg, g.waitArg, g.keepArg, forceArg, g.capArg}})
 	if err != nil {
 		g.redisFailed("read", err)
 		return readReply{}, err
@@ -87,12 +89,13 @@ func (g *Group) peekRead(ctx context.Context, nm names) (readReply, error) {
 // sent at local time sent.
 func (g *Group) readReplyOf(nm names, v []any, sent int64) (readReply, error) {
 	var rr readReply
-	if len(v) != 3 && len(v) != 4 {
+	if len(v) < 3 || len(v) > 5 {
 		return rr, fmt.Errorf("guard: unexpected read reply of %d elements", len(v))
 	}
-	if len(v) == 4 {
+	if len(v) >= 4 {
 		g.foreign(nm, v[3])
 	}
+	rr.capped = len(v) == 5
 	if s, ok := v[0].(string); ok {
 		// No copy: the value is read-only from here on (see Result.Value).
 		rr.raw, rr.present = unsafe.Slice(unsafe.StringData(s), len(s)), true

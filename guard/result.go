@@ -50,4 +50,7 @@ type Result struct {
 	Fresh time.Duration
 	// Oversize: the value is over MaxValueBytes, not in Redis.
 	Oversize bool
+	// Capped: the key's hash tag holds MaxTagKeys keys already; the
+	// value (Status Passed) is this call's own load, not stored.
+	Capped bool
 }

@@ -39,6 +39,12 @@
 --         writes only if the entry is still that one (so the tail it keeps
 --         is the one the loader confirmed, and a load of a pass window
 --         never lands after anything written since)
+-- ARGV[13] with KEYS[6]: the most keys the tag's member set holds (0: no
+--         bound); a key that is not a member is not written past it.
+--         Optional, default "0"
+-- ARGV[14] "b" for the fill of a backup load (its lease is KEYS[2], the
+--         key's lease another holder's): the fence counter is left as is.
+--         Optional
 --
 -- A write is rejected (not done) when a fence above the caller's was minted
 -- after its lease was taken (another node took the lease over, or an
@@ -60,6 +66,17 @@
 -- the Redis clock in microseconds, is below the invalidation's time), or,
 -- for fence 0, at all within the fence retention; a written entry joins
 -- the tag's member set, which lives as long as its longest-lived member.
+--
+-- Retention: once the caller's own lease is released, and no fence was
+-- minted after the caller's, the fence counter is kept only as long as
+-- the entry or the invalidation marker (deleted when neither is left),
+-- and the key leaves the tag's member set when it stored nothing (the set
+-- is deleted, or lives as long as the entry, when the key is its only
+-- member). So a key that stores nothing and holds no lease leaves no
+-- name behind. A holder whose lease was taken over is then rejected while
+-- the newer holder's entry lives (its fence is higher); once that expired,
+-- the key is empty and such a fill stores a value loaded at most a hold
+-- ago (ARGV[4] of guard_read.lua).
 --
 -- Foreign data (values the guard did not write) never fails the script and
 -- never fences a fill out: each is dropped, like a corrupt entry, and
@@ -86,6 +103,8 @@ local mine, payload = ARGV[1], ARGV[2]
 local fresh, stale, loadus = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local flags, mode, hold, msg = ARGV[6], ARGV[7], tonumber(ARGV[8]), ARGV[9]
 local keep = tonumber(ARGV[10])
+local cap = tonumber(ARGV[13] or '0')
+local backup = ARGV[14] == 'b'
 
 local function natural(x)
   return x and x >= 0 and x % 1 == 0
@@ -123,9 +142,24 @@ if mode ~= '-' then
   end
 end
 
+if not (cap and cap >= 0 and cap % 1 == 0) then
+  return redis.error_reply('ERR guard_fill: bad tag bound ' .. tostring(ARGV[13]))
+end
+
 local now = nowms()
 local written = 0
 local foreign = {}
+-- admit reports whether the entry may be written: a key of a tag must be
+-- (or become) one of its members, which live as long as their entries.
+local function admit()
+  return not tkeys or member(tkeys, entry, cap, fresh + stale, foreign)
+end
+local held = redis.pcall('GET', lease)
+if type(held) == 'table' and held.err then
+  redis.call('DEL', lease)
+  table.insert(foreign, 'lease')
+  held = false
+end
 if mode == 'c' then
   -- The pass marker read is still there: nothing was written or
   -- invalidated since (an invalidation deletes the entry, and a marker's
@@ -138,7 +172,7 @@ if mode == 'c' then
     head = nil
   end
   local _, f, fl, w = parse(head, head and redis.call('STRLEN', entry) or 0)
-  if f and (fl == 'p' or fl == 'f') and f .. ',' .. w == ARGV[12] then
+  if f and (fl == 'p' or fl == 'f') and f .. ',' .. w == ARGV[12] and admit() then
     local header = string.format('~1,%d,%d,%d,%s,%d,%s\n',
       now + fresh, now + fresh + stale, now, loadus, guardmint(fence, keep, foreign), flags)
     redis.call('SET', entry, header .. payload, 'PX', string.format('%d', fresh + stale))
@@ -211,6 +245,9 @@ elseif mode ~= '-' then
     end
   end
   if ok then
+    ok = admit()
+  end
+  if ok then
     local f = mine
     if mine == '0' then
       f = string.format('%d', guardmint(fence, keep, foreign))
@@ -221,26 +258,37 @@ elseif mode ~= '-' then
     written = 1
   end
 end
-if written == 1 and tkeys then
-  if redis.call('TYPE', tkeys).ok ~= 'set' and redis.call('EXISTS', tkeys) == 1 then
-    redis.call('DEL', tkeys)
-    table.insert(foreign, 'tkeys')
+-- settle ties the key's names to what is left once its lease is given
+-- back and nobody minted after the caller (see Retention above).
+local function settle()
+  if redis.call('GET', fence) ~= mine then
+    return
   end
-  redis.call('SADD', tkeys, entry)
-  if redis.call('PTTL', tkeys) < fresh + stale then
-    redis.call('PEXPIRE', tkeys, string.format('%d', fresh + stale))
+  local need = math.max(redis.call('PTTL', entry), redis.call('PTTL', inv))
+  if need <= 0 then
+    redis.call('DEL', fence)
+  elseif redis.call('PTTL', fence) > need then
+    redis.call('PEXPIRE', fence, need)
+  end
+  if not tkeys or redis.call('TYPE', tkeys).ok ~= 'set' then
+    return
+  end
+  local life = redis.call('PTTL', entry)
+  if life < 0 then
+    redis.call('SREM', tkeys, entry)
+  elseif redis.call('SCARD', tkeys) == 1 and redis.call('SISMEMBER', tkeys, entry) == 1 then
+    redis.call('PEXPIRE', tkeys, life)
   end
 end
 
-local held = redis.pcall('GET', lease)
-if type(held) == 'table' and held.err then
-  redis.call('DEL', lease)
-  table.insert(foreign, 'lease')
-elseif held == mine then
+if held == mine then
   if hold > 0 then
     redis.call('PEXPIRE', lease, string.format('%d', hold))
   else
     redis.call('DEL', lease)
+    if not backup then
+      settle()
+    end
   end
 end
 

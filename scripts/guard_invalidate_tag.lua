@@ -1,73 +1,56 @@
--- guard_invalidate_tag.lua: drop the entries of every key of one hash tag
--- that was written, fence out every refresh of them that started before,
--- fence out the keys of the tag not written yet, and wake the callers
--- waiting for a fill of any of them.
+-- guard_invalidate_tag.lua: invalidate every key of one hash tag at once,
+-- in bounded time, and hand its members over to be dropped in slices
+-- (guard_invalidate_drain.lua).
 --
--- KEYS[1] the tag's member set (the entry names of its keys that were written)
+-- KEYS[1] the tag's member set (the entry names of its keys that were
+--         written or hold a lease)
 -- KEYS[2] the tag's invalidation key (string: Redis time in microseconds)
--- KEYS[3..] five names per member, in the order of guard_invalidate.lua:
---         entry, lease, fence, waiters, invalidation
--- ARGV[1] fence retention in milliseconds (TTL of the fence, invalidation
---         and tag invalidation keys)
+-- KEYS[3] a name of the tag's not in use (the caller makes it unique): the
+--         members are moved there, to be drained
+-- ARGV[1] how many members to return for the first slice
+-- ARGV[2] the invalidation key's life in milliseconds when there is no
+--         member set (the Group's windows: see below)
 --
--- The caller read the member set first (SMEMBERS) to name every key here
--- (the members that are entry names of the tag's keys: see below); if such
--- a member was added since, nothing is changed and {-1} is returned: the
--- caller reads the set again and retries.
--- A value of another type under the member set, or foreign data under a
--- member's names, is dropped and reported, as guard_invalidate.lua does. Otherwise every member is
--- invalidated as guard_invalidate.lua does (a fence minted, the
--- invalidation key set, entry and lease deleted, waiters woken with the
--- entry's name), the tag's invalidation key is set to the Redis time in
--- microseconds (guard_fill.lua rejects a fill of any key of the tag whose
--- lease was minted before: fences are floored by the same clock), and the
--- member set is deleted. Returns {n, foreign}: n the members invalidated
--- (-1 for a retry), foreign the names ("tkeys", "fence"...) whose foreign
--- values were dropped, or "".
-local tkeys, tinv, keep = KEYS[1], KEYS[2], ARGV[1]
-if not tonumber(keep) or tonumber(keep) <= 0 then
-  return redis.error_reply('ERR guard_invalidate_tag: bad fence retention ' .. tostring(keep))
+-- The invalidation key is set to the Redis time in microseconds first: from
+-- then on every read of a key of the tag (guard_read.lua, the fast path,
+-- the in-process tier) treats an entry written before it as missing, and
+-- guard_fill.lua rejects a fill whose lease was minted before it (fences
+-- are floored by the same clock). So the invalidation holds at once for
+-- every member, old or new, however many there are; the slices only free
+-- memory and wake the waiters sooner. It lives as long as the member set
+-- would have: the set outlives every entry and every lease of its members.
+--
+-- With no member set (none was written, or it was lost: evicted, deleted
+-- by hand) or a value of another type in its place (dropped and
+-- reported), the invalidation key lives ARGV[2] milliseconds: long enough
+-- for the entries the set may have named, when they have the Group's
+-- windows. An existing invalidation key that lives longer is kept.
+--
+-- Returns {n, foreign, members}: n the members left to drain under KEYS[3],
+-- foreign "tkeys" when a foreign value was dropped, or "", and up to
+-- ARGV[1] of the members.
+local tkeys, tinv, drain = KEYS[1], KEYS[2], KEYS[3]
+local slice, hold = tonumber(ARGV[1]), tonumber(ARGV[2])
+if not (slice and slice > 0 and slice % 1 == 0) then
+  return redis.error_reply('ERR guard_invalidate_tag: bad slice ' .. tostring(ARGV[1]))
 end
-if (#KEYS - 2) % 5 ~= 0 then
-  return redis.error_reply('ERR guard_invalidate_tag: keys come in fives after the first two')
+if not (hold and hold > 0 and hold % 1 == 0) then
+  return redis.error_reply('ERR guard_invalidate_tag: bad hold ' .. tostring(ARGV[2]))
 end
 
-local foreign = {}
-local declared = {}
-for i = 3, #KEYS, 5 do
-  declared[KEYS[i]] = true
-end
--- The entry names of the tag's keys begin with the tag's base name and a
--- "/"; a member that does not is foreign (it may name a key of the user's,
--- or of another slot) and is never touched.
-local own = string.sub(tkeys, 1, #tkeys - #':tkeys') .. '/'
 local kind = redis.call('TYPE', tkeys).ok
+local life = hold
 if kind == 'set' then
-  local stranger = false
-  for _, m in ipairs(redis.call('SMEMBERS', tkeys)) do
-    if string.sub(m, 1, #own) ~= own then
-      stranger = true
-    elseif not declared[m] then
-      return {-1, ''}
-    end
-  end
-  if stranger then
-    table.insert(foreign, 'tkeys')
-  end
-elseif kind ~= 'none' then
-  table.insert(foreign, 'tkeys')
+  life = math.max(redis.call('PTTL', tkeys), 1)
 end
-
+life = math.max(life, redis.call('PTTL', tinv))
 local t = redis.call('TIME')
-redis.call('SET', tinv, string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2])), 'PX', keep)
-local n = 0
-for i = 3, #KEYS, 5 do
-  local entry, lease, fence, waiters, inv = KEYS[i], KEYS[i + 1], KEYS[i + 2], KEYS[i + 3], KEYS[i + 4]
-  local f = guardmint(fence, keep, foreign)
-  redis.call('SET', inv, string.format('%d', f), 'PX', keep)
-  redis.call('DEL', entry, lease)
-  notify(waiters, entry, foreign)
-  n = n + 1
+redis.call('SET', tinv, string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2])), 'PX', life)
+if kind == 'none' then
+  return {0, '', {}}
+elseif kind ~= 'set' then
+  redis.call('DEL', tkeys)
+  return {0, 'tkeys', {}}
 end
-redis.call('DEL', tkeys)
-return {n, table.concat(foreign, ',')}
+redis.call('RENAME', tkeys, drain)
+return {redis.call('SCARD', drain), '', redis.call('SRANDMEMBER', drain, slice)}

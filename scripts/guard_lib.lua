@@ -132,3 +132,25 @@ local function notify(waiters, msg, foreign)
   return n
 end
 
+
+-- member makes entry a member of the tag's member set tkeys, unless the
+-- set holds cap (> 0) other members already, and keeps the set at least
+-- keep milliseconds; it reports whether entry is a member. A value of
+-- another type under tkeys is dropped and reported in foreign as "tkeys".
+local function member(tkeys, entry, cap, keep, foreign)
+  local kind = redis.call('TYPE', tkeys).ok
+  if kind ~= 'set' and kind ~= 'none' then
+    redis.call('DEL', tkeys)
+    table.insert(foreign, 'tkeys')
+  end
+  if redis.call('SISMEMBER', tkeys, entry) == 0 then
+    if cap > 0 and redis.call('SCARD', tkeys) >= cap then
+      return false
+    end
+    redis.call('SADD', tkeys, entry)
+  end
+  if redis.call('PTTL', tkeys) < tonumber(keep) then
+    redis.call('PEXPIRE', tkeys, string.format('%d', keep))
+  end
+  return true
+end

@@ -5,8 +5,11 @@
 -- KEYS[2] lease key   (string: the fence of the holder)
 -- KEYS[3] fence key   (counter; never decreases, floored by the Redis clock)
 -- KEYS[4] waiters key (set of the notification channels of callers waiting for a fill)
--- KEYS[5], KEYS[6] optional, not read (the key's invalidation key and its
---         tag's member set: the names guard_fill.lua takes, in its order)
+-- KEYS[5] optional, not read (the key's invalidation key: the names
+--         guard_fill.lua takes, in its order)
+-- KEYS[6] optional, for a key that holds a hash tag of its own: the tag's
+--         member set (the entry names of its keys that were written or
+--         hold a lease); a lease won joins the key to it
 -- KEYS[7] optional, for a key that holds a hash tag of its own: the tag's
 --         invalidation key (string: Redis time in microseconds of its last
 --         invalidation, guard_invalidate_tag.lua)
@@ -14,8 +17,12 @@
 -- ARGV[2] waiter channel; "" = do not register as a waiter
 -- ARGV[3] wait in milliseconds (> 0 when ARGV[2] is set): the waiters set lives
 --         at least this long
--- ARGV[4] fence retention in milliseconds (TTL of the fence key)
+-- ARGV[4] hold in milliseconds: the longest a lease minted here and the
+--         loads under it last (TTL of the fence key at a mint; with KEYS[6],
+--         the member set lives at least this long)
 -- ARGV[5] "1" to try the lease even when the entry is fresh (early refresh);
+--         optional, default "0"
+-- ARGV[6] with KEYS[6]: the most keys the member set holds (0: no bound);
 --         optional, default "0"
 --
 -- Returns {entry, now_ms, x}: entry is the raw value (nil when missing),
@@ -29,7 +36,10 @@
 -- the key: it was dropped, as a corrupt entry is, and the read went on, so
 -- foreign data under one key's names never fails the script (which would
 -- count against Redis's health) and never keeps the key's callers waiting
--- for a holder that does not exist. Foreign means: another type under any
+-- for a holder that does not exist. A fifth element, 1, says the lease was
+-- not tried because the key's tag is full (ARGV[6] members, this key not
+-- one of them): x is 0, and the caller loads for itself, storing nothing.
+-- Foreign means: another type under any
 -- name; an entry of format v1 with no TTL;
 -- a lease with no TTL, that is not a canonical decimal, or with no fence
 -- counter or one below it (a lease is minted from the counter, which
@@ -57,6 +67,7 @@
 local entry, lease, fence, waiters, tinv = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[7]
 local leasems, channel = tonumber(ARGV[1]), ARGV[2]
 local wait, keep = tonumber(ARGV[3]), ARGV[4]
+local tkeys, cap = KEYS[6], tonumber(ARGV[6] or '0')
 
 if not leasems or leasems < 0 or leasems % 1 ~= 0 then
   return redis.error_reply('ERR guard_read: bad lease ' .. tostring(ARGV[1]))
@@ -66,6 +77,10 @@ if not tonumber(keep) or tonumber(keep) <= 0 then
 end
 if channel ~= '' and (not wait or wait <= 0 or wait % 1 ~= 0) then
   return redis.error_reply('ERR guard_read: bad wait ' .. tostring(ARGV[3]))
+end
+
+if not cap or cap < 0 or cap % 1 ~= 0 then
+  return redis.error_reply('ERR guard_read: bad tag bound ' .. tostring(ARGV[6]))
 end
 
 local foreign = {}
@@ -123,6 +138,13 @@ if pttl ~= -2 then
   end
 end
 if pttl == -2 then
+  if tkeys then
+    -- The key joins its tag's members before its lease is minted, so an
+    -- invalidation of the tag while the load runs fences out its fill.
+    if not member(tkeys, entry, cap, keep, foreign) then
+      return {v, now, 0, table.concat(foreign, ','), 1}
+    end
+  end
   local f = guardmint(fence, keep, foreign)
   redis.call('SET', lease, string.format('%d', f), 'PX', leasems)
   return reply(v, now, f)

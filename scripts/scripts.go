@@ -33,12 +33,14 @@ const (
 // preludes lists, for each script that needs any, the preludes put in front
 // of it, in order.
 var preludes = map[string][]string{
-	"lock_fence.lua":           {fenceLib},
-	"guard_read.lua":           {fenceLib, guardLib},
-	"guard_fill.lua":           {fenceLib, guardLib},
-	"guard_invalidate.lua":     {fenceLib, guardLib},
-	"guard_invalidate_tag.lua": {fenceLib, guardLib},
-	"guard_lease.lua":          {guardLib},
+	"lock_fence.lua":             {fenceLib},
+	"guard_read.lua":             {fenceLib, guardLib},
+	"guard_fill.lua":             {fenceLib, guardLib},
+	"guard_invalidate.lua":       {fenceLib, guardLib},
+	"guard_invalidate_tag.lua":   {},
+	"guard_invalidate_drain.lua": {guardLib},
+	"guard_backup.lua":           {fenceLib, guardLib},
+	"guard_lease.lua":            {guardLib},
 }
 
 func isPrelude(name string) bool { return strings.HasSuffix(name, "_lib.lua") }

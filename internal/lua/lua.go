@@ -30,11 +30,13 @@ var (
 // The scripts of package guard. The names of one cache key share one hash
 // tag, so each runs on one slot.
 var (
-	GuardRead          = load("guard_read.lua")           // an entry, and the lease when not fresh
-	GuardFill          = load("guard_fill.lua")           // a fill under the fence checks; wakes the waiters
-	GuardLease         = load("guard_lease.lua")          // a lease renewed or released
-	GuardInvalidate    = load("guard_invalidate.lua")     // an entry dropped, refreshes fenced out
-	GuardInvalidateTag = load("guard_invalidate_tag.lua") // every entry of a hash tag dropped
+	GuardRead          = load("guard_read.lua")             // an entry, and the lease when not fresh
+	GuardFill          = load("guard_fill.lua")             // a fill under the fence checks; wakes the waiters
+	GuardLease         = load("guard_lease.lua")            // a lease renewed or released
+	GuardInvalidate    = load("guard_invalidate.lua")       // an entry dropped, refreshes fenced out
+	GuardInvalidateTag = load("guard_invalidate_tag.lua")   // a hash tag invalidated; its members to drain
+	GuardDrainTag      = load("guard_invalidate_drain.lua") // one slice of an invalidated tag's members dropped
+	GuardBackup        = load("guard_backup.lua")           // a backup lease, after WaitTimeout
 )
 
 // Call is one call of a script: its keys and arguments.

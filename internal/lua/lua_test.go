@@ -16,6 +16,7 @@ func TestScripts(t *testing.T) {
 		"lock_refresh.lua": LockRefresh, "lock_ttl.lua": LockTTL,
 		"guard_read.lua": GuardRead, "guard_fill.lua": GuardFill, "guard_lease.lua": GuardLease,
 		"guard_invalidate.lua": GuardInvalidate, "guard_invalidate_tag.lua": GuardInvalidateTag,
+		"guard_invalidate_drain.lua": GuardDrainTag, "guard_backup.lua": GuardBackup,
 	}
 	names := scripts.Names()
 	if len(names) != len(vars) {

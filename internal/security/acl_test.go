@@ -395,7 +395,11 @@ func TestACLMissingPermissions(t *testing.T) {
 				// The breaker is open: served without asking Redis.
 				res, err := g.Do(ctx, key, l.of("from-origin"))
 				checkResult(t, "breaker open", res, err, "from-origin", guard.Degraded)
-				checkErr(t, "Invalidate", g.Invalidate(ctx, key))
+				// An Invalidate of a key with no name in Redis writes
+				// nothing, and needs no TIME: it may succeed.
+				if err := g.Invalidate(ctx, key); err != nil || tc.name != "no command called by the scripts" {
+					checkErr(t, "Invalidate", err)
+				}
 			})
 		})
 	}

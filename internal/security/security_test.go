@@ -40,7 +40,7 @@ func TestMain(m *testing.M) { redistest.Main(m) }
 const aclLine = "ACL SETUSER stampede reset on >CHANGE-ME" +
 	" ~stampede:{* ~stampede:lock:{* &stampede:fill:* &stampede:lock:wake:* &__redis__:invalidate" +
 	" +evalsha +eval +get +mget +subscribe +client|id +client|tracking" +
-	" +time +set +del +exists +pexpire +pttl +incr +getrange +strlen +sadd +smembers +publish" +
+	" +time +set +del +exists +pexpire +pttl +incr +getrange +strlen +sadd +smembers +srem +scard +sismember +srandmember +rename +publish" +
 	" +type +hset +hget +hgetall +hdel +zadd +zrem +zpopmin +zremrangebyscore"
 
 // clientCommands are the commands the Go code sends itself (the rest of
@@ -299,6 +299,20 @@ func guardCycle(t *testing.T, rdbA, rdbB redis.UniversalClient, key string) {
 	checkResult(t, "after Invalidate", res, err, "v3", guard.Miss)
 	res, err = a.g.Do(ctx, key, never(t))
 	checkResult(t, "after Invalidate, other node", res, err, "v3", guard.Hit)
+
+	// A tag's keys (the HTTP middleware's variants of one URL) are
+	// invalidated at once, and its member set drained in slices.
+	tag := "tag-" + strings.NewReplacer("{", "", "}", "").Replace(key)
+	for _, v := range []string{"v1", "v2"} {
+		tk := "{" + tag + "}/" + v
+		res, err = a.g.Do(ctx, tk, l.of(v))
+		checkResult(t, "a key of a tag", res, err, v, guard.Miss)
+	}
+	if err := a.g.InvalidateTag(ctx, tag); err != nil {
+		t.Fatalf("InvalidateTag: %v", err)
+	}
+	res, err = b.g.Do(ctx, "{"+tag+"}/v1", l.of("v4"))
+	checkResult(t, "after InvalidateTag, other node", res, err, "v4", guard.Miss)
 }
 
 // waiterWokenByFill has node a load key while node b waits for it, and

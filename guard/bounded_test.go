@@ -1,0 +1,298 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stampede-go/stampede/internal/redistest"
+)
+
+// Bounded cost (DESIGN.md guarantee 14), each test against a private
+// redis-server: no script works on a tag's keys all at once, no writer
+// keeps an invalidation from landing, no name outlives what it guards,
+// and no tag holds more than MaxTagKeys keys.
+
+// slowScripts returns the commands Redis's slow log holds that ran longer
+// than limit since reset was called.
+func slowScripts(t *testing.T, rdb *redis.Client, limit time.Duration) (reset func(), slow func() []redis.SlowLog) {
+	ctx := ctxT(t)
+	if err := rdb.ConfigSet(ctx, "slowlog-log-slower-than", strconv.FormatInt(limit.Microseconds(), 10)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+			if err := rdb.Do(ctx, "SLOWLOG", "RESET").Err(); err != nil {
+				t.Fatal(err)
+			}
+		}, func() []redis.SlowLog {
+			logs, err := rdb.SlowLogGet(ctx, 128).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return logs
+		}
+}
+
+// fillTag stores n keys of tag through g, in parallel batches.
+func fillTag(t *testing.T, g *Group, tag string, n int) {
+	ctx := ctxT(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for w := range 8 {
+		wg.Go(func() {
+			for i := w; i < n; i += 8 {
+				k := "{" + tag + "}/" + strconv.Itoa(i)
+				if _, err := g.Do(ctx, k, func(context.Context) ([]byte, error) { return []byte("old"), nil }); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// TestInvalidateTagInSlices: an InvalidateTag of a tag with 3,000 keys
+// runs no script longer than 10ms (the one script it ran before took
+// ~100ms here, and 1.5s for 30,000), and every key is a miss after it.
+func TestInvalidateTagInSlices(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	g := newGroup(t, rdb, Options{Namespace: redistest.Key(t) + ":", MaxTagKeys: Disabled, FreshFor: time.Hour})
+	const n = 3000
+	fillTag(t, g, "big", n)
+	reset, slow := slowScripts(t, rdb, 10*time.Millisecond)
+	reset()
+	if err := g.InvalidateTag(ctxT(t), "big"); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range slow() {
+		t.Errorf("a command ran %v (over 10ms): %.60q", l.Duration, l.Args)
+	}
+	var loads atomic.Int64
+	for _, i := range []int{0, n / 2, n - 1} {
+		k := "{big}/" + strconv.Itoa(i)
+		res, err := g.Do(ctxT(t), k, func(context.Context) ([]byte, error) { loads.Add(1); return []byte("new"), nil })
+		if err != nil || string(res.Value) != "new" {
+			t.Errorf("%s after InvalidateTag: %q %v, want the new value", k, res.Value, err)
+		}
+	}
+	if n, err := rdb.Keys(ctxT(t), g.opts.Namespace+"{big}:tdrain:*").Result(); err != nil || len(n) != 0 {
+		t.Errorf("drained sets left: %v %v", n, err)
+	}
+}
+
+// TestInvalidateTagNotStarved: writers adding keys to a tag all the while
+// never keep InvalidateTag from landing, and a key filled before it is a
+// miss after it. (It read the member set, found a new member when its
+// script ran, changed nothing, and gave up after 8 tries.)
+func TestInvalidateTagNotStarved(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ns := redistest.Key(t) + ":"
+	g := newGroup(t, rdb, Options{Namespace: ns, MaxTagKeys: Disabled, FreshFor: time.Hour})
+	writer := newGroup(t, srv.Client(t), Options{Namespace: ns, MaxTagKeys: Disabled, FreshFor: time.Hour})
+	fillTag(t, g, "busy", 200)
+	ctx, stop := context.WithCancel(ctxT(t))
+	var wg sync.WaitGroup
+	var added atomic.Int64
+	for w := range 4 {
+		wg.Go(func() {
+			for i := 0; ctx.Err() == nil && i < 1_000_000; i++ {
+				k := "{busy}/w" + strconv.Itoa(w) + "-" + strconv.Itoa(i)
+				if _, err := writer.Do(ctx, k, func(context.Context) ([]byte, error) { return []byte("x"), nil }); err == nil {
+					added.Add(1)
+				}
+			}
+		})
+	}
+	defer wg.Wait()
+	defer stop()
+	redistest.Eventually(t, 10*time.Second, "the writers to add keys", func() bool { return added.Load() > 50 })
+	for round := range 5 {
+		if err := g.InvalidateTag(ctxT(t), "busy"); err != nil {
+			t.Fatalf("round %d: InvalidateTag while keys are added: %v", round, err)
+		}
+		res, err := g.Do(ctxT(t), "{busy}/7", func(context.Context) ([]byte, error) { return []byte("new"), nil })
+		if err != nil || res.Status != Miss {
+			t.Fatalf("round %d: a key filled before: %v %v, want a miss", round, res.Status, err)
+		}
+	}
+}
+
+// TestNamesRetention: with 1s windows, what 300 calls of distinct keys
+// leave in Redis (a fill, an invalidation of a key, an invalidation of a
+// tag nobody stored) all expires within seconds, and no name lives longer
+// than the Group's hold; an Invalidate of a key with no name writes none.
+// (Every fence counter and invalidation marker lived 24h.)
+func TestNamesRetention(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ns := redistest.Key(t) + ":"
+	o := Options{Namespace: ns, FreshFor: time.Second, StaleFor: time.Second}
+	g := newGroup(t, rdb, o)
+	ctx := ctxT(t)
+	if err := g.Invalidate(ctx, "never-stored"); err != nil {
+		t.Fatal(err)
+	}
+	if n := namesOf(t, rdb, ns); len(n) != 0 {
+		t.Fatalf("Invalidate of a key with no name wrote %v", n)
+	}
+	for i := range 100 {
+		s := strconv.Itoa(i)
+		v := func(context.Context) ([]byte, error) { return []byte("v"), nil }
+		if _, err := g.Do(ctx, "k"+s, v); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := g.Do(ctx, "{u"+s+"}/get", v); err != nil {
+			t.Fatal(err)
+		}
+		if err := g.InvalidateTag(ctx, "p"+s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	limit := g.opts.hold()
+	for name, ttl := range namesOf(t, rdb, ns) {
+		if ttl < 0 || ttl > limit {
+			t.Errorf("%s lives %v, want at most %v", name, ttl, limit)
+		}
+	}
+	redistest.Eventually(t, 30*time.Second, "every name to expire", func() bool { return len(namesOf(t, rdb, ns)) == 0 })
+}
+
+// namesOf returns the names under prefix ns and their TTLs (-1: none).
+func namesOf(t *testing.T, rdb *redis.Client, ns string) map[string]time.Duration {
+	ctx := ctxT(t)
+	out := map[string]time.Duration{}
+	iter := rdb.Scan(ctx, 0, ns+"*", 1000).Iterator()
+	for iter.Next(ctx) {
+		d, err := rdb.PTTL(ctx, iter.Val()).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d != -2 { // gone since the scan
+			out[iter.Val()] = d
+		}
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestMaxTagKeys: past MaxTagKeys keys of one tag, a new key is loaded by
+// each caller, not stored, and reported; the keys stored stay served.
+func TestMaxTagKeys(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
+		var full atomic.Int64
+		o := Options{Namespace: redistest.Key(t) + ":", MaxTagKeys: 3, FreshFor: time.Hour,
+			Hooks: Hooks{TagFull: func(string) { full.Add(1) }}}
+		g := newGroup(t, rdb, o)
+		ctx := ctxT(t)
+		var loads atomic.Int64
+		load := func(context.Context) ([]byte, error) { loads.Add(1); return []byte("v"), nil }
+		for i := range 5 {
+			res, err := g.Do(ctx, "{url}/"+strconv.Itoa(i), load)
+			want := Miss
+			if i >= 3 {
+				want = Passed
+			}
+			if err != nil || res.Status != want || res.Capped != (i >= 3) {
+				t.Fatalf("key %d: %v capped=%v %v, want %v", i, res.Status, res.Capped, err, want)
+			}
+		}
+		for i := range 5 {
+			res, err := g.Do(ctx, "{url}/"+strconv.Itoa(i), load)
+			if want := i < 3; err != nil || (res.Status == Hit) != want {
+				t.Errorf("key %d again: %v %v, want a hit: %v", i, res.Status, err, want)
+			}
+		}
+		if got := full.Load(); got != 4 {
+			t.Errorf("TagFull reported %d times, want 4", got)
+		}
+		members, _ := g.tagNames("url")
+		if n, err := rdb.SCard(ctx, members).Result(); err != nil || n != 3 {
+			t.Errorf("the tag holds %d members (%v), want 3", n, err)
+		}
+		if n, err := g.GetMany(ctx, []string{"{url}/0", "{url}/4"}, func(_ context.Context, ks []string) (map[string][]byte, error) {
+			out := map[string][]byte{}
+			for _, k := range ks {
+				out[k] = []byte("b")
+			}
+			return out, nil
+		}); err != nil || len(n) != 2 {
+			t.Errorf("a batch over a full tag: %v %v", n, err)
+		}
+	})
+}
+
+// TestBackupLoad: a lease holder stuck in its load decides nobody else's
+// answer. After WaitTimeout one waiter of another node loads under the
+// backup lease, a waiter of a third node shares its fill, and the stuck
+// holder's later fill is rejected. (With ReturnError, the guardhttp
+// setting, both waiters got ErrWaitTimeout.)
+func TestBackupLoad(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
+		o := Options{Namespace: redistest.Key(t) + ":", WaitTimeout: 300 * time.Millisecond,
+			WaitTimeoutPolicy: BackupLoad, FreshFor: time.Hour}
+		a, b, c := newGroup(t, rdb, o), newGroup(t, rdb, o), newGroup(t, rdb, o)
+		ctx := ctxT(t)
+		key := "slow"
+		started, release := make(chan struct{}), make(chan struct{})
+		aDone := make(chan error, 1)
+		go func() {
+			res, err := a.Do(ctx, key, func(context.Context) ([]byte, error) {
+				close(started)
+				<-release
+				return []byte("from the stuck holder"), nil
+			})
+			if err == nil && string(res.Value) != "from the stuck holder" {
+				err = errors.New("the holder got " + string(res.Value))
+			}
+			aDone <- err
+		}()
+		<-started
+		var backups atomic.Int64
+		type answer struct {
+			res Result
+			err error
+		}
+		answers := make(chan answer, 2)
+		for _, g := range []*Group{b, c} {
+			go func() {
+				res, err := g.Do(ctx, key, func(context.Context) ([]byte, error) {
+					backups.Add(1)
+					return []byte("backup"), nil
+				})
+				answers <- answer{res, err}
+			}()
+		}
+		for range 2 {
+			an := <-answers
+			if an.err != nil || string(an.res.Value) != "backup" {
+				t.Errorf("a waiter got %q %v, want the backup's value", an.res.Value, an.err)
+			}
+		}
+		if n := backups.Load(); n != 1 {
+			t.Errorf("%d backup loads, want 1 fleet-wide", n)
+		}
+		close(release)
+		if err := <-aDone; err != nil {
+			t.Fatal(err)
+		}
+		res, err := c.Do(ctx, key, nil2Loader(t))
+		if err != nil || string(res.Value) != "backup" || res.Status != Hit {
+			t.Errorf("after the holder's fill: %q %v %v, want the backup's value stored", res.Value, res.Status, err)
+		}
+	})
+}
