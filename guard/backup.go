@@ -46,7 +46,7 @@ func (g *Group) tryBackup(ctx context.Context, nm names) (int64, error) {
 	rctx, cancel := context.WithTimeout(ctx, g.opts.RedisTimeout)
 	defer cancel()
 	keys := []string{nm.entry, nm.keys[1], nm.keys[2], nm.keys[3], nm.backupLease()}
-	v, err := lua.GuardBackup.Run(rctx, g.rdb, keys, g.leaseArg, g.chanArg, g.waitArg, g.keepArg).Slice()
+	v, err := lua.GuardBackup.Run(rctx, g.rdb, keys, g.leaseArg, g.chanArg, g.waitArg, g.leaseArg).Slice()
 	if err == nil && len(v) == 0 {
 		err = fmt.Errorf("guard: unexpected backup reply of %d elements", len(v))
 	}

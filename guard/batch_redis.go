@@ -184,7 +184,7 @@ func (g *Group) readCall(nm names, force bool) lua.Call {
 	if force {
 		f = "1"
 	}
-	return lua.Call{Keys: nm.readKeys(), Args: []any{g.leaseArg, g.chanArg, g.waitArg, g.keepArg, f, g.capArg}}
+	return lua.Call{Keys: nm.readKeys(), Args: []any{g.leaseArg, g.chanArg, g.waitArg, g.leaseArg, f, g.capArg}}
 }
 
 // readResult decodes one reply of guard_read.lua (see read).

@@ -92,16 +92,20 @@ func (g *Group) invalidateTag(ctx context.Context, tag string) error {
 	}
 	g.br.Success()
 	left, next := g.drained(tag, v)
+	var at any
+	if len(v) == 4 {
+		at = v[3]
+	}
 	// In effect from here on: the slices only free memory and wake
 	// waiters sooner. One that fails is reported; what it left expires
 	// with the set, and reads drop it meanwhile.
-	for left > 0 && len(next) > 0 {
+	for steps := left/drainSlice + 2; left > 0 && len(next) > 0 && steps > 0; steps-- {
 		keys, strangers := drainKeys(base+"/", drain, next)
 		if len(strangers) > 0 {
 			g.foreign(names{user: "{" + tag + "}"}, "tkeys")
 		}
 		rctx, cancel := context.WithTimeout(ctx, g.opts.RedisTimeout)
-		v, err := lua.GuardDrainTag.Run(rctx, g.rdb, keys, append([]any{drainSlice}, strangers...)...).Slice()
+		v, err := lua.GuardDrainTag.Run(rctx, g.rdb, keys, append([]any{drainSlice, at}, strangers...)...).Slice()
 		cancel()
 		if err != nil {
 			g.redisFailed("invalidate", fmt.Errorf("guard: invalidate tag: dropping its keys: %w", err))
@@ -119,7 +123,7 @@ const drainSlice = 100
 // drained reads a reply of the tag scripts: the members left, and the
 // next slice of them; foreign data it reports.
 func (g *Group) drained(tag string, v []any) (int64, []any) {
-	if len(v) != 3 {
+	if len(v) < 3 {
 		return 0, nil
 	}
 	g.foreign(names{user: "{" + tag + "}"}, v[1])
@@ -129,18 +133,18 @@ func (g *Group) drained(tag string, v []any) (int64, []any) {
 }
 
 // drainKeys are the keys of guard_invalidate_drain.lua for members ms of
-// the set drain: the entry, lease and waiters of each that is the entry
-// name of a key of the tag (own is the prefix they share), and the others
-// apart: a member another writer added may name any key, the user's or
-// another slot's, and is only removed from the set.
+// the set drain: the entry, lease, fence counter and waiters of each that
+// is the entry name of a key of the tag (own is the prefix they share),
+// and the others apart: a member another writer added may name any key,
+// the user's or another slot's, and is only removed from the set.
 func drainKeys(own, drain string, ms []any) ([]string, []any) {
-	keys := make([]string, 0, 1+3*len(ms))
+	keys := make([]string, 0, 1+4*len(ms))
 	keys = append(keys, drain)
 	var strangers []any
 	for _, m := range ms {
 		e, _ := m.(string)
 		if strings.HasPrefix(e, own) {
-			keys = append(keys, e, e+":lease", e+":w")
+			keys = append(keys, e, e+":lease", e+":fence", e+":w")
 		} else {
 			strangers = append(strangers, e)
 		}

@@ -82,7 +82,7 @@ func (g *Group) watchLeases(ls []heldLease, leased time.Time) (stop func()) {
 func (g *Group) renew(held []heldLease) []heldLease {
 	calls := make([]lua.Call, len(held))
 	for j, l := range held {
-		calls[j] = lua.Call{Keys: l.nm.keys[1:2], Args: []any{l.fence, ms(g.opts.LockTTL)}}
+		calls[j] = lua.Call{Keys: l.nm.outliveLease(), Args: []any{l.fence, ms(g.opts.LockTTL)}}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), g.redisTimeout())
 	_, cmds := g.pipeline(ctx, nil, lua.GuardLease, calls)

@@ -60,3 +60,14 @@ func (g *Group) tagNames(tag string) (members, inv string) {
 
 // ms is scriptarg.Millis, short for the many script arguments of this package.
 func ms(d time.Duration) int64 { return scriptarg.Millis(d) }
+
+// outliveLease are the names guard_lease.lua takes to renew the key's
+// lease: the lease, then what must outlive it (the fence counter the
+// lease was minted from; the tag's member set, whose life an
+// InvalidateTag gives its fence).
+func (nm names) outliveLease() []string {
+	if len(nm.keys) == 7 {
+		return []string{nm.keys[1], nm.keys[2], nm.keys[5]}
+	}
+	return nm.keys[1:3]
+}

@@ -2,7 +2,7 @@
 -- load of the key fleet-wide besides its lease holder's, whose fill the
 -- waiters share.
 --
--- KEYS[1] entry key (not read: the name waiters are woken with)
+-- KEYS[1] entry key
 -- KEYS[2] lease key   (string: the fence of the holder)
 -- KEYS[3] fence key   (counter; never decreases, floored by the Redis clock)
 -- KEYS[4] waiters key (set of the notification channels of callers waiting for a fill)
@@ -12,15 +12,15 @@
 -- ARGV[3] wait in milliseconds: the waiters set lives at least this long
 -- ARGV[4] hold in milliseconds (TTL of the fence key at a mint)
 --
--- Returns {x}: 0 when the key's lease is free (a read takes it: read
--- again); > 0 when this caller won the backup lease (x is its fence, minted
+-- Returns {x}: 0 when an entry is stored (it may be the fill waited for)
+-- or the key's lease is free (a read takes it): read again; > 0 when this caller won the backup lease (x is its fence, minted
 -- from the key's counter, so the holder's later fill is rejected once the
 -- backup's has landed); < 0 when another caller holds it: -x is its
 -- remaining lease in milliseconds, and the caller is registered as a
 -- waiter for its fill. A backup lease that is not a canonical decimal, or
 -- has no TTL, is foreign: dropped, and reported as a second element
 -- "backup".
-local lease, fence, waiters, backup = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local entry, lease, fence, waiters, backup = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local leasems, channel, wait, keep = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), ARGV[4]
 if not (leasems and leasems > 0 and leasems % 1 == 0) then
   return redis.error_reply('ERR guard_backup: bad lease ' .. tostring(ARGV[1]))
@@ -32,7 +32,7 @@ if not tonumber(keep) or tonumber(keep) <= 0 then
   return redis.error_reply('ERR guard_backup: bad hold ' .. tostring(keep))
 end
 
-if redis.call('EXISTS', lease) == 0 then
+if redis.call('EXISTS', entry) == 1 or redis.call('EXISTS', lease) == 0 then
   return {0}
 end
 local foreign = {}

@@ -67,7 +67,9 @@
 -- for fence 0, at all within the fence retention; a written entry joins
 -- the tag's member set, which lives as long as its longest-lived member.
 --
--- Retention: once the caller's own lease is released, and no fence was
+-- Retention: the fence counter and the tag's member set outlive every
+-- lease (guard_read.lua, guard_lease.lua). Once the caller's own lease is
+-- released, and no fence was
 -- minted after the caller's, the fence counter is kept only as long as
 -- the entry or the invalidation marker (deleted when neither is left),
 -- and the key leaves the tag's member set when it stored nothing (the set
@@ -284,6 +286,9 @@ end
 if held == mine then
   if hold > 0 then
     redis.call('PEXPIRE', lease, string.format('%d', hold))
+    if redis.call('PTTL', fence) < hold then
+      redis.call('PEXPIRE', fence, string.format('%d', hold)) -- a lease never outlives its counter
+    end
   else
     redis.call('DEL', lease)
     if not backup then

@@ -26,9 +26,9 @@
 -- for the entries the set may have named, when they have the Group's
 -- windows. An existing invalidation key that lives longer is kept.
 --
--- Returns {n, foreign, members}: n the members left to drain under KEYS[3],
--- foreign "tkeys" when a foreign value was dropped, or "", and up to
--- ARGV[1] of the members.
+-- Returns {n, foreign, members, t}: n the members left to drain under
+-- KEYS[3], foreign "tkeys" when a foreign value was dropped, or "", up to
+-- ARGV[1] of the members, and the invalidation's time.
 local tkeys, tinv, drain = KEYS[1], KEYS[2], KEYS[3]
 local slice, hold = tonumber(ARGV[1]), tonumber(ARGV[2])
 if not (slice and slice > 0 and slice % 1 == 0) then
@@ -44,13 +44,14 @@ if kind == 'set' then
   life = math.max(redis.call('PTTL', tkeys), 1)
 end
 life = math.max(life, redis.call('PTTL', tinv))
-local t = redis.call('TIME')
-redis.call('SET', tinv, string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2])), 'PX', life)
+local now = redis.call('TIME')
+local t = string.format('%d', tonumber(now[1]) * 1000000 + tonumber(now[2]))
+redis.call('SET', tinv, t, 'PX', life)
 if kind == 'none' then
-  return {0, '', {}}
+  return {0, '', {}, t}
 elseif kind ~= 'set' then
   redis.call('DEL', tkeys)
-  return {0, 'tkeys', {}}
+  return {0, 'tkeys', {}, t}
 end
 redis.call('RENAME', tkeys, drain)
-return {redis.call('SCARD', drain), '', redis.call('SRANDMEMBER', drain, slice)}
+return {redis.call('SCARD', drain), '', redis.call('SRANDMEMBER', drain, slice), t}

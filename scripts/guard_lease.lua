@@ -2,6 +2,9 @@
 -- (the watchdog of a background refresh, or giving up without a fill).
 --
 -- KEYS[1] lease key (string: the fence of the holder)
+-- KEYS[2..] optional: names that must outlive the lease (the key's fence
+--         counter, its tag's member set): an extension extends them to
+--         at least as long, never shortens them
 -- ARGV[1] fence of the caller (decimal)
 -- ARGV[2] milliseconds: > 0 extends the lease to that long, 0 releases it
 --
@@ -20,6 +23,12 @@ if type(held) == 'table' or held ~= mine then
 end
 if ms > 0 then
   redis.call('PEXPIRE', lease, string.format('%d', ms))
+  for i = 2, #KEYS do
+    local left = redis.call('PTTL', KEYS[i])
+    if left ~= -2 and left ~= -1 and left < ms then
+      redis.call('PEXPIRE', KEYS[i], string.format('%d', ms))
+    end
+  end
 else
   redis.call('DEL', lease)
 end

@@ -17,9 +17,9 @@
 -- ARGV[2] waiter channel; "" = do not register as a waiter
 -- ARGV[3] wait in milliseconds (> 0 when ARGV[2] is set): the waiters set lives
 --         at least this long
--- ARGV[4] hold in milliseconds: the longest a lease minted here and the
---         loads under it last (TTL of the fence key at a mint; with KEYS[6],
---         the member set lives at least this long)
+-- ARGV[4] milliseconds the fence key lives at least after a mint (with
+--         KEYS[6], the member set too): the lease's, which the holder's
+--         watchdog extends together with them (guard_lease.lua)
 -- ARGV[5] "1" to try the lease even when the entry is fresh (early refresh);
 --         optional, default "0"
 -- ARGV[6] with KEYS[6]: the most keys the member set holds (0: no bound);

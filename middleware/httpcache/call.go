@@ -218,7 +218,7 @@ func (c *call) store(ctx context.Context, cw *capture, f freshness) ([]byte, err
 	if c.vary == nil && len(names) > 0 {
 		rec := varyRecord{gen: newGeneration(), names: names}
 		c.fillVariant(ctx, variantKey(c.key, rec, c.r), val, w)
-		val, w = encodeRecord(rec), recordWindows
+		val, w = encodeRecord(rec), recordWindows(w)
 	}
 	if w != (guard.Windows{}) {
 		if err := guard.SetWindows(ctx, w); err != nil {
@@ -257,6 +257,9 @@ func (c *call) filledKey() string {
 
 // status is the Cache-Status of res served to c's request.
 func (c *call) status(res guard.Result) string {
+	if res.Capped {
+		return cachestatus.NotStored(whyCapped)
+	}
 	if filled := c.filledKey(); res.Status == guard.Hit && filled != "" && filled == c.key {
 		return cachestatus.Stored
 	}

@@ -145,9 +145,16 @@ func onlyIfCached(h http.Header) bool {
 }
 
 // waitOnce makes a request that waited the Group's WaitTimeout for another
-// request's handler call answer 503 rather than run the handler too: a
-// slow or failing handler never sees one call per node at once.
-var waitOnce = []guard.CallOption{guard.WithWaitTimeoutPolicy(guard.ReturnError)}
+// request's handler call share one backup call of the handler, fleet-wide,
+// rather than answer 503 because of the other request's inputs (a slow
+// unkeyed header or body), or run the handler on every node: a slow or
+// failing handler sees at most two calls for a URL at once. 503 comes
+// only when the backup's call has not answered within another WaitTimeout.
+var waitOnce = []guard.CallOption{guard.WithWaitTimeoutPolicy(guard.BackupLoad)}
+
+// whyCapped is what NotStored and Cache-Status say of a response not
+// stored because its URL holds guard.Options.MaxTagKeys variants already.
+const whyCapped = "too many variants"
 
 // serveCall serves c's request from c's key: the URL's key, or, with
 // c.vary set, one of its variants.
@@ -168,6 +175,9 @@ func (e *engine) serveCall(w http.ResponseWriter, r *http.Request, c *call, dire
 			}
 		default:
 			if sr, derr := e.decoded(c.key, res.Value); derr == nil {
+				if h := e.notStored; h != nil && res.Capped {
+					h(r, whyCapped)
+				}
 				if st := c.status(res); e.usable(r, &sr, res) {
 					e.write(w, r, &sr, res, st)
 					return nil

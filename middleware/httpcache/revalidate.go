@@ -18,9 +18,18 @@ import (
 // its fields replacing the stored ones (§4.3.4), and only the new head goes
 // to Redis: the body stays where it is (guard.Revalidated).
 
-// recordWindows are the windows of a vary record: as long-lived as a kept
-// response, refreshed for free (no handler call).
-var recordWindows = guard.Windows{Fresh: minKeep, Stale: maxKeep, MustRevalidate: true}
+// recordWindows are the windows of a vary record whose first variant has
+// windows w: the variant's, so that a record lives no longer than what it
+// selects (a stream of URLs that vary leaves no record behind for a day),
+// and refreshed for free (no handler call) while it is used, with the
+// Group's windows (the zero w).
+func recordWindows(w guard.Windows) guard.Windows {
+	r := guard.Windows{Fresh: max(w.Fresh, 0), Stale: max(w.Stale, 0), MustRevalidate: true}
+	if w.Stale == guard.Disabled {
+		r.Stale = guard.Disabled
+	}
+	return r
+}
 
 // previous returns the stored response a load refreshes, when it has a
 // validator to ask the handler with; rec reports a vary record (kept as is).
@@ -51,7 +60,7 @@ func askConditionally(h http.Header, old *storedResponse) {
 
 // keepRecord refreshes a vary record without calling the handler.
 func keepRecord(ctx context.Context) ([]byte, error) {
-	if err := guard.SetWindows(ctx, recordWindows); err != nil {
+	if err := guard.SetWindows(ctx, recordWindows(guard.Windows{})); err != nil {
 		return nil, err
 	}
 	return nil, guard.Revalidated(nil, 0)

@@ -320,9 +320,12 @@ func work(d time.Duration) {
 
 // slowFailuresOneAtATime: a cold URL whose handler fails slowly (a 502
 // after longer than the guard's WaitTimeout, as a handler whose upstream
-// hangs) is still called once at a time across the fleet: the requests
-// that waited WaitTimeout for another request's call get 503 with
-// Retry-After instead of calling the handler themselves, one per server.
+// hangs) is called at most twice at a time across the fleet: the first
+// request's call, and one backup call fleet-wide for the requests that
+// waited WaitTimeout for it (guard.BackupLoad: the first call's inputs do
+// not decide their answer); once the URL is known to fail, its requests
+// take turns, and those whose turn does not come get 503 with Retry-After
+// instead of calling the handler themselves.
 func slowFailuresOneAtATime(t *testing.T, a Adapter, top topology) {
 	noLeaks(t)
 	var flight inFlight
@@ -342,8 +345,8 @@ func slowFailuresOneAtATime(t *testing.T, a Adapter, top topology) {
 		_, b := failingWave(t, client, urls, "/hanging", 12, fmt.Sprint("req-", wave, "-"))
 		busy += b
 	}
-	if got := flight.max.Load(); got != 1 {
-		t.Errorf("%d handler calls at once across the fleet (%d in all), want 1", got, calls.Load())
+	if got := flight.max.Load(); got > 2 {
+		t.Errorf("%d handler calls at once across the fleet (%d in all), want at most 2", got, calls.Load())
 	}
 	if busy == 0 {
 		t.Error("no request waited past WaitTimeout: not exercised")
