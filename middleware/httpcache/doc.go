@@ -103,7 +103,13 @@
 // WaitTimeout gets 503 with Retry-After: 1; one that finds a stale
 // response is served it (stale-if-error) while one refresh runs. So one
 // client's bad input (a header the handler chokes on) never becomes
-// another client's error.
+// another client's error. Nor does a slow one: a request that waited
+// WaitTimeout for another request's first call of a cold URL shares one
+// backup call made fleet-wide (guard.BackupLoad), and gets 503 only when
+// that has not answered within another WaitTimeout. A URL's variants are
+// bounded by the Group's MaxTagKeys: past it, a new variant is answered
+// by its own call and not stored (Cache-Status detail "too many
+// variants", Config.NotStored).
 //
 // A client's Cache-Control: no-cache does not reach the origin unless
 // Config.HonorClientNoCache is set: otherwise any client could stampede it.

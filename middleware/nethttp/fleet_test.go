@@ -106,8 +106,8 @@ func (f *fleet) slowLog(t testing.TB) {
 }
 
 // maxScriptKeys bounds the keys one script call names: a slice of
-// guard_invalidate_drain.lua, 1 + 4 per member of its 100.
-const maxScriptKeys = 401
+// guard_invalidate_drain.lua, 1 + 4 per member of its 64.
+const maxScriptKeys = 257
 
 // checkSlowLog fails t for a script call in the slow log that named more
 // than maxScriptKeys keys (a script's work grows with them), and returns
