@@ -124,7 +124,9 @@ func (g *Group) readOnce(ctx context.Context, c *call, fl *flight) (lookup, erro
 		return lookup{}, err
 	}
 	e, st := g.classify(c.key, rr)
-	if rr.capped {
+	if rr.capped && st != fresh && st != stale {
+		// Its tag is full: no lease, so no refresh; a stale value is
+		// still served.
 		st = capped
 	}
 	switch {

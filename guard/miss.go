@@ -106,7 +106,7 @@ func (d *missWait) reread(ws []*waiter, resolve func(*waiter), _ bool) {
 	e, st := g.classify(c.key, rr)
 	d.failing = e.Failing
 	switch {
-	case rr.capped:
+	case rr.capped && st != fresh && st != stale:
 		d.res, d.err = g.cappedLoad(d.ctx, c)
 	case st == passing:
 		*d.marker, d.err = e, errPassing
