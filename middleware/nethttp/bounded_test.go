@@ -18,7 +18,7 @@ import (
 // stream checks of fleet_test.go, each against three nodes on a private
 // redis-server.
 
-var variantsFlag = flag.Int("stampede.variants", 10_000, "variant GETs of one URL before the POSTs (the probe sent 30,000)")
+var variantsFlag = flag.Int("stampede.variants", 30_000, "variant GETs of one URL before the POSTs (the probe's 30,000)")
 
 // anyMethod answers every method 200, as a handler that ignores the
 // method does: an attacker's own POST then invalidates.
@@ -32,33 +32,54 @@ func xfh(i int) http.Header {
 	return http.Header{"X-Forwarded-Host": {"v" + strconv.Itoa(i) + ".attacker.test"}}
 }
 
-// TestBoundedVariantsThenPOSTs (finding 1): many variant GETs of one URL,
-// then five POSTs to it: no script call names more than maxScriptKeys
-// keys, so none works on all the variants at once. (30,000 variants: one
-// script of 150,002 keys ran 1.5s, another client's PINGs took up to
-// 1.7s, another service's Group served 184 of ~400 calls degraded;
-// BenchmarkBystanders measures those.)
+// TestBoundedVariantsThenPOSTs (finding 1): 30,000 variant GETs of one
+// URL, then five POSTs to it, while another client PINGs and another
+// service's Group calls the same Redis: no PING takes over 100ms, at most
+// 1% of the Group's calls are served degraded, and no script call names
+// more than maxScriptKeys keys, so none works on all the variants at once.
+// (Before: one script of 150,002 keys ran 1.5s, PINGs took up to 1.7s,
+// the Group served 184 of ~400 calls degraded.) The bounds are the
+// issue's, ten times and more what the fleet shows (PING at most ~10ms, no
+// call degraded), so a loaded machine does not trip them;
+// BenchmarkBystanders measures the figures.
 func TestBoundedVariantsThenPOSTs(t *testing.T) {
 	f := newFleet(t, 3, guard.Options{}, guardhttp.Config{}, anyMethod)
-	variantsThenPOSTs(t, f, *variantsFlag)
+	by := variantsThenPOSTs(t, f, *variantsFlag)
+	if by.pingMax > 100*time.Millisecond {
+		t.Errorf("another client's PING took up to %v, want at most 100ms", by.pingMax)
+	}
+	if by.degraded*100 > by.calls {
+		t.Errorf("another service's Group served %d of %d calls degraded, want at most 1%%", by.degraded, by.calls)
+	}
 }
 
 // variantsThenPOSTs sends n variant GETs of one URL, then five POSTs, and
-// checks the script calls of the POSTs; it returns the longest command.
-func variantsThenPOSTs(t testing.TB, f *fleet, n int) time.Duration {
+// checks the script calls of the POSTs. It returns what the bystanders
+// saw from just before the POSTs until at least bystanderCalls calls after
+// them, so the Group's share is of enough calls to mean something.
+func variantsThenPOSTs(t testing.TB, f *fleet, n int) *bystanders {
 	parallel(n, 16, func(i int) {
 		if st, _ := f.do(t, i, http.MethodGet, "/page", xfh(i)); st != http.StatusOK {
 			t.Errorf("variant %d: %d", i, st)
 		}
 	})
 	f.slowLog(t)
+	by := f.watchBystanders(t)
+	by.await(t, 20)
 	for i := range 5 {
 		if st, _ := f.do(t, i, http.MethodPost, "/page", nil); st != http.StatusOK {
 			t.Errorf("POST %d: %d", i, st)
 		}
 	}
-	return f.checkSlowLog(t)
+	by.await(t, by.count()+bystanderCalls)
+	by.end(t)
+	by.longest = f.checkSlowLog(t)
+	return by
 }
+
+// bystanderCalls is how many of the bystander Group's calls are watched
+// after the POSTs: about a second of them.
+const bystanderCalls = 200
 
 // versioned answers GET with the document's version and PUT (204) with
 // a new one.
@@ -203,16 +224,9 @@ func TestBoundedSlowUnkeyedInput(t *testing.T) {
 func BenchmarkBystanders(b *testing.B) {
 	for b.Loop() {
 		f := newFleet(b, 3, guard.Options{}, guardhttp.Config{}, anyMethod)
-		parallel(30_000, 16, func(i int) { f.do(b, i, http.MethodGet, "/page", xfh(i)) })
-		f.slowLog(b)
-		by := f.watchBystanders(b)
-		for i := range 5 {
-			f.do(b, i, http.MethodPost, "/page", nil)
-		}
-		time.Sleep(200 * time.Millisecond) // the bystanders' calls after the POSTs
-		by.end(b)
+		by := variantsThenPOSTs(b, f, 30_000)
 		b.ReportMetric(float64(by.pingMax)/float64(time.Millisecond), "ping-max-ms")
 		b.ReportMetric(100*float64(by.degraded)/float64(max(by.calls, 1)), "degraded-%")
-		b.ReportMetric(float64(f.checkSlowLog(b))/float64(time.Millisecond), "command-max-ms")
+		b.ReportMetric(float64(by.longest)/float64(time.Millisecond), "command-max-ms")
 	}
 }

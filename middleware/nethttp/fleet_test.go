@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -118,8 +119,11 @@ func (f *fleet) checkSlowLog(t testing.TB) time.Duration {
 		t.Fatal(err)
 	}
 	var longest time.Duration
+	var which []string
 	for _, l := range logs {
-		longest = max(longest, l.Duration)
+		if l.Duration > longest {
+			longest, which = l.Duration, l.Args[:min(len(l.Args), 3)]
+		}
 		if len(l.Args) < 3 || (!strings.EqualFold(l.Args[0], "evalsha") && !strings.EqualFold(l.Args[0], "eval")) {
 			continue
 		}
@@ -127,6 +131,7 @@ func (f *fleet) checkSlowLog(t testing.TB) time.Duration {
 			t.Errorf("one script call named %d keys and ran %v, want at most %d keys", n, l.Duration, maxScriptKeys)
 		}
 	}
+	t.Logf("slow log: %d commands over 1ms, the longest %v: %q", len(logs), longest, which)
 	return longest
 }
 
@@ -167,14 +172,17 @@ func (f *fleet) checkRetention(t *testing.T, names map[string]time.Duration, lim
 
 // bystanders is what another client of the Redis server saw meanwhile.
 type bystanders struct {
-	pingMax         time.Duration
+	mu              sync.Mutex
+	pings           []time.Duration
+	pingMax         time.Duration // set by end
 	calls, degraded int64
+	longest         time.Duration // the longest command, set by the caller
 	stop            func()
 }
 
 // watchBystanders starts another client's PINGs and another service's
 // Group (the default RedisTimeout) on the fleet's Redis, each every 5ms,
-// until the returned stop is called.
+// until end is called.
 func (f *fleet) watchBystanders(t testing.TB) *bystanders {
 	b := &bystanders{}
 	ping := f.srv.Client(t)
@@ -185,14 +193,13 @@ func (f *fleet) watchBystanders(t testing.TB) *bystanders {
 	t.Cleanup(func() { _ = other.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	var mu sync.Mutex
 	wg.Go(func() {
 		for tick := time.NewTicker(5 * time.Millisecond); ctx.Err() == nil; <-tick.C {
 			start := time.Now()
 			_ = ping.Ping(ctx).Err()
-			mu.Lock()
-			b.pingMax = max(b.pingMax, time.Since(start))
-			mu.Unlock()
+			b.mu.Lock()
+			b.pings = append(b.pings, time.Since(start))
+			b.mu.Unlock()
 		}
 	})
 	wg.Go(func() {
@@ -201,12 +208,12 @@ func (f *fleet) watchBystanders(t testing.TB) *bystanders {
 			if ctx.Err() != nil {
 				return
 			}
-			mu.Lock()
+			b.mu.Lock()
 			b.calls++
 			if err != nil || res.Status == guard.Degraded {
 				b.degraded++
 			}
-			mu.Unlock()
+			b.mu.Unlock()
 		}
 	})
 	b.stop = func() {
@@ -216,8 +223,32 @@ func (f *fleet) watchBystanders(t testing.TB) *bystanders {
 	return b
 }
 
-// end stops the bystanders and logs what they saw.
+// count is how many calls the bystander Group has made.
+func (b *bystanders) count() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.calls
+}
+
+// await returns once the bystander Group has made n calls, polling: they
+// come every 5ms, and a minute is a generous bound for n of a few hundred.
+func (b *bystanders) await(t testing.TB, n int64) {
+	for deadline := time.Now().Add(time.Minute); b.count() < n; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the bystander Group made %d calls in a minute, want %d", b.count(), n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// end stops the bystanders and logs what they saw: the PINGs' 99th
+// percentile and longest, and the Group's calls served degraded.
 func (b *bystanders) end(t testing.TB) {
 	b.stop()
-	t.Logf("bystanders: PING at most %v; %d of %d calls degraded", b.pingMax, b.degraded, b.calls)
+	slices.Sort(b.pings)
+	var p99 time.Duration
+	if n := len(b.pings); n > 0 {
+		p99, b.pingMax = b.pings[n*99/100], b.pings[n-1]
+	}
+	t.Logf("bystanders: %d PINGs, p99 %v, at most %v; %d of %d calls degraded", len(b.pings), p99, b.pingMax, b.degraded, b.calls)
 }
