@@ -158,7 +158,9 @@ func (f *fleet) names(t *testing.T) map[string]time.Duration {
 // checkRetention fails t for a name with no TTL or one over limit.
 func (f *fleet) checkRetention(t *testing.T, names map[string]time.Duration, limit time.Duration) {
 	bad := 0
+	var longest time.Duration
 	for name, ttl := range names {
+		longest = max(longest, ttl)
 		if ttl < 0 || ttl > limit {
 			if bad++; bad <= 5 {
 				t.Errorf("%s lives %v, want at most %v", name, ttl, limit)
@@ -168,6 +170,7 @@ func (f *fleet) checkRetention(t *testing.T, names map[string]time.Duration, lim
 	if bad > 5 {
 		t.Errorf("and %d more names", bad-5)
 	}
+	t.Logf("%d names, the longest TTL %v", len(names), longest)
 }
 
 // bystanders is what another client of the Redis server saw meanwhile.

@@ -139,17 +139,16 @@ func TestBoundedStreams(t *testing.T) {
 	}
 }
 
-// kinds counts names by their last suffix (":fence", ":tkeys"...).
+// kinds counts names by their suffix (":fence", ":tkeys"...); a name
+// that ends in a hash (its last part is long) is an entry.
 func kinds(names map[string]time.Duration) map[string]int {
 	out := map[string]int{}
 	for n := range names {
-		i := strings.LastIndexByte(n, ':')
-		j := strings.LastIndexByte(n, '}')
-		if i < j {
-			out["entry"]++
-			continue
+		suffix := n[strings.LastIndexByte(n, ':')+1:]
+		if len(suffix) > 12 || strings.ContainsAny(suffix, "{}") {
+			suffix = "entry"
 		}
-		out[n[i:]]++
+		out[suffix]++
 	}
 	return out
 }
