@@ -11,17 +11,20 @@ import (
 const (
 	roleEntry   = "entry"
 	roleLease   = "lease"
+	roleBackup  = "backup"
 	roleFence   = "fence"
 	roleWaiters = "waiters"
 	roleInv     = "inv"
 	roleTag     = "tag"
 	roleTagInv  = "taginv"
+	roleDrain   = "tagdrain"
 	roleHotKeys = "hotkeys"
 )
 
 // KeyOf returns the key a Redis name of the Namespace belongs to and its
-// role ("entry", "lease", "fence", "waiters", "inv", "tag", "taginv",
-// "hotkeys"); ok is false for a name the Group does not make.
+// role ("entry", "lease", "backup", "fence", "waiters", "inv", "tag",
+// "taginv", "tagdrain", "hotkeys"); ok is false for a name the Group does
+// not make.
 func (g *Group) KeyOf(name string) (key, role string, ok bool) {
 	rest, ok := strings.CutPrefix(name, g.opts.Namespace+"{")
 	if !ok {
@@ -56,6 +59,8 @@ func (g *Group) KeyOf(name string) (key, role string, ok bool) {
 		return tag, roleTag, true
 	case after == ":tinv":
 		return tag, roleTagInv, true
+	case strings.HasPrefix(after, ":tdrain:") && len(after) > len(":tdrain:"):
+		return tag, roleDrain, true
 	case tag == hotTag && (after == ":nodes" || strings.HasPrefix(after, ":node:")):
 		return "", roleHotKeys, true
 	}
@@ -81,6 +86,8 @@ func keyRole(suffix string) (string, bool) {
 		return roleWaiters, true
 	case ":inv":
 		return roleInv, true
+	case ":backup":
+		return roleBackup, true
 	}
 	return "", false
 }

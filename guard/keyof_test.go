@@ -27,6 +27,15 @@ func TestKeyOf(t *testing.T) {
 			}
 		}
 	}
+	for _, key := range []string{"user:42", "{t}x"} {
+		nm := g.names(key)
+		if got, role, ok := g.KeyOf(nm.backupLease()); !ok || got != key || role != roleBackup {
+			t.Errorf("KeyOf(%q) = %q, %q, %v; want %q, backup", nm.backupLease(), got, role, ok, key)
+		}
+	}
+	if got, role, ok := g.KeyOf("ko:{t}:tdrain:x1"); !ok || got != "t" || role != roleDrain {
+		t.Errorf("KeyOf of a drained set = %q, %q, %v; want t, tagdrain", got, role, ok)
+	}
 	index, prefix := hotNames("ko:")
 	for _, name := range []string{index, prefix + "host/1/ab"} {
 		if _, role, ok := g.KeyOf(name); !ok || role != roleHotKeys {
@@ -35,7 +44,7 @@ func TestKeyOf(t *testing.T) {
 	}
 	for _, name := range []string{
 		"other:{k}", "ko:k", "ko:{k", "ko:{k}:other", "ko:{%zz}", "ko:{}", "ko:{t}/2:{t}", "ko:{t}/03:{t}x",
-		"ko:{t}/4:{u}x", "ko:{{t}x}", "ko:{k}/1:k:lease", "ko:{%7D}/3:x}y",
+		"ko:{t}/4:{u}x", "ko:{{t}x}", "ko:{k}/1:k:lease", "ko:{%7D}/3:x}y", "ko:{t}:tdrain:",
 	} {
 		if key, role, ok := g.KeyOf(name); ok {
 			t.Errorf("KeyOf(%q) = %q, %q; want not a name of the Group", name, key, role)
