@@ -48,6 +48,11 @@ func (g *Group) missFlight(ctx context.Context, c *call, x int64) (Result, error
 		if err := mine(c, mo.owner, r.Err); err != r.Err {
 			return Result{}, err
 		}
+		if r.Err == ErrWaitTimeout && mo.owner != c && time.Since(c.start) < g.opts.WaitTimeout {
+			// It joined a wait that began before it: its own wait is
+			// WaitTimeout too, so it waits again (takeTurns bounds it).
+			return Result{}, errTurn
+		}
 		if f := mo.from; f.ok && mo.owner != c && !g.joinedCurrent(c.start, f.at, c.nm.entry, f.tk, &f.e) {
 			// A value read before this call began, and a newer one was
 			// returned since: this call reads for itself.
