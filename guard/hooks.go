@@ -44,8 +44,7 @@ type Hooks struct {
 	// Oversize: a load returned size bytes, over MaxValueBytes: not
 	// stored in Redis.
 	Oversize func(key string, size int)
-	// TagFull: key was loaded for its caller alone and not stored: its
-	// hash tag holds MaxTagKeys keys already.
+	// TagFull: key was loaded, not stored: its tag was full (MaxTagKeys).
 	TagFull func(key string)
 	// Batch: a GetMany or FetchMany call finished its work. The hooks
 	// above run for each of its keys as well.

@@ -77,12 +77,8 @@ type Options struct {
 	// HotKeys is how many hottest keys the Group reports every 5s and
 	// publishes for `stampede top`. Default: 20.
 	HotKeys int
-	// MaxTagKeys bounds the keys of one hash tag that are stored or
-	// loading at once (the HTTP middleware's variants of one URL). A key
-	// past it is loaded by each of its callers and not stored
-	// (Hooks.TagFull), so no stream of requests makes a tag, or the work
-	// of one InvalidateTag, grow without bound. Default: 256. Disabled:
-	// no bound.
+	// MaxTagKeys: most keys of one hash tag stored or loading; past it a
+	// key is loaded by each caller, not stored. Default: 256.
 	MaxTagKeys int
 	// Hooks observe the Group's events.
 	Hooks Hooks
@@ -102,11 +98,8 @@ type WaitTimeoutPolicy int
 const (
 	LoadLocally WaitTimeoutPolicy = iota // load on this node; stored unless a newer value landed
 	ReturnError                          // return ErrWaitTimeout
-	// BackupLoad: one caller fleet-wide loads the key under a backup
-	// lease of its own (a slow or stuck lease holder then decides nobody
-	// else's answer); the other waiters share its fill, and return
-	// ErrWaitTimeout only if it does not land within another
-	// WaitTimeout. Batches apply ReturnError.
+	// BackupLoad: one caller fleet-wide loads under a lease of its own,
+	// the others share its fill (ErrWaitTimeout a WaitTimeout later).
 	BackupLoad
 )
 

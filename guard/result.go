@@ -50,7 +50,6 @@ type Result struct {
 	Fresh time.Duration
 	// Oversize: the value is over MaxValueBytes, not in Redis.
 	Oversize bool
-	// Capped: the key's hash tag holds MaxTagKeys keys already; the
-	// value (Status Passed) is this call's own load, not stored.
+	// Capped: the key's tag was full (MaxTagKeys): this call's own load.
 	Capped bool
 }
