@@ -33,6 +33,7 @@
 //	stampede.fill.rejections      counter
 //	stampede.corrupt.entries      counter
 //	stampede.oversize.values      counter, values over MaxValueBytes (not stored)
+//	stampede.tag.full             counter, loads not stored: their tag held MaxTagKeys keys
 //	stampede.unready              counter, Groups whose start-up subscription failed
 //	stampede.redis.errors         counter, stampede.redis.op: get, read, fill, renew, release, invalidate,
 //	                              subscribe (the fill subscription), track (the tier's reports)

@@ -50,7 +50,7 @@ type Telemetry struct {
 
 	requests, coalesced, loads, leases, wakeups  metric.Int64Counter
 	refreshErrs, fillRejected, corrupt           metric.Int64Counter
-	oversize, unready                            metric.Int64Counter
+	oversize, tagFull, unready                   metric.Int64Counter
 	redisErrs, breakerTrans                      metric.Int64Counter
 	breakerOpen                                  metric.Int64UpDownCounter
 	loadDur, waitDur                             metric.Float64Histogram
@@ -93,7 +93,7 @@ type lockSeries struct {
 }
 
 // redisOps are the op values guard.Hooks.RedisError reports today.
-var redisOps = []string{"get", "read", "fill", "renew", "release", "invalidate", "subscribe", "track", "hotkeys"}
+var redisOps = []string{"get", "read", "fill", "renew", "release", "invalidate", "subscribe", "track", "hotkeys", "backup"}
 
 // New returns Telemetry whose instruments come from opts.MeterProvider. It
 // fails only if the provider fails to make an instrument.
@@ -144,6 +144,8 @@ func New(opts Options) (*Telemetry, error) {
 		"Entries in Redis that could not be decoded and were treated as misses.")
 	t.oversize = counter("stampede.oversize.values", "{value}",
 		"Loaded values over the Group's MaxValueBytes: served to their callers, not stored in Redis.")
+	t.tagFull = counter("stampede.tag.full", "{load}",
+		"Loads not stored because their hash tag (an HTTP URL's variants) held MaxTagKeys keys already.")
 	t.unready = counter("stampede.unready", "{group}",
 		"Groups whose fill subscription failed at start-up (Redis unreachable or refusing it); they serve degraded until Ready.")
 	t.redisErrs = counter("stampede.redis.errors", "{error}", "Failed Redis calls of the guard, by stampede.redis.op.")
@@ -222,7 +224,7 @@ func (t *Telemetry) bindGuard(label string) *guardSeries {
 	zero(t.loads, s.loadOK, s.loadNotFound, s.loadErr)
 	zero(t.leases, s.leaseWon, s.leaseBusy)
 	zero(t.wakeups, s.wokenNotified, s.wokenTimer)
-	for _, c := range []metric.Int64Counter{t.coalesced, t.refreshErrs, t.fillRejected, t.corrupt, t.oversize} {
+	for _, c := range []metric.Int64Counter{t.coalesced, t.refreshErrs, t.fillRejected, t.corrupt, t.oversize, t.tagFull} {
 		zero(c, s.base)
 	}
 	return s
@@ -315,6 +317,7 @@ func (t *Telemetry) GuardHooks() guard.Hooks {
 		FillRejected: func(key string) { t.fillRejected.Add(bg, 1, t.guardSeries(key).base...) },
 		Corrupt:      func(key string, _ error) { t.corrupt.Add(bg, 1, t.guardSeries(key).base...) },
 		Oversize:     func(key string, _ int) { t.oversize.Add(bg, 1, t.guardSeries(key).base...) },
+		TagFull:      func(key string) { t.tagFull.Add(bg, 1, t.guardSeries(key).base...) },
 		Unready:      func(error) { t.unready.Add(bg, 1, t.plain...) },
 		LocalTier:    t.tier.hook,
 		HotKeys:      t.hot.keys.Hook,

@@ -80,6 +80,8 @@ func TestGuardHooks(t *testing.T) {
 			map[string]float64{"stampede.corrupt.entries{" + g + "}": 1}},
 		{"oversize", func(h guard.Hooks) { h.Oversize("k", 1<<30) },
 			map[string]float64{"stampede.oversize.values{" + g + "}": 1}},
+		{"tag full", func(h guard.Hooks) { h.TagFull("k") },
+			map[string]float64{"stampede.tag.full{" + g + "}": 1}},
 		{"unready", func(h guard.Hooks) { h.Unready(boom) },
 			map[string]float64{"stampede.unready{" + g + "}": 1}},
 		{"redis error", func(h guard.Hooks) { h.RedisError("read", boom); h.RedisError("scan", boom) },

@@ -30,9 +30,11 @@
 //	stampede_fill_rejections_total           fills refused as outdated
 //	stampede_corrupt_entries_total           undecodable entries
 //	stampede_oversize_values_total           values over MaxValueBytes, not stored
+//	stampede_tag_full_total                  loads not stored: their tag held MaxTagKeys keys
 //	stampede_unready_total                   Groups whose start-up subscription failed
 //	stampede_redis_errors_total{op}          get, read, fill, renew, release, invalidate,
-//	                                         subscribe (the fill subscription), track (the tier's reports)
+//	                                         subscribe (the fill subscription), track (the tier's reports),
+//	                                         hotkeys, backup (a backup lease past WaitTimeout)
 //	stampede_breaker_open                    gauge: 1 while the Group's Redis breaker is open, else 0
 //	stampede_breaker_transitions_total{state} open, closed
 //	stampede_local_tier_state{state}         state set of the in-process tier, the current state at 1:

@@ -30,6 +30,7 @@ type Metrics struct {
 	fillRejected *prometheus.CounterVec   // [key]
 	corrupt      *prometheus.CounterVec   // [key]
 	oversize     *prometheus.CounterVec   // [key]
+	tagFull      *prometheus.CounterVec   // [key]
 	unready      *prometheus.CounterVec   // no variable labels
 	redisErrs    *prometheus.CounterVec   // op
 	breakerVec   *prometheus.GaugeVec     // no variable labels; bound by GuardHooks
@@ -68,7 +69,7 @@ type guardSeries struct {
 	wokenNotified, wokenTimer             prometheus.Counter
 	waitDur                               prometheus.Observer
 	refreshErr, fillRejected, corrupt     prometheus.Counter
-	oversize                              prometheus.Counter
+	oversize, tagFull                     prometheus.Counter
 }
 
 type lockSeries struct {
@@ -78,7 +79,7 @@ type lockSeries struct {
 
 // redisOps are the op values guard.Hooks.RedisError reports today; their
 // series exist (at zero) from the start, so alerts on rate() see them.
-var redisOps = []string{"get", "read", "fill", "renew", "release", "invalidate", "subscribe", "track", "hotkeys"}
+var redisOps = []string{"get", "read", "fill", "renew", "release", "invalidate", "subscribe", "track", "hotkeys", "backup"}
 
 // New returns Metrics for the guard Group or lock Client named by
 // opts.Group. Register it with a prometheus.Registerer. New panics if a
@@ -133,6 +134,8 @@ func New(opts Options) *Metrics {
 		"Entries in Redis that could not be decoded and were treated as misses.", keyed)
 	m.oversize = counter("", "oversize_values_total",
 		"Loaded values over the Group's MaxValueBytes: served to their callers, not stored in Redis.", keyed)
+	m.tagFull = counter("", "tag_full_total",
+		"Loads not stored because their hash tag (an HTTP URL's variants) held MaxTagKeys keys already.", keyed)
 	m.unready = counter("", "unready_total",
 		"Groups whose fill subscription failed at start-up (Redis unreachable or refusing it); they serve degraded until Ready.", nil)
 	m.redisErrs = counter("", "redis_errors_total", "Failed Redis calls of the guard, by op.", []string{"op"})
@@ -208,6 +211,7 @@ func (m *Metrics) bindGuard(label string) *guardSeries {
 		fillRejected:  m.fillRejected.WithLabelValues(k...),
 		corrupt:       m.corrupt.WithLabelValues(k...),
 		oversize:      m.oversize.WithLabelValues(k...),
+		tagFull:       m.tagFull.WithLabelValues(k...),
 	}
 }
 
@@ -290,6 +294,7 @@ func (m *Metrics) GuardHooks() guard.Hooks {
 		FillRejected: func(key string) { m.guardSeries(key).fillRejected.Inc() },
 		Corrupt:      func(key string, _ error) { m.guardSeries(key).corrupt.Inc() },
 		Oversize:     func(key string, _ int) { m.guardSeries(key).oversize.Inc() },
+		TagFull:      func(key string) { m.guardSeries(key).tagFull.Inc() },
 		Unready:      func(error) { m.unreadyC.Inc() },
 		LocalTier:    m.tier.hook,
 		HotKeys:      m.hot.keys.Hook,

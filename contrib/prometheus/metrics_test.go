@@ -152,6 +152,8 @@ func TestGuardHooks(t *testing.T) {
 			map[string]float64{`stampede_corrupt_entries_total{` + g + `}`: 1}},
 		{"oversize", func(h guard.Hooks) { h.Oversize("k", 1<<30) },
 			map[string]float64{`stampede_oversize_values_total{` + g + `}`: 1}},
+		{"tag full", func(h guard.Hooks) { h.TagFull("k") },
+			map[string]float64{`stampede_tag_full_total{` + g + `}`: 1}},
 		{"unready", func(h guard.Hooks) { h.Unready(boom) },
 			map[string]float64{`stampede_unready_total{` + g + `}`: 1}},
 		{"redis error", func(h guard.Hooks) { h.RedisError("read", boom); h.RedisError("fill", boom) },
@@ -237,7 +239,7 @@ func TestSeriesAppearWithTheirHooks(t *testing.T) {
 	m.GuardHooks()
 	for name, want := range map[string]int{
 		"stampede_requests_total":      4,
-		"stampede_redis_errors_total":  9,
+		"stampede_redis_errors_total":  10,
 		"stampede_breaker_open":        1,
 		"stampede_local_tier_state":    7, // every state, at 0 until the Group tells its own
 		"stampede_lock_obtained_total": 0,
