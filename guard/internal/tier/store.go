@@ -299,14 +299,20 @@ func (t *Tier) Seen(key, name string, e *entry.Entry) {
 // of it was returned since that read was sent. Every value returned leaves
 // a copy or a mark of its version, so: nothing erased what the tier knew
 // of the entry since (no report, own write, eviction, flush), and no copy
-// or mark held is newer. Without a tier there is nothing to tell by
+// or mark held is newer, and no report that reached this host waits to
+// be applied (the fence). Without a tier there is nothing to tell by
 // (true); with one that did not listen when the read was sent, nothing is
 // known (false: the caller reads again).
 func (t *Tier) Current(name string, tk Ticket, e *entry.Entry) bool {
 	if t == nil {
 		return true
 	}
-	if !tk.ok || t.gen.Load() != tk.gen || t.erased[tk.stripe].Load() != tk.eseq || (tk.tagged && t.tags[tk.tag].Load() != tk.tseq) {
+	// The fence first, as for a hit: a report that reached this host
+	// but waits to be applied has not erased anything yet.
+	if !tk.ok || (t.fence != nil && !t.fence(nanotime())) {
+		return false
+	}
+	if t.gen.Load() != tk.gen || t.erased[tk.stripe].Load() != tk.eseq || (tk.tagged && t.tags[tk.tag].Load() != tk.tseq) {
 		return false
 	}
 	t.mu.Lock()

@@ -125,3 +125,30 @@ func TestLocalTierTagTicket(t *testing.T) {
 // entryName is the entry name of key under Namespace "ns:" (the guard's
 // names).
 func entryName(key string) string { return hashtag.KeyBase("ns:", key) }
+
+// TestCurrentFenced: a read another call joined is current only while the
+// fence holds. A report of the entry's change that reached this host but
+// waits to be applied has erased nothing yet, so the stripe alone would
+// call a read sent before that change current, and a call that began
+// after the change returned would get the value it replaced.
+func TestCurrentFenced(t *testing.T) {
+	lt := newStore(Config{Namespace: "ns:", Entries: 8, Bytes: 1 << 20, TTL: time.Hour})
+	lt.SetLive(true)
+	quiet := true
+	lt.fence = func(int64) bool { return quiet }
+	name := "ns:{k}"
+	tk := lt.Ticket(name)
+	e := entry.Entry{Fence: 1, Written: 1, Value: []byte("v1")}
+	if !lt.Current(name, tk, &e) {
+		t.Fatal("a read with nothing changed since, every report applied, is not current")
+	}
+	quiet = false // a report on the socket, not yet applied
+	if lt.Current(name, tk, &e) {
+		t.Error("a read is current while a report that reached this host waits to be applied")
+	}
+	quiet = true
+	lt.Changed(name) // the report, applied
+	if lt.Current(name, tk, &e) {
+		t.Error("a read sent before a reported change is current")
+	}
+}
