@@ -33,6 +33,7 @@ func (g *Group) backup(d *missWait) {
 		bc := *c
 		bc.nm, bc.backup = c.nm.withBackupLease(), true
 		d.res, d.err = g.loadAndFill(d.ctx, &bc, x, false, nil)
+		c.loaded = bc.loaded // for the wait's joiners (missOutcome.fits)
 	default:
 		// x == 0: the lease is free, a read takes it; x < 0: another
 		// node's backup load is running, whose fill wakes this wait.

@@ -81,6 +81,9 @@ type call struct {
 	// backup: the call loads under the key's backup lease (nm names it
 	// as the lease): its fill leaves the fence counter as it is
 	backup bool
+	// loaded: when the last load this call ran, or its miss flight
+	// joined, ended (see lookup.at)
+	loaded time.Time
 }
 
 func (g *Group) newCall(key string, load LoadFunc, co callOptions) *call {
@@ -97,11 +100,13 @@ func (g *Group) readPath(ctx context.Context, c *call) (Result, error) {
 
 func (g *Group) readPathOnce(ctx context.Context, c *call) (Result, error) {
 	lk, err := g.lookup(ctx, c)
-	if err == nil && (lk.st == fresh || lk.st == stale) && lk.owner != c && !g.joinedCurrent(c.start, lk.at, c.nm.entry, lk.k.tk, &lk.e) {
-		// This call joined a read sent before it began, and a newer value
-		// has been returned since (to a call that may have ended before
-		// this one began): it reads for itself.
+	if err == nil && lk.owner != c && !g.joinedFits(c, &lk) {
+		// This call joined a read sent, or a load ended, before it began,
+		// and a newer value may have been returned since (to a call that
+		// may have ended before this one began): it reads for itself.
+		seen := lk.missSeen
 		lk, err = g.readOnce(context.WithoutCancel(ctx), c, nil)
+		lk.missSeen = seen
 	}
 	if err != nil {
 		if ctx.Err() != nil {
@@ -146,6 +151,23 @@ func (g *Group) claim(key string, res Result, claimed *atomic.Bool) Result {
 		}
 	}
 	return res
+}
+
+// joinedFits reports whether lk, the outcome of another call's read
+// flight, may answer c. A value read: unless the read was sent before c
+// began and a newer value was returned since (joinedCurrent). A value
+// loaded: only if c began before the load ended, so before its fill; a
+// call that began later may follow a change that replaced that fill
+// (every node read it, then Invalidate returned) while the flight's
+// goroutine had not yet handed its value over.
+func (g *Group) joinedFits(c *call, lk *lookup) bool {
+	switch lk.st {
+	case fresh, stale:
+		return g.joinedCurrent(c.start, lk.at, c.nm.entry, lk.k.tk, &lk.e)
+	case loaded:
+		return !c.start.After(lk.at)
+	}
+	return true
 }
 
 // joinedCurrent reports whether the entry e of the entry named name, read

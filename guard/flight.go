@@ -17,7 +17,7 @@ type lookup struct {
 	now int64     // Redis clock, ms
 	x   int64     // the read's lease outcome (see readReply)
 	k   keep      // where a fresh value may go in the in-process tier
-	at  time.Time // when the read was sent (a caller that joined may have begun later)
+	at  time.Time // when the read was sent, or (loaded) its load ended; see joinedFits
 
 	// st == loaded: the read won the lease of a missing key and loaded it.
 	res     Result
@@ -145,7 +145,7 @@ func (g *Group) readOnce(ctx context.Context, c *call, fl *flight) (lookup, erro
 		g.leaseHook(c.key, true)
 		fl.startLoading()
 		res, err := g.loadAndFill(ctx, c, rr.x, false, kept(e))
-		return lookup{st: loaded, res: res, err: err, claimed: new(atomic.Bool), owner: c}, nil
+		return lookup{st: loaded, res: res, err: err, claimed: new(atomic.Bool), owner: c, at: c.loaded}, nil
 	case rr.x < 0:
 		g.leaseHook(c.key, false)
 	}

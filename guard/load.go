@@ -20,6 +20,7 @@ import (
 // the entry the load replaces (Previous), or nil.
 func (g *Group) loadAndFill(ctx context.Context, c *call, fence int64, refresh bool, prev *entry.Entry) (Result, error) {
 	o := g.loadLeased(ctx, c.key, c.nm, c.load, fence, prev)
+	c.loaded = o.end
 	v, err := o.v, o.err
 	f := g.fillFor(c.co, fence, o, refresh)
 	if c.backup {
@@ -27,6 +28,7 @@ func (g *Group) loadAndFill(ctx context.Context, c *call, fence int64, refresh b
 	}
 	g.step(ctx, "fill")
 	g.store(ctx, c.key, c.nm, f)
+	g.step(ctx, "filled")
 	if f.keepLease > 0 {
 		// Reported once the lease is held for the back-off, so whoever
 		// watches the hook sees the state it describes.
@@ -84,6 +86,7 @@ type outcome struct {
 	// reval: the loader answered Revalidated; v is the new value, built
 	// here, and only the head goes to Redis.
 	reval *revalidation
+	end   time.Time // when the load ended, before any fill of its value
 }
 
 // revalidation is a Revalidated answer checked against its previous entry.
@@ -140,6 +143,7 @@ func (g *Group) callLoader(ctx context.Context, key string, load LoadFunc, join 
 		close(r.done)
 	}()
 	o = g.runLoader(ctx, key, load, prev)
+	o.end = time.Now()
 	r.o = o
 	return o, true
 }

@@ -18,6 +18,7 @@ type missOutcome struct {
 	owner   *call       // whose load it was (see mine)
 	marker  entry.Entry // with errPassing: the pass marker read
 	from    valueRead   // when res is a value a read found: that read
+	loaded  time.Time   // when res is a load's: when that load ended
 }
 
 // valueRead is the read that found a value a flight hands its callers.
@@ -35,7 +36,9 @@ func (g *Group) missFlight(ctx context.Context, c *call, x int64) (Result, error
 	ch := g.sf.DoChan("m"+c.key, func() (any, error) {
 		mo := missOutcome{claimed: new(atomic.Bool), owner: c}
 		var err error
+		c.loaded = time.Time{}
 		mo.res, err = g.resolveMiss(detached, c, x, &mo.marker, &mo.from)
+		mo.loaded = c.loaded
 		return mo, err
 	})
 	select {
@@ -53,15 +56,25 @@ func (g *Group) missFlight(ctx context.Context, c *call, x int64) (Result, error
 			// WaitTimeout too, so it waits again (takeTurns bounds it).
 			return Result{}, errTurn
 		}
-		if f := mo.from; f.ok && mo.owner != c && !g.joinedCurrent(c.start, f.at, c.nm.entry, f.tk, &f.e) {
-			// A value read before this call began, and a newer one was
-			// returned since: this call reads for itself.
+		if mo.owner != c && !mo.fits(g, c) {
+			// A value read or loaded before this call began, and a newer
+			// one may have been returned since: this call reads for
+			// itself.
 			return g.readPathOnce(ctx, c)
 		}
 		return g.claim(c.key, mo.res, mo.claimed), r.Err
 	case <-ctx.Done():
 		return Result{}, ctx.Err()
 	}
+}
+
+// fits reports whether mo, the outcome of another call's miss flight, may
+// answer c: as joinedFits says of a read flight's.
+func (mo *missOutcome) fits(g *Group, c *call) bool {
+	if f := mo.from; f.ok {
+		return g.joinedCurrent(c.start, f.at, c.nm.entry, f.tk, &f.e)
+	}
+	return mo.loaded.IsZero() || !c.start.After(mo.loaded)
 }
 
 // missWait is the driver of a single key's wait for another node's fill
@@ -144,6 +157,7 @@ func (d *missWait) joined(_ *waiter, o outcome) bool {
 		return false
 	}
 	d.res, d.err = Result{Value: o.v, Status: Shared}, o.err
+	d.c.loaded = o.end
 	return true
 }
 

@@ -1,0 +1,69 @@
+package guard
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stampede-go/stampede/internal/redistest"
+)
+
+// TestJoinedLoadNotOlder: a call that joins a read flight whose load
+// ended before the call began does not take that load's value when the
+// key changed since. B's flight loads v1 and is held before its fill
+// (the fill then lands after the change and is rejected) or after it
+// (the change replaces the fill); meanwhile A invalidates the key and
+// fills v2; then a call on B joins the held flight. Once the flight goes
+// on, its own caller gets v1 (it began before the change) and the
+// joiner v2, as a call that began after the change returned must.
+func TestJoinedLoadNotOlder(t *testing.T) {
+	for _, step := range []string{"fill", "filled"} {
+		t.Run(step, func(t *testing.T) {
+			rdb := redistest.Shared(t).Client(t)
+			o := Options{Namespace: redistest.Key(t) + ":", FreshFor: time.Hour}
+			a := newGroup(t, rdb, o)
+			b := newGroup(t, otherClient(t, rdb), o)
+			key := "k"
+			value := func(v string) LoadFunc { return func(context.Context) ([]byte, error) { return []byte(v), nil } }
+			held, release := make(chan struct{}), make(chan struct{})
+			var holding atomic.Bool
+			b.testStep = func(_ context.Context, s string) {
+				if s == step && holding.CompareAndSwap(false, true) {
+					close(held)
+					<-release
+				}
+			}
+			var joined atomic.Int64
+			b.testJoined = func(string) { joined.Add(1) }
+			get := func(load LoadFunc) <-chan string {
+				out := make(chan string, 1)
+				go func() {
+					v, err := b.Get(ctxT(t), key, load)
+					if err != nil {
+						t.Error(err)
+					}
+					out <- string(v)
+				}()
+				return out
+			}
+			first := get(value("v1"))
+			<-held // B's flight loaded v1
+			if err := a.Invalidate(ctxT(t), key); err != nil {
+				t.Fatal(err)
+			}
+			if v, err := a.Get(ctxT(t), key, value("v2")); err != nil || string(v) != "v2" {
+				t.Fatalf("A's refill: %q %v", v, err)
+			}
+			second := get(nil2Loader(t))
+			redistest.Eventually(t, 10*time.Second, "the second call in the held flight", func() bool { return joined.Load() == 2 })
+			close(release)
+			if v := <-first; v != "v1" {
+				t.Errorf("the flight's own caller got %q, want v1", v)
+			}
+			if got, want := <-second, "v2"; got != want {
+				t.Errorf("a call that began after v2 was returned got %q from a load that ended before it began, want %q", got, want)
+			}
+		})
+	}
+}
