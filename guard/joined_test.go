@@ -67,3 +67,75 @@ func TestJoinedLoadNotOlder(t *testing.T) {
 		})
 	}
 }
+
+// TestJoinedMissLoadNotOlder: the same in a miss flight. B's call waits
+// for C's fill past WaitTimeout, then loads v1 itself, held before its
+// fill; A invalidates the key, D takes the lease and loads v2; a call on
+// B that begins then finds the key missing, leased, and joins B's held
+// miss flight. Once it goes on, the joiner gets D's v2, not the v1 of a
+// load that ended before it began.
+func TestJoinedMissLoadNotOlder(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	o := Options{Namespace: redistest.Key(t) + ":", FreshFor: time.Hour, WaitTimeout: 100 * time.Millisecond}
+	a, c, d := newGroup(t, rdb, o), newGroup(t, rdb, o), newGroup(t, rdb, o)
+	o.WaitTimeout = 200 * time.Millisecond
+	b := newGroup(t, otherClient(t, rdb), o)
+	key := "k"
+	value := func(v string) LoadFunc { return func(context.Context) ([]byte, error) { return []byte(v), nil } }
+	// held returns a load that says it started, then waits for gate.
+	held := func(v string) (LoadFunc, chan struct{}, chan struct{}) {
+		started, gate := make(chan struct{}), make(chan struct{})
+		return func(context.Context) ([]byte, error) {
+			close(started)
+			<-gate
+			return []byte(v), nil
+		}, started, gate
+	}
+	get := func(g *Group, load LoadFunc) <-chan string {
+		out := make(chan string, 1)
+		go func() {
+			v, err := g.Get(ctxT(t), key, load)
+			if err != nil {
+				t.Error(err)
+			}
+			out <- string(v)
+		}()
+		return out
+	}
+	loadC, startedC, gateC := held("vC")
+	fromC := get(c, loadC)
+	<-startedC // C holds the lease
+	filling, release := make(chan struct{}), make(chan struct{})
+	var holding atomic.Bool
+	var inFlight atomic.Int64
+	b.testStep = func(_ context.Context, s string) {
+		switch {
+		case s == "miss flight":
+			inFlight.Add(1)
+		case s == "fill" && holding.CompareAndSwap(false, true):
+			close(filling)
+			<-release
+		}
+	}
+	first := get(b, value("v1"))
+	<-filling // B waited past WaitTimeout and loaded v1
+	if err := a.Invalidate(ctxT(t), key); err != nil {
+		t.Fatal(err)
+	}
+	loadD, startedD, gateD := held("v2")
+	fromD := get(d, loadD)
+	<-startedD // D holds the lease
+	second := get(b, nil2Loader(t))
+	redistest.Eventually(t, 10*time.Second, "the second call in the held miss flight", func() bool { return inFlight.Load() == 2 })
+	close(release)
+	close(gateD)
+	close(gateC)
+	if v := <-first; v != "v1" {
+		t.Errorf("the miss flight's own caller got %q, want v1", v)
+	}
+	if got, want := <-second, "v2"; got != want {
+		t.Errorf("a call that began after the change got %q from a load that ended before it began, want %q", got, want)
+	}
+	<-fromC
+	<-fromD
+}

@@ -41,6 +41,7 @@ func (g *Group) missFlight(ctx context.Context, c *call, x int64) (Result, error
 		mo.loaded = c.loaded
 		return mo, err
 	})
+	g.step(ctx, "miss flight") // joined it, as its leader or a follower
 	select {
 	case r := <-ch:
 		mo, _ := r.Val.(missOutcome)
