@@ -185,7 +185,8 @@ func (c *coherence) fenced(now int64) bool {
 		return false
 	}
 	for _, t := range *all {
-		if fc := t.fc.Load(); fc == nil || !fc.Quiet(now) || !t.bar.recent(now, c.lag) {
+		fc := t.fc.Load()
+		if fc == nil || (fc.watched && t.bar.out()) || !fc.Quiet(now) || !t.bar.recent(now, c.lag) {
 			return false
 		}
 	}
