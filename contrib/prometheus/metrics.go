@@ -153,6 +153,16 @@ func New(opts Options) *Metrics {
 		m.all = append(m.all, m.hot)
 	}
 
+	m.newLockMetrics(counter, histogram, keyed, with)
+
+	m.guardKeys = metrics.NewSeries(o.Labels, m.bindGuard)
+	m.lockKeys = metrics.NewSeries(o.Labels, m.bindLock)
+	return m
+}
+
+// newLockMetrics makes the lock series with New's makers.
+func (m *Metrics) newLockMetrics(counter func(sub, name, help string, labels []string) *prometheus.CounterVec,
+	histogram func(sub, name, help string) *prometheus.HistogramVec, keyed []string, with func(...string) []string) {
 	m.lockObtained = counter("lock", "obtained_total", "Locks (or reentrant holds) obtained.", keyed)
 	m.lockWait = histogram("lock", "wait_duration_seconds", "Time callers waited to obtain a lock.")
 	m.lockRenewals = counter("lock", "renewals_total",
@@ -161,10 +171,6 @@ func New(opts Options) *Metrics {
 		"Held locks found lost, or whose lease ran out, before Release.", keyed)
 	m.lockReleased = counter("lock", "released_total", "Locks released.", keyed)
 	m.lockHold = histogram("lock", "hold_duration_seconds", "Time locks were held, from obtaining to Release.")
-
-	m.guardKeys = metrics.NewSeries(o.Labels, m.bindGuard)
-	m.lockKeys = metrics.NewSeries(o.Labels, m.bindLock)
-	return m
 }
 
 // Describe implements prometheus.Collector.

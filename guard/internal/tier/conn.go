@@ -211,52 +211,6 @@ func (c *coherence) apply(t *tracker, ts *trackState, msg any) {
 	}
 }
 
-// readerDialed returns the dial hook of t's reader: a second connection
-// means the first was lost, and with it the tracking of the keys read on
-// it; the tier flushes, so that no copy whose change Redis would not
-// report is served. The connection's socket is kept for readerLost.
-func (c *coherence) readerDialed(t *tracker) func(net.Conn) {
-	var n atomic.Int64
-	return func(cn net.Conn) {
-		if n.Add(1) > 1 {
-			c.tier.Flush()
-		}
-		t.reader.Store(rawConn(cn))
-	}
-}
-
-// readerLost flushes the tier once t's tracked reader's connection is no
-// longer established: a CLIENT KILL, a timeout or an output-buffer limit
-// on Redis's side ends the tracking of every key read on it, and an idle
-// reader would only notice at its next read, while the copies it vouched
-// for are served. The barriers run it, so a copy goes within LocalLag.
-func (c *coherence) readerLost(t *tracker) {
-	rc := t.reader.Load()
-	if rc == nil || !tcpInfoWorks {
-		return
-	}
-	if _, ok := bytesReceived(*rc); !ok && t.reader.CompareAndSwap(rc, nil) {
-		c.tier.Flush()
-	}
-}
-
-// rawConn returns the socket of cn for TCP_INFO, through TLS; nil when
-// there is none.
-func rawConn(cn net.Conn) *syscall.RawConn {
-	if nc, ok := cn.(interface{ NetConn() net.Conn }); ok {
-		cn = nc.NetConn()
-	}
-	tc, ok := cn.(*net.TCPConn)
-	if !ok {
-		return nil
-	}
-	rc, err := tc.SyscallConn()
-	if err != nil {
-		return nil
-	}
-	return &rc
-}
-
 // sendBarriers sends a barrier on ps every Lag/2 while the tier is being
 // hit, until done: a hit is served only while a barrier sent within Lag
 // came back (see fence.go). An idle tier sends none; its next hit reads
