@@ -211,28 +211,41 @@ func (c *coherence) apply(t *tracker, ts *trackState, msg any) {
 	}
 }
 
-// sendBarriers sends a barrier on ps every Lag/2 while the tier is being
-// hit, until done: a hit is served only while a barrier sent within Lag
-// came back (see fence.go). An idle tier sends none; its next hit reads
-// Redis, and the barriers start again.
+// sendBarriers sends a barrier on ps while the tier is being hit, each
+// when barriers.next says, one at a time, until done: a hit is served only
+// while a barrier sent within Lag came back (see fence.go). An idle tier
+// sends none; its next hit reads Redis, and the barriers start again.
 func (c *coherence) sendBarriers(t *tracker, ps *redis.PubSub, done <-chan struct{}) {
-	tick := time.NewTicker(max(c.lag/2, time.Millisecond))
-	defer tick.Stop()
+	// How often a barrier still out, and an idle tier, are looked at again.
+	recheck, idle := max(c.lag/20, time.Millisecond), max(c.lag/2, time.Millisecond)
+	timer := time.NewTimer(idle)
+	defer timer.Stop()
 	for {
 		select {
 		case <-done:
 			return
-		case <-tick.C:
-		}
-		if nanotime()-c.tier.lastHit.Load() > int64(idleAfter) {
-			continue
+		case <-timer.C:
 		}
 		if c.perKey {
 			c.readerLost(t)
 		}
+		now := nanotime()
+		wait := t.bar.next(now, c.lag)
+		switch {
+		case now-c.tier.lastHit.Load() > int64(idleAfter):
+			timer.Reset(idle)
+			continue
+		case t.bar.out():
+			timer.Reset(recheck)
+			continue
+		case wait > 0:
+			timer.Reset(wait)
+			continue
+		}
 		if err := t.bar.send(func() error { return ps.Subscribe(context.Background(), invalidateChannel) }); err != nil {
 			return // the connection is gone; listen sees it too
 		}
+		timer.Reset(recheck)
 	}
 }
 

@@ -1,7 +1,9 @@
 package tier
 
 import (
+	"io"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -18,9 +20,10 @@ import (
 //     later (milliseconds, on a busy process). The reader is quiet while it
 //     waits in a Read that began after it applied every report it read
 //     (go-redis's buffered reader asks for more bytes only when those it
-//     holds do not make a whole message), and the kernel has received no
-//     byte since that Read began, and no close (TCP_INFO). One kernel check
-//     serves the hits of the next Window, while that Read lasts: a hit
+//     holds do not make a whole message), after the kernel had no byte for
+//     it, and the socket still holds no byte and no close (a peek, which
+//     costs a third of asking for TCP_INFO). One kernel check serves the
+//     hits of the next Window, while the reader waits so: a hit
 //     costs a system call once per Window at most, and a report that
 //     reached the socket more than Window before a call began is never
 //     missed by it. Not while a barrier is in flight, though: its reply
@@ -42,41 +45,87 @@ import (
 // Window is how long one kernel check of a report socket serves hits.
 const Window = 20 * time.Microsecond
 
-// fenceConn is a report connection's socket, watched for the fence.
+// fenceConn is a report connection's socket, watched for the fence. Its
+// reader reads through the socket itself (RawConn.Read), so that the hits
+// know when it waits for bytes: state is the reader's generation times
+// two, plus one while it waits after the kernel had nothing for it.
 type fenceConn struct {
 	net.Conn
 	rc      syscall.RawConn // nil: the kernel cannot be asked (the barrier holds)
 	watched bool
-	// entered is 1 + total when the Read in progress began, 0 when no Read
-	// is in progress.
-	entered atomic.Uint64
-	total   uint64 // bytes returned by every Read: the reading goroutine's
-	// The last kernel check that found the reader quiet: the entered value
-	// it saw and when (nanotime), under a sequence lock (odd: being
-	// written) so that a hit never pairs one check's time with another's
-	// Read.
-	seq       atomic.Uint64
-	checkRead atomic.Uint64
-	checkAt   atomic.Int64
+	state   atomic.Uint64
+	// The reader's own: its generation, and the Read in progress (read
+	// is made once, so a Read allocates nothing).
+	gen  uint64
+	p    []byte
+	n    int
+	err  error
+	read func(fd uintptr) bool
+	// The last kernel check that found the reader quiet: the state it saw
+	// and when (nanotime), under a sequence lock (odd: being written) so
+	// that a hit never pairs one check's time with another's wait.
+	seq        atomic.Uint64
+	checkState atomic.Uint64
+	checkAt    atomic.Int64
 }
 
 // watch returns cn wrapped for the fence.
 func watch(cn net.Conn) (net.Conn, *fenceConn) {
 	fc := &fenceConn{Conn: cn}
-	if tc, ok := cn.(*net.TCPConn); ok && tcpInfoWorks {
+	if tc, ok := cn.(*net.TCPConn); ok && peekWorks {
 		if rc, err := tc.SyscallConn(); err == nil {
 			fc.rc, fc.watched = rc, true
+			fc.read = fc.readOnce
 		}
 	}
 	return fc, fc
 }
 
 func (c *fenceConn) Read(p []byte) (int, error) {
-	c.entered.Store(c.total + 1)
-	n, err := c.Conn.Read(p)
-	c.entered.Store(0)
-	c.total += uint64(max(n, 0))
-	return n, err
+	if !c.watched || len(p) == 0 {
+		return c.Conn.Read(p)
+	}
+	c.p, c.n, c.err = p, 0, nil
+	err := c.rc.Read(c.read)
+	c.p = nil
+	switch {
+	case err != nil: // a deadline, or the connection closed
+		return 0, &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: unwrapOp(err)}
+	case c.err != nil:
+		return 0, &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("read", c.err)}
+	case c.n == 0:
+		return 0, io.EOF
+	}
+	return c.n, nil
+}
+
+// readOnce is one read(2) of the socket, for RawConn.Read. The reader's
+// state says "reading" before the system call, so a hit that saw it wait
+// and then found the socket empty knows no byte was taken meanwhile; and
+// "waiting" only after the kernel had nothing.
+func (c *fenceConn) readOnce(fd uintptr) bool {
+	for {
+		c.gen++
+		c.state.Store(c.gen << 1)
+		n, err := syscall.Read(int(fd), c.p)
+		switch err {
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			c.state.Store(c.gen<<1 | 1)
+			return false
+		}
+		c.n, c.err = max(n, 0), err
+		return true
+	}
+}
+
+// unwrapOp returns the cause of an error of RawConn.Read.
+func unwrapOp(err error) error {
+	if oe, ok := err.(*net.OpError); ok {
+		return oe.Err
+	}
+	return err
 }
 
 // Quiet reports whether every report that reached this connection's socket
@@ -86,19 +135,21 @@ func (c *fenceConn) Quiet(now int64) bool {
 	if !c.watched {
 		return true
 	}
-	e := c.entered.Load()
-	if e == 0 {
-		return false
+	st := c.state.Load()
+	if st&1 == 0 {
+		return false // reading, or applying what it read
 	}
-	if s := c.seq.Load(); s&1 == 0 && c.checkRead.Load() == e && now-c.checkAt.Load() <= int64(Window) && c.seq.Load() == s {
+	if s := c.seq.Load(); s&1 == 0 && c.checkState.Load() == st && now-c.checkAt.Load() <= int64(Window) && c.seq.Load() == s {
 		return true
 	}
-	got, ok := bytesReceived(c.rc)
-	if !ok || got != e-1 {
+	// Waiting since the kernel had nothing; quiet if it still has nothing
+	// (no byte, no close) and the reader did not begin a read(2) since it
+	// was seen waiting (it says so before the call).
+	if !socketEmpty(c.rc) || c.state.Load() != st {
 		return false
 	}
 	if s := c.seq.Load(); s&1 == 0 && c.seq.CompareAndSwap(s, s+1) {
-		c.checkRead.Store(e)
+		c.checkState.Store(st)
 		c.checkAt.Store(now)
 		c.seq.Store(s + 2)
 	}
@@ -116,6 +167,10 @@ type barriers struct {
 	applied atomic.Int64
 	// inflight is len(sent), for the hits (out).
 	inflight atomic.Int64
+	// rtt is how long the recent barriers took to come back (ns): the
+	// latest, or less than a quarter below the one before, so a slow one
+	// weighs for a few barriers.
+	rtt atomic.Int64
 }
 
 // clockBase is the origin of the fence's monotonic clock.
@@ -151,7 +206,23 @@ func (b *barriers) confirmed() bool {
 	b.sent = b.sent[1:]
 	b.inflight.Store(int64(len(b.sent)))
 	b.applied.Store(int64(at.Sub(clockBase)))
+	old := b.rtt.Load()
+	b.rtt.Store(max(int64(time.Since(at)), old-old/4))
 	return true
+}
+
+// next returns how long from now (nanotime) the next barrier is due: Lag
+// after the last one confirmed was sent, less four of the recent round
+// trips (at least Lag/10, at most Lag/2), so that it is back before the
+// hits must stop. As late as that, because a hit is not served while a
+// barrier is in flight (out). Zero when none came back yet.
+func (b *barriers) next(now int64, lag time.Duration) time.Duration {
+	a := b.applied.Load()
+	if a == 0 {
+		return 0
+	}
+	spare := min(max(4*time.Duration(b.rtt.Load()), lag/10), lag/2)
+	return max(time.Duration(a+int64(lag-spare)-now), 0)
 }
 
 // reset forgets the barriers of a connection that is gone.
@@ -160,6 +231,7 @@ func (b *barriers) reset() {
 	b.sent = nil
 	b.inflight.Store(0)
 	b.applied.Store(0)
+	b.rtt.Store(0)
 	b.mu.Unlock()
 }
 

@@ -8,6 +8,40 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// peekWorks: Linux tells, without blocking, whether a socket holds a byte
+// or a close for its reader (recv with MSG_PEEK|MSG_DONTWAIT).
+const peekWorks = true
+
+// peekCall is one peek: its buffer and the function RawConn.Control runs,
+// made once, so that a check allocates nothing.
+type peekCall struct {
+	buf   [1]byte
+	empty bool
+	fn    func(fd uintptr)
+}
+
+var peekCalls = sync.Pool{New: func() any {
+	c := new(peekCall)
+	c.fn = func(fd uintptr) {
+		// It cannot block (MSG_DONTWAIT): no scheduler bookkeeping.
+		_, _, errno := unix.RawSyscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&c.buf[0])), 1,
+			unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+		c.empty = errno == unix.EAGAIN
+	}
+	return c
+}}
+
+// socketEmpty reports whether rc's socket holds nothing for its reader: no
+// byte, no close, no error (a FIN reads as 0 bytes, a reset as an error).
+func socketEmpty(rc syscall.RawConn) bool {
+	c := peekCalls.Get().(*peekCall)
+	c.empty = false
+	err := rc.Control(c.fn)
+	empty := err == nil && c.empty
+	peekCalls.Put(c)
+	return empty
+}
+
 // tcpInfoWorks: Linux reports the bytes a TCP socket received (since 4.1)
 // and its state.
 const tcpInfoWorks = true

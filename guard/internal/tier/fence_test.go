@@ -1,7 +1,10 @@
 package tier
 
 import (
+	"errors"
+	"io"
 	"net"
+	"os"
 	"runtime"
 	"testing"
 	"time"
@@ -37,13 +40,13 @@ func tcpPair(t *testing.T) (client, server net.Conn) {
 }
 
 // TestFenceConn: a watched report connection is quiet only while its
-// reader waits in a Read, the kernel has received no byte since that Read
-// began, and the connection is established; one check serves the hits of
-// the next Window while that Read lasts, no longer. A connection the
-// kernel cannot be asked of is always quiet (the barrier alone bounds it).
+// reader waits after the kernel had nothing for it, and the socket still
+// holds no byte and no close; one check serves the hits of the next Window
+// while that wait lasts, no longer. A connection the kernel cannot be
+// asked of is always quiet (the barrier alone bounds it).
 func TestFenceConn(t *testing.T) {
-	if !tcpInfoWorks {
-		t.Skip("no TCP_INFO here: the barrier alone bounds the tier")
+	if !peekWorks {
+		t.Skip("no peek here: the barrier alone bounds the tier")
 	}
 	raw, peer := tcpPair(t)
 	cn, fc := watch(raw)
@@ -54,10 +57,10 @@ func TestFenceConn(t *testing.T) {
 	if fc.Quiet(now) {
 		t.Error("quiet with no Read in progress")
 	}
-	// A Read begins (set by hand, so that no byte is consumed).
-	fc.entered.Store(fc.total + 1)
+	// The reader waits (set by hand, so that no byte is consumed).
+	fc.state.Store(1)
 	if !fc.Quiet(now) {
-		t.Fatal("not quiet in a Read with nothing received")
+		t.Fatal("not quiet while the reader waits with nothing received")
 	}
 	if _, err := peer.Write([]byte("hello")); err != nil {
 		t.Fatal(err)
@@ -67,32 +70,30 @@ func TestFenceConn(t *testing.T) {
 	if !fc.Quiet(now + int64(Window)) {
 		t.Error("a check not reused within its Window")
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for fc.Quiet(nanotime() + int64(Window) + 1) {
-		if time.Now().After(deadline) {
-			t.Fatal("bytes received during a Read never seen")
-		}
-		runtime.Gosched()
-	}
-	// The reader reads them, then waits in its next Read: a new Read, so
+	eventually(t, func() bool { return !fc.Quiet(nanotime() + int64(Window) + 1) }, "bytes received while the reader waits never seen")
+	// The reader reads them: until it waits again it applies them, and
 	// the old check serves no more.
-	fc.entered.Store(0)
 	buf := make([]byte, 5)
 	if n, err := fc.Read(buf); err != nil || n != 5 {
 		t.Fatalf("Read: %d %v", n, err)
 	}
-	fc.entered.Store(fc.total + 1)
+	if fc.Quiet(nanotime()) {
+		t.Error("quiet after a Read returned, before the next one")
+	}
+	read := make(chan error, 1)
+	go func() {
+		_, err := fc.Read(buf)
+		read <- err
+	}()
+	eventually(t, func() bool { return fc.state.Load()&1 == 1 }, "the reader never waited")
 	if !fc.Quiet(nanotime()) {
 		t.Error("not quiet in the next Read, everything read applied")
 	}
 	// A close is no byte, yet it ends the connection's quiet.
 	_ = peer.Close()
-	deadline = time.Now().Add(5 * time.Second)
-	for fc.Quiet(nanotime() + int64(Window) + 1) {
-		if time.Now().After(deadline) {
-			t.Fatal("a closed connection stayed quiet")
-		}
-		runtime.Gosched()
+	eventually(t, func() bool { return !fc.Quiet(nanotime() + int64(Window) + 1) }, "a closed connection stayed quiet")
+	if err := <-read; err != io.EOF {
+		t.Errorf("Read at the close: %v, want io.EOF", err)
 	}
 
 	a, b := net.Pipe()
@@ -100,6 +101,52 @@ func TestFenceConn(t *testing.T) {
 	defer b.Close()
 	if cn, fc := watch(a); fc.watched || !fc.Quiet(nanotime()) || cn == nil {
 		t.Error("a connection the kernel cannot be asked of is not always quiet")
+	}
+}
+
+// TestFenceConnRead: the watched connection reads as a net.Conn does, for
+// go-redis: bytes, a deadline's timeout, the end of the stream.
+func TestFenceConnRead(t *testing.T) {
+	if !peekWorks {
+		t.Skip("no peek here")
+	}
+	raw, peer := tcpPair(t)
+	cn, _ := watch(raw)
+	if err := cn.SetReadDeadline(time.Now().Add(20 * time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 8)
+	_, err := cn.Read(buf)
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Read past its deadline: %v, want a timeout", err)
+	}
+	_ = cn.SetReadDeadline(time.Time{})
+	if _, err := peer.Write([]byte("abc")); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := cn.Read(buf); err != nil || string(buf[:n]) != "abc" {
+		t.Fatalf("Read: %q %v, want abc", buf[:n], err)
+	}
+	_ = peer.Close()
+	if _, err := cn.Read(buf); err != io.EOF {
+		t.Fatalf("Read at the end: %v, want io.EOF", err)
+	}
+	_ = cn.Close()
+	if _, err := cn.Read(buf); err == nil || !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Read after Close: %v, want net.ErrClosed", err)
+	}
+}
+
+// eventually waits up to 5 s for cond, yielding between tries.
+func eventually(t *testing.T, cond func() bool, msg string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal(msg)
+		}
+		runtime.Gosched()
 	}
 }
 
@@ -135,6 +182,36 @@ func TestBarriers(t *testing.T) {
 	}
 }
 
+// TestBarrierNext: the next barrier is due Lag after the last confirmed one
+// was sent, less four recent round trips, at least Lag/10, at most Lag/2;
+// at once when none came back.
+func TestBarrierNext(t *testing.T) {
+	const lag = 100 * time.Millisecond
+	var b barriers
+	if got := b.next(nanotime(), lag); got != 0 {
+		t.Fatalf("next with none back: %v, want 0", got)
+	}
+	_ = b.send(func() error { return nil })
+	b.confirmed()
+	a := b.applied.Load()
+	for _, tc := range []struct {
+		rtt, want time.Duration
+	}{
+		{0, lag - lag/10},
+		{time.Millisecond, lag - lag/10},
+		{5 * time.Millisecond, lag - 20*time.Millisecond},
+		{time.Second, lag / 2},
+	} {
+		b.rtt.Store(int64(tc.rtt))
+		if got := b.next(a, lag); got != tc.want {
+			t.Errorf("rtt %v: next %v after the last was sent, want %v", tc.rtt, got, tc.want)
+		}
+	}
+	if got := b.next(a+int64(lag), lag); got != 0 {
+		t.Errorf("next once overdue: %v, want 0", got)
+	}
+}
+
 // TestFencedNotWhileBarrierOut: a watched report connection found quiet
 // fences nothing while one of its barriers is in flight. Redis puts the
 // barrier's reply and the reports of the same turn of its event loop
@@ -142,12 +219,12 @@ func TestBarriers(t *testing.T) {
 // report reaches this host (BenchmarkLocalCoherence saw copies served
 // 14-66 µs after a change returned so).
 func TestFencedNotWhileBarrierOut(t *testing.T) {
-	if !tcpInfoWorks {
-		t.Skip("no TCP_INFO here: the barrier alone bounds the tier")
+	if !peekWorks {
+		t.Skip("no peek here: the barrier alone bounds the tier")
 	}
 	raw, _ := tcpPair(t)
 	_, fc := watch(raw)
-	fc.entered.Store(fc.total + 1) // the reader waits in a Read: quiet
+	fc.state.Store(1) // the reader waits, nothing received: quiet
 	tr := &tracker{}
 	tr.fc.Store(fc)
 	c := &coherence{lag: time.Hour}
