@@ -158,6 +158,7 @@ func peerNodes(kind string) func(tb testing.TB, origin string) []string {
 			if err := cmd.Start(); err != nil {
 				tb.Fatal(err)
 			}
+			trackPeerPID(cmd.Process.Pid)
 			tb.Cleanup(func() {
 				_ = stdin.Close()
 				done := make(chan struct{})

@@ -109,6 +109,8 @@ type peerRun struct {
 	// During a refresh: the requests sent while an origin call ran.
 	duringP50, duringP99 time.Duration
 	expiries             int
+	// CPU per request: the contender's processes, and the clients'.
+	nodeCPU, clientCPU time.Duration
 }
 
 func (r peerRun) perExpiry() float64 { return float64(r.origin) / float64(max(r.expiries, 1)) }
@@ -142,9 +144,12 @@ func BenchmarkHTTPPeers(b *testing.B) {
 				b.ReportMetric(float64(r.max.Microseconds())/1000, "max-ms")
 				b.ReportMetric(float64(r.errors), "errors")
 				b.ReportMetric(float64(r.requests), "requests")
+				b.ReportMetric(float64(r.nodeCPU.Nanoseconds())/1000, "node-cpu-µs/req")
+				b.ReportMetric(float64(r.clientCPU.Nanoseconds())/1000, "client-cpu-µs/req")
 				ms := func(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }
-				b.Logf("| %d | %s | %.2f | %d in %d expiries (%d × 304) | %s | %s | %s | %s | %s | %d of %d |", round+1, c.name, r.perExpiry(), r.origin, r.expiries, r.revalid,
-					ms(r.p50), ms(r.p99), ms(r.duringP50), ms(r.duringP99), ms(r.max), r.errors, r.requests)
+				b.Logf("| %d | %s | %.2f | %d in %d expiries (%d × 304) | %s | %s | %s | %s | %s | %d of %d | %.1f µs | %.1f µs |", round+1, c.name, r.perExpiry(), r.origin, r.expiries, r.revalid,
+					ms(r.p50), ms(r.p99), ms(r.duringP50), ms(r.duringP99), ms(r.max), r.errors, r.requests,
+					float64(r.nodeCPU.Nanoseconds())/1000, float64(r.clientCPU.Nanoseconds())/1000)
 			})
 		}
 	}
@@ -174,6 +179,7 @@ func runPeer(tb testing.TB, c httpPeer, d time.Duration, clients int) peerRun {
 	origin := &peerOrigin{body: []byte(strings.Repeat("x", 10<<10))}
 	osrv := httptest.NewServer(origin)
 	tb.Cleanup(osrv.Close)
+	resetPeerPIDs()
 	bases := c.start(tb, osrv.URL)
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: clients, DisableCompression: true}}
 	tb.Cleanup(client.CloseIdleConnections)
@@ -216,6 +222,7 @@ func runPeer(tb testing.TB, c httpPeer, d time.Duration, clients int) peerRun {
 		errors  int
 		wg      sync.WaitGroup
 	)
+	node0, self0 := peersCPU(), selfCPU()
 	end := time.Now().Add(d)
 	for i := range clients {
 		wg.Go(func() {
@@ -235,6 +242,7 @@ func runPeer(tb testing.TB, c httpPeer, d time.Duration, clients int) peerRun {
 		})
 	}
 	wg.Wait()
+	node, self := peersCPU()-node0, selfCPU()-self0
 	spans, expiries := origin.refreshes()
 	var all, during []time.Duration
 	for _, s := range samples {
@@ -249,6 +257,7 @@ func runPeer(tb testing.TB, c httpPeer, d time.Duration, clients int) peerRun {
 		p50: quantile(all, 0.50), p99: quantile(all, 0.99), max: quantile(all, 1),
 		duringP50: quantile(during, 0.50), duringP99: quantile(during, 0.99),
 		expiries: expiries,
+		nodeCPU:  node / time.Duration(max(len(all), 1)), clientCPU: self / time.Duration(max(len(all), 1)),
 	}
 }
 
@@ -281,6 +290,7 @@ func process(tb testing.TB, cmd *exec.Cmd, addr string) {
 	if err := cmd.Start(); err != nil {
 		tb.Fatalf("%s: %v", cmd.Path, err)
 	}
+	trackPeerPID(cmd.Process.Pid)
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
 	tb.Cleanup(func() {
