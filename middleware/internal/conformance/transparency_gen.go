@@ -8,6 +8,10 @@ import (
 )
 
 // byteSource is a rand.Source that reads its numbers from fuzz input.
+// Past the input's end it reads as all ones, never zero: IntN(n) draws
+// again on a few values, zero among them for every n not a power of two,
+// so a source stuck at zero made genCase draw forever. All ones is never
+// drawn again, so a draw ends by the input's end.
 type byteSource struct {
 	b []byte
 	i int
@@ -16,7 +20,7 @@ type byteSource struct {
 func (s *byteSource) Uint64() uint64 {
 	var v uint64
 	for range 8 {
-		var c byte
+		c := byte(0xff)
 		if s.i < len(s.b) {
 			c = s.b[s.i]
 		}
