@@ -3,6 +3,7 @@ package conformance
 import (
 	"bytes"
 	"math/rand/v2"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -50,5 +51,19 @@ func TestByteSourcePastInput(t *testing.T) {
 	}
 	if got, want := s.Uint64(), ^uint64(0); got != want {
 		t.Errorf("a draw past the end: got %#x, want %#x", got, want)
+	}
+}
+
+// TestSanitizeBounds holds a case read from outside to what the harness
+// can run: a MaxBody the middleware is built with, and a few pieces.
+func TestSanitizeBounds(t *testing.T) {
+	tc := TCase{Requests: []tRequest{{}}, MaxBody: 90_000_000}
+	tc.Behaviour.Base.Pieces = slices.Repeat([]string{"~1048576"}, 100)
+	tc.sanitize()
+	if got, want := tc.MaxBody, tMaxValueBytes; got != want {
+		t.Errorf("MaxBody %d, want %d", got, want)
+	}
+	if got, want := len(tc.Behaviour.Base.Pieces), 8; got != want {
+		t.Errorf("%d pieces, want %d", got, want)
 	}
 }
