@@ -68,6 +68,8 @@ const (
 	tETag         = `"t1"`
 	tLastModified = "Mon, 01 Jan 2029 00:00:00 GMT"
 	tMaxBody      = 4096
+	// tMaxValueBytes is the Group's MaxValueBytes, the largest MaxBody.
+	tMaxValueBytes = 8 << 20
 )
 
 // Transparency runs the property on a: a fixed number of generated cases
@@ -200,7 +202,7 @@ func (h *tHarness) check(t *testing.T, tc TCase) bool {
 			srv.Close()
 		}
 		g = NewGroup(t, rdb, guard.Options{Namespace: ns, FreshFor: 10 * time.Second, StaleFor: 10 * time.Second,
-			Jitter: guard.Disabled, WaitTimeout: 2 * time.Second})
+			Jitter: guard.Disabled, WaitTimeout: 2 * time.Second, MaxValueBytes: tMaxValueBytes})
 		srv = quietServer(t, h.a.New(g, Config{MaxBodyBytes: tc.MaxBody}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			calls.Add(1)
 			var b tBehaviour
