@@ -208,21 +208,11 @@ func (o *Options) numbers() error {
 	if o.LockTTL < 3*time.Millisecond {
 		return fmt.Errorf("guard: LockTTL %v is below 3ms", o.LockTTL)
 	}
-	switch {
-	case o.MaxHitBatch == Disabled:
-		o.MaxHitBatch = 1
-	case o.MaxHitBatch < 0:
-		return fmt.Errorf("guard: negative MaxHitBatch %d (Disabled turns batching off)", o.MaxHitBatch)
-	case o.MaxHitBatch == 0:
-		o.MaxHitBatch = defaultHitBatch
+	if err := offInt(&o.MaxHitBatch, "MaxHitBatch", 1, defaultHitBatch, math.MaxInt, "turns batching off"); err != nil {
+		return err
 	}
-	switch {
-	case o.LocalEntries == Disabled:
-		o.LocalEntries = 0
-	case o.LocalEntries < 0:
-		return fmt.Errorf("guard: negative LocalEntries %d (Disabled turns the tier off)", o.LocalEntries)
-	case o.LocalEntries == 0:
-		o.LocalEntries = defaultLocalEntries
+	if err := offInt(&o.LocalEntries, "LocalEntries", 0, defaultLocalEntries, math.MaxInt, "turns the tier off"); err != nil {
+		return err
 	}
 	if o.BreakerFailures < 0 || o.MaxValueBytes < 0 || o.LocalBytes < 0 || o.MaxBatch < 0 {
 		return errors.New("guard: negative BreakerFailures, MaxValueBytes, LocalBytes or MaxBatch")
@@ -239,24 +229,32 @@ func (o *Options) numbers() error {
 	if o.MaxValueBytes == 0 {
 		o.MaxValueBytes = 8 << 20
 	}
-	switch {
-	case o.HotKeys == Disabled:
-		o.HotKeys = 0
-	case o.HotKeys < 0 || o.HotKeys > maxHotKeys:
-		return fmt.Errorf("guard: HotKeys %d outside [0, %d] (Disabled turns them off)", o.HotKeys, maxHotKeys)
-	case o.HotKeys == 0:
-		o.HotKeys = defaultHotKeys
+	if err := offInt(&o.HotKeys, "HotKeys", 0, defaultHotKeys, maxHotKeys, "turns them off"); err != nil {
+		return err
 	}
-	switch {
-	case o.MaxTagKeys == Disabled:
-		o.MaxTagKeys = 0
-	case o.MaxTagKeys < 0:
-		return fmt.Errorf("guard: negative MaxTagKeys %d (Disabled lifts the bound)", o.MaxTagKeys)
-	case o.MaxTagKeys == 0:
-		o.MaxTagKeys = defaultTagKeys
+	if err := offInt(&o.MaxTagKeys, "MaxTagKeys", 0, defaultTagKeys, math.MaxInt, "lifts the bound"); err != nil {
+		return err
 	}
 	if !o.WaitTimeoutPolicy.valid() {
 		return fmt.Errorf("guard: unknown WaitTimeoutPolicy %d", o.WaitTimeoutPolicy)
+	}
+	return nil
+}
+
+// offInt sets an int field that Disabled can turn off: Disabled becomes
+// off, 0 becomes def. Any other value outside [0, limit] is an error that
+// names the field and says what Disabled does.
+func offInt(v *int, name string, off, def, limit int, disabled string) error {
+	switch {
+	case *v == Disabled:
+		*v = off
+	case *v < 0 || *v > limit:
+		if limit < math.MaxInt {
+			return fmt.Errorf("guard: %s %d outside [0, %d] (Disabled %s)", name, *v, limit, disabled)
+		}
+		return fmt.Errorf("guard: negative %s %d (Disabled %s)", name, *v, disabled)
+	case *v == 0:
+		*v = def
 	}
 	return nil
 }

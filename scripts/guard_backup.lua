@@ -36,30 +36,10 @@ if redis.call('EXISTS', entry) == 1 or redis.call('EXISTS', lease) == 0 then
   return {0}
 end
 local foreign = {}
-local pttl = redis.call('PTTL', backup)
-if pttl ~= -2 then
-  local held = getstr(backup, 'backup', foreign)
-  if held and (pttl == -1 or not canon(held, fencemax)) then
-    redis.call('DEL', backup)
-    table.insert(foreign, 'backup')
-    held = false
-  end
-  if not held then
-    pttl = -2
-  end
-end
+local pttl = leaseleft(backup, 'backup', nil, foreign)
 if pttl == -2 then
-  local f = guardmint(fence, keep, foreign)
-  redis.call('SET', backup, string.format('%d', f), 'PX', leasems)
+  local f = takelease(backup, fence, leasems, keep, foreign)
   return {f, table.concat(foreign, ',')}
 end
-local added = redis.pcall('SADD', waiters, channel)
-if type(added) == 'table' and added.err then
-  redis.call('DEL', waiters)
-  table.insert(foreign, 'w')
-  redis.call('SADD', waiters, channel)
-end
-if redis.call('PTTL', waiters) < wait then
-  redis.call('PEXPIRE', waiters, wait)
-end
+addwaiter(waiters, channel, wait, foreign)
 return {-math.max(pttl, 1), table.concat(foreign, ',')}

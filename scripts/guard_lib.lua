@@ -154,3 +154,50 @@ local function member(tkeys, entry, cap, keep, foreign)
   end
   return true
 end
+
+-- leaseleft returns the milliseconds left to the lease under name, or -2
+-- when it is free. A lease the guard did not write (another type, no TTL,
+-- not a canonical decimal) is dropped and reported in foreign as what.
+-- Given fence, the key's counter, a lease with no counter or one below it
+-- is foreign too: a lease is minted from the counter, which outlives it.
+local function leaseleft(name, what, fence, foreign)
+  local pttl = redis.call('PTTL', name)
+  if pttl == -2 then
+    return -2
+  end
+  local held = getstr(name, what, foreign)
+  local cur = fence and counter(fence, foreign)
+  if held and (pttl == -1 or not canon(held, fencemax) or (fence and (not cur or less(cur, held)))) then
+    redis.call('DEL', name)
+    table.insert(foreign, what)
+    held = false
+  end
+  if not held then
+    return -2
+  end
+  return pttl
+end
+
+-- takelease mints a fence from the counter fence (kept keep milliseconds)
+-- and holds it as the lease under name for ms milliseconds; it returns the
+-- fence.
+local function takelease(name, fence, ms, keep, foreign)
+  local f = guardmint(fence, keep, foreign)
+  redis.call('SET', name, string.format('%d', f), 'PX', ms)
+  return f
+end
+
+-- addwaiter adds channel to the set waiters, which the fill notifies, and
+-- keeps the set at least wait milliseconds. A value of another type under
+-- waiters is replaced and reported in foreign as "w".
+local function addwaiter(waiters, channel, wait, foreign)
+  local added = redis.pcall('SADD', waiters, channel)
+  if type(added) == 'table' and added.err then
+    redis.call('DEL', waiters)
+    table.insert(foreign, 'w')
+    redis.call('SADD', waiters, channel)
+  end
+  if redis.call('PTTL', waiters) < wait then
+    redis.call('PEXPIRE', waiters, wait)
+  end
+end

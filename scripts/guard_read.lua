@@ -124,19 +124,7 @@ if leasems == 0 then
   return reply(v, now, 0)
 end
 
-local pttl = redis.call('PTTL', lease)
-if pttl ~= -2 then
-  local held = getstr(lease, 'lease', foreign)
-  local cur = counter(fence, foreign)
-  if held and (pttl == -1 or not canon(held, fencemax) or not cur or less(cur, held)) then
-    redis.call('DEL', lease)
-    table.insert(foreign, 'lease')
-    held = false
-  end
-  if not held then
-    pttl = -2
-  end
-end
+local pttl = leaseleft(lease, 'lease', fence, foreign)
 if pttl == -2 then
   if tkeys then
     -- The key joins its tag's members before its lease is minted, so an
@@ -145,23 +133,13 @@ if pttl == -2 then
       return {v, now, 0, table.concat(foreign, ','), 1}
     end
   end
-  local f = guardmint(fence, keep, foreign)
-  redis.call('SET', lease, string.format('%d', f), 'PX', leasems)
-  return reply(v, now, f)
+  return reply(v, now, takelease(lease, fence, leasems, keep, foreign))
 end
 
 if pttl < 1 then
   pttl = 1
 end
 if (not fu or fl == 'r' or fl == 'f' or fl == 'o') and channel ~= '' then
-  local added = redis.pcall('SADD', waiters, channel)
-  if type(added) == 'table' and added.err then
-    redis.call('DEL', waiters)
-    table.insert(foreign, 'w')
-    redis.call('SADD', waiters, channel)
-  end
-  if redis.call('PTTL', waiters) < wait then
-    redis.call('PEXPIRE', waiters, wait)
-  end
+  addwaiter(waiters, channel, wait, foreign)
 end
 return reply(v, now, -pttl)

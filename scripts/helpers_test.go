@@ -1,6 +1,10 @@
 package scripts
 
-import "github.com/redis/go-redis/v9"
+import (
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // The scripts as the guard and lock packages run them (internal/lua makes
 // them alike, from Source; it cannot be imported here without a cycle).
@@ -27,3 +31,22 @@ func GuardInvalidateTag() *redis.Script { return testScripts["guard_invalidate_t
 func All() map[string]*redis.Script { return testScripts }
 
 func source(name string) string { return Source(name) }
+
+// embedded returns the text of every embedded file, scripts and preludes,
+// by file name.
+func embedded(t *testing.T) map[string]string {
+	t.Helper()
+	entries, err := files.ReadDir(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, e := range entries {
+		src, err := files.ReadFile(e.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[e.Name()] = string(src)
+	}
+	return out
+}

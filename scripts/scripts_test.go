@@ -58,24 +58,53 @@ func TestLoadEverywhere(t *testing.T) {
 // TestOneMintRule: fence_lib.lua is the only file that defines mint, and
 // every script that calls mint gets it.
 func TestOneMintRule(t *testing.T) {
-	entries, err := files.ReadDir(".")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		src, err := files.ReadFile(e.Name())
-		if err != nil {
-			t.Fatal(err)
+	for name, src := range embedded(t) {
+		if defines := strings.Contains(src, "function mint("); defines != (name == fenceLib) {
+			t.Errorf("%s: defines mint: %v", name, defines)
 		}
-		if defines := strings.Contains(string(src), "function mint("); defines != (e.Name() == fenceLib) {
-			t.Errorf("%s: defines mint: %v", e.Name(), defines)
-		}
-		if isPrelude(e.Name()) {
+		if isPrelude(name) {
 			continue
 		}
-		calls := strings.Contains(string(src), "mint(")
-		if has := strings.Contains(source(e.Name()), "local function mint("); calls != has {
-			t.Errorf("%s: calls mint: %v, has the prelude: %v", e.Name(), calls, has)
+		// takelease (guard_lib.lua) mints the lease it takes.
+		calls := strings.Contains(src, "mint(") || strings.Contains(src, "takelease(")
+		if has := strings.Contains(source(name), "local function mint("); calls != has {
+			t.Errorf("%s: calls mint: %v, has the prelude: %v", name, calls, has)
+		}
+	}
+}
+
+// TestOneLeaseTake: guard_lib.lua is the only file that checks, takes or
+// waits on a lease, and the scripts that take one (the key's lease, the
+// backup lease) get it. TestLoadEverywhere loads them as assembled.
+func TestOneLeaseTake(t *testing.T) {
+	defs := []string{"local function leaseleft(", "local function takelease(", "local function addwaiter("}
+	// What the shared functions replaced: a lease set by hand, a waiter
+	// added by hand.
+	byHand := []string{"'SET', lease", "'SET', backup", "redis.pcall('SADD', waiters"}
+	all := embedded(t)
+	for name, src := range all {
+		for _, d := range defs {
+			if has := strings.Contains(src, d); has != (name == guardLib) {
+				t.Errorf("%s: defines %q: %v", name, d, has)
+			}
+		}
+		for _, h := range byHand {
+			if name != guardLib && strings.Contains(src, h) {
+				t.Errorf("%s: holds %q, guard_lib.lua's job", name, h)
+			}
+		}
+	}
+	for _, name := range []string{"guard_read.lua", "guard_backup.lua"} {
+		for _, call := range []string{"leaseleft(", "takelease(", "addwaiter("} {
+			if !strings.Contains(all[name], call) {
+				t.Errorf("%s: does not call %s", name, call)
+			}
+		}
+		assembled := source(name)
+		for _, d := range defs {
+			if !strings.Contains(assembled, d) {
+				t.Errorf("%s: assembled without %q", name, d)
+			}
 		}
 	}
 }

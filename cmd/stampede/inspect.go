@@ -25,37 +25,29 @@ var inspectCommand = command{
 		"It only reads; it exits 1 when a key is missing.",
 	example: "stampede inspect -redis localhost:6379 -namespace catalog: user:42 user:43",
 	setup: func(fs *flag.FlagSet) action {
-		var c conn
-		var u urlFlags
-		c.register(fs, 2*time.Second)
-		u.register(fs)
+		var t target
+		t.register(fs)
 		asJSON := fs.Bool("json", false, "print JSON, a list of objects, one per key (durations in milliseconds)")
 		return func(ctx context.Context, out io.Writer, args []string) error {
-			return inspect(ctx, out, &c, &u, *asJSON, args)
+			return inspect(ctx, out, &t, *asJSON, args)
 		}
 	},
 }
 
-func inspect(ctx context.Context, out io.Writer, c *conn, u *urlFlags, asJSON bool, keys []string) error {
-	switch {
-	case u.url == "" && len(keys) == 0:
-		return usagef("name a key, or -url")
-	case u.url != "" && len(keys) > 0:
-		return usagef("name keys or -url, not both")
-	}
-	if err := u.check(); err != nil {
+func inspect(ctx context.Context, out io.Writer, t *target, asJSON bool, keys []string) error {
+	if err := t.one("name a key, or -url", "name keys or -url, not both", len(keys)); err != nil {
 		return err
 	}
-	g, _, stop, err := c.open(ctx)
+	r, stop, err := t.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer stop()
 	var infos []guard.KeyInfo
-	if u.url != "" {
-		infos, err = inspectURL(ctx, g, u)
+	if t.u.url != "" {
+		infos, err = inspectURL(ctx, r.g, r.key)
 	} else {
-		infos, err = inspectKeys(ctx, g, keys)
+		infos, err = inspectKeys(ctx, r.g, keys)
 	}
 	if err != nil {
 		return err
@@ -63,7 +55,7 @@ func inspect(ctx context.Context, out io.Writer, c *conn, u *urlFlags, asJSON bo
 	if asJSON {
 		err = writeJSON(out, infos)
 	} else {
-		err = writeInfos(out, infos, u.url != "")
+		err = writeInfos(out, infos, t.u.url != "")
 	}
 	if err != nil {
 		return err
@@ -95,11 +87,7 @@ func inspectKeys(ctx context.Context, g *guard.Group, keys []string) ([]guard.Ke
 // inspectURL inspects the URL's key, then each other key of its URL's
 // tag: its variants (by KeyHeaders, forwarding headers, Vary) and its
 // other spellings.
-func inspectURL(ctx context.Context, g *guard.Group, u *urlFlags) ([]guard.KeyInfo, error) {
-	key, _, err := u.key(g)
-	if err != nil {
-		return nil, err
-	}
+func inspectURL(ctx context.Context, g *guard.Group, key string) ([]guard.KeyInfo, error) {
 	ki, err := g.Inspect(ctx, key)
 	if err != nil {
 		return nil, err

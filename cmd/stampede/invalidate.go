@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"time"
 )
 
 var invalidateCommand = command{
@@ -19,60 +18,46 @@ var invalidateCommand = command{
 		"and spellings), as an unsafe request through the middleware does. It writes to Redis.",
 	example: "stampede invalidate -redis localhost:6379 -namespace catalog: user:42",
 	setup: func(fs *flag.FlagSet) action {
-		var c conn
-		var u urlFlags
-		c.register(fs, 2*time.Second)
-		u.register(fs)
+		var t target
+		t.register(fs)
 		var tags list
 		fs.Var(&tags, "tag", "a hash tag whose keys to drop, as in the key \"{TAG}...\" (repeat it, or separate with commas)")
 		return func(ctx context.Context, out io.Writer, args []string) error {
-			return invalidate(ctx, out, &c, &u, tags, args)
+			return invalidate(ctx, out, &t, tags, args)
 		}
 	},
 }
 
-func invalidate(ctx context.Context, out io.Writer, c *conn, u *urlFlags, tags []string, keys []string) error {
-	named := 0
-	for _, n := range []int{len(keys), len(tags), len(u.url)} {
-		if n > 0 {
-			named++
-		}
-	}
-	if named != 1 {
-		return usagef("name keys, -tag or -url (one of them)")
-	}
-	if err := u.check(); err != nil {
+func invalidate(ctx context.Context, out io.Writer, t *target, tags []string, keys []string) error {
+	const usage = "name keys, -tag or -url (one of them)"
+	if err := t.one(usage, usage, len(keys), len(tags)); err != nil {
 		return err
 	}
-	g, _, stop, err := c.open(ctx)
+	r, stop, err := t.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer stop()
-	if u.url != "" {
-		_, tag, err := u.key(g)
-		if err != nil {
-			return err
-		}
-		tags = []string{tag}
+	if t.u.url != "" {
+		tags = []string{r.tag}
 	}
 	var errs []error
 	for _, k := range keys {
-		if err := g.Invalidate(ctx, k); err != nil {
+		if err := r.g.Invalidate(ctx, k); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", strconv.Quote(k), err))
 			continue
 		}
 		fmt.Fprintf(out, "invalidated key %s\n", strconv.Quote(k))
 	}
-	for _, t := range tags {
-		if err := g.InvalidateTag(ctx, t); err != nil {
-			errs = append(errs, fmt.Errorf("tag %s: %w", strconv.Quote(t), err))
+	for _, tag := range tags {
+		if err := r.g.InvalidateTag(ctx, tag); err != nil {
+			errs = append(errs, fmt.Errorf("tag %s: %w", strconv.Quote(tag), err))
 			continue
 		}
-		if u.url != "" {
-			fmt.Fprintf(out, "invalidated %s (tag %s)\n", u.url, strconv.Quote(t))
+		if t.u.url != "" {
+			fmt.Fprintf(out, "invalidated %s (tag %s)\n", t.u.url, strconv.Quote(tag))
 		} else {
-			fmt.Fprintf(out, "invalidated tag %s\n", strconv.Quote(t))
+			fmt.Fprintf(out, "invalidated tag %s\n", strconv.Quote(tag))
 		}
 	}
 	return errors.Join(errs...)
