@@ -19,7 +19,7 @@ import (
 // on the Redis clock.
 type KeyInfo struct {
 	Key   string
-	Entry string // the entry's Redis name; the key's others add ":lease", ":fence", ":w", ":inv"
+	Entry string // the entry's Redis name; the key's others add ":lease", ":backup", ":fence", ":w", ":inv"
 	Slot  int    // the Redis Cluster hash slot of all its names
 	Tag   string // its own hash tag ("{tag}..."), if any: InvalidateTag drops it
 	// State: fresh, stale, negative, error, revalidate, oversize, pass,
@@ -32,18 +32,22 @@ type KeyInfo struct {
 	Fence      int64         // the fence its writer held
 	LeaseFence int64         // the refresh lease holder's fence; 0: no lease held
 	LeaseTTL   time.Duration
-	Counter    int64    // the key's fence counter: the last fence minted
-	Waiters    int      // nodes waiting for its fill
-	TagKeys    []string // for a Tag: keys of it filled since it was last invalidated (100 at most, sorted)
-	TagSize    int      // for a Tag: how many names its member set holds
-	Foreign    []string // names holding data the guard did not write
+	// BackupFence is the backup lease holder's fence (WaitTimeoutPolicy
+	// BackupLoad: a waiter loading beside a slow lease holder); 0: none.
+	BackupFence int64
+	BackupTTL   time.Duration
+	Counter     int64    // the key's fence counter: the last fence minted
+	Waiters     int      // nodes waiting for its fill
+	TagKeys     []string // for a Tag: keys of it filled since it was last invalidated (100 at most, sorted)
+	TagSize     int      // for a Tag: how many names its member set holds
+	Foreign     []string // names holding data the guard did not write
 }
 
 // inspectTagKeys bounds KeyInfo.TagKeys.
 const inspectTagKeys = 100
 
-// Inspect reports what Redis holds for key (entry, lease, fence, waiters,
-// tag), with read commands only, in one round trip.
+// Inspect reports what Redis holds for key (entry, lease, backup lease,
+// fence, waiters, tag), with read commands only, in one round trip.
 func (g *Group) Inspect(ctx context.Context, key string) (KeyInfo, error) {
 	if err := g.check(ctx, key, noLoad); err != nil {
 		return KeyInfo{}, err
@@ -68,6 +72,7 @@ func (g *Group) Inspect(ctx context.Context, key string) (KeyInfo, error) {
 	if f, held := decimal(c.lease, "lease", &ki); held {
 		ki.LeaseFence, ki.LeaseTTL = max(f, 1), max(c.leaseTTL.Val(), 0)
 	}
+	backupInfo(&ki, c)
 	ki.Waiters = int(count(c.waiters, "w", &ki))
 	written, ok := entryInfo(&ki, c, now)
 	if c.tagSize != nil {
@@ -86,9 +91,11 @@ func (g *Group) Inspect(ctx context.Context, key string) (KeyInfo, error) {
 type inspectCmds struct {
 	time                   *redis.TimeCmd
 	head, lease, fence     *redis.StringCmd
+	backup                 *redis.StringCmd
 	tagInv                 *redis.StringCmd // nil without a tag
 	size, waiters, tagSize *redis.IntCmd    // tagSize: nil without a tag
 	ttl, leaseTTL          *redis.DurationCmd
+	backupTTL              *redis.DurationCmd
 	tagKeys                *redis.StringSliceCmd
 }
 
@@ -114,8 +121,11 @@ func (g *Group) inspectRead(ctx context.Context, nm names) (*inspectCmds, error)
 		ttl:      p.PTTL(ctx, e),
 		lease:    p.Get(ctx, nm.keys[1]),
 		leaseTTL: p.PTTL(ctx, nm.keys[1]),
-		fence:    p.Get(ctx, nm.keys[2]),
-		waiters:  p.SCard(ctx, nm.keys[3]),
+		// A foreign value may be megabytes: at most a fence's digits.
+		backup:    p.GetRange(ctx, nm.backupLease(), 0, 20),
+		backupTTL: p.PTTL(ctx, nm.backupLease()),
+		fence:     p.Get(ctx, nm.keys[2]),
+		waiters:   p.SCard(ctx, nm.keys[3]),
 	}
 	if len(nm.keys) == 7 {
 		c.tagSize = p.SCard(ctx, nm.keys[5])
@@ -196,6 +206,24 @@ func entryState(e *entry.Entry, now int64) string {
 		return "stale"
 	}
 	return "expired"
+}
+
+// backupInfo fills ki's backup lease fields from c. Its name is read with
+// GETRANGE, which answers "" for a missing name: PTTL tells them apart.
+// One with no TTL is foreign, as the backup script judges it.
+func backupInfo(ki *KeyInfo, c *inspectCmds) {
+	ttl, err := c.backupTTL.Result()
+	if err == nil && ttl == -2 {
+		return
+	}
+	f, held := decimal(c.backup, "backup", ki)
+	switch {
+	case !held || slices.Contains(ki.Foreign, "backup"):
+	case ttl < 0:
+		ki.Foreign = append(ki.Foreign, "backup")
+	default:
+		ki.BackupFence, ki.BackupTTL = max(f, 1), ttl
+	}
 }
 
 // decimal reads a counter or lease: its number, and whether the name

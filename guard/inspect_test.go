@@ -87,6 +87,73 @@ func TestInspectLease(t *testing.T) {
 	})
 }
 
+// TestInspectBackup: while a backup load runs beside a stuck lease
+// holder, Inspect reports the backup lease, minted after the lease; a
+// value under the backup name the guard would not have written there is
+// listed as foreign, not as a lease.
+func TestInspectBackup(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	ctx := ctxT(t)
+	o := Options{Namespace: redistest.Key(t) + ":", LockTTL: 10 * time.Second,
+		WaitTimeout: 100 * time.Millisecond, WaitTimeoutPolicy: BackupLoad}
+	holder, waiter := newGroup(t, rdb, o), newGroup(t, rdb, o)
+	key := "k"
+	release := make(chan struct{})
+	held := holdLease(t, holder, key, release)
+	started, done := make(chan struct{}), make(chan error, 1)
+	go func() {
+		_, err := waiter.Do(ctx, key, func(context.Context) ([]byte, error) {
+			close(started)
+			<-release
+			return []byte("backup"), nil
+		})
+		done <- err
+	}()
+	<-started
+	ki, err := waiter.Inspect(ctx, key)
+	close(release)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ki.BackupFence == 0 || ki.BackupFence <= ki.LeaseFence || ki.BackupFence != ki.Counter {
+		t.Errorf("Inspect during the backup load = %+v: want a backup lease above the lease, whose fence is the counter's", ki)
+	}
+	if ki.BackupTTL <= 0 || ki.BackupTTL > 10*time.Second {
+		t.Errorf("BackupTTL = %v, want (0, LockTTL]", ki.BackupTTL)
+	}
+	for _, ch := range []<-chan error{held, done} {
+		if err := <-ch; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ki, err := waiter.Inspect(ctx, key); err != nil || ki.BackupFence != 0 {
+		t.Errorf("Inspect after the fills = %+v, %v: want no backup lease", ki, err)
+	}
+
+	name := waiter.names(key).backupLease()
+	for what, plant := range map[string]func() error{
+		"a hash":      func() error { return rdb.HSet(ctx, name, "f", "v").Err() },
+		"words":       func() error { return rdb.Set(ctx, name, "not a lease", time.Minute).Err() },
+		"negative":    func() error { return rdb.Set(ctx, name, "-5", time.Minute).Err() },
+		"no TTL":      func() error { return rdb.Set(ctx, name, "5", 0).Err() },
+		"10 MB":       func() error { return rdb.Set(ctx, name, strings.Repeat("7", 10<<20), time.Minute).Err() },
+		"empty":       func() error { return rdb.Set(ctx, name, "", time.Minute).Err() },
+		"binary zero": func() error { return rdb.Set(ctx, name, "\x00", time.Minute).Err() },
+	} {
+		if err := rdb.Del(ctx, name).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := plant(); err != nil {
+			t.Fatal(err)
+		}
+		ki, err := waiter.Inspect(ctx, key)
+		if err != nil || ki.BackupFence != 0 || !slices.Equal(ki.Foreign, []string{"backup"}) {
+			t.Errorf("%s under the backup name: Inspect = %+v, %v; want no backup lease, Foreign [backup]", what, ki, err)
+		}
+	}
+	rdb.Del(ctx, name)
+}
+
 // TestInspectStates: stale, negative, corrupt, foreign and missing
 // entries, judged on the Redis clock as the read path judges them.
 func TestInspectStates(t *testing.T) {

@@ -145,6 +145,9 @@ func writeInfo(w io.Writer, ki guard.KeyInfo) {
 	} else {
 		line("lease", "none")
 	}
+	if ki.BackupFence != 0 {
+		line("backup", "held, fence %d, %s left: a waiter loads it beside the lease's holder (BackupLoad)", ki.BackupFence, round(ki.BackupTTL))
+	}
 	line("counter", "%d (the last fence minted)", ki.Counter)
 	line("waiters", "%d node(s) waiting for its fill", ki.Waiters)
 	if ki.Tag != "" {
@@ -199,6 +202,7 @@ type jsonInfo struct {
 	Size      int        `json:"size"`
 	Fence     int64      `json:"fence"`
 	Lease     *jsonLease `json:"lease"`
+	Backup    *jsonLease `json:"backup,omitempty"` // the backup lease (BackupLoad), when held
 	Counter   int64      `json:"counter"`
 	Waiters   int        `json:"waiters"`
 	TagKeys   []string   `json:"tag_keys,omitempty"`
@@ -222,6 +226,9 @@ func writeJSON(w io.Writer, infos []guard.KeyInfo) error {
 			TagKeys: ki.TagKeys, TagSize: ki.TagSize, Foreign: ki.Foreign, Timestamp: now}
 		if ki.LeaseFence != 0 {
 			j.Lease = &jsonLease{Fence: ki.LeaseFence, TTLMs: ki.LeaseTTL.Milliseconds()}
+		}
+		if ki.BackupFence != 0 {
+			j.Backup = &jsonLease{Fence: ki.BackupFence, TTLMs: ki.BackupTTL.Milliseconds()}
 		}
 		out[i] = j
 	}

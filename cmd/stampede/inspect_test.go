@@ -171,3 +171,53 @@ func TestInvalidate(t *testing.T) {
 		t.Errorf("%d loads in all, want 6", n)
 	}
 }
+
+// TestInspectBackup: while a waiter's backup load runs beside a stuck
+// lease holder (BackupLoad), inspect shows the backup lease and its
+// fence, the counter's, above the lease's; once both filled, it is gone.
+func TestInspectBackup(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ns := namespace(t)
+	o := guard.Options{Namespace: ns, LockTTL: 20 * time.Second,
+		WaitTimeout: 100 * time.Millisecond, WaitTimeoutPolicy: guard.BackupLoad}
+	holder, waiter := group(t, rdb, o), group(t, rdb, o)
+	ctx := ctxT(t)
+	release := make(chan struct{})
+	done := make(chan error, 2)
+	for _, g := range []*guard.Group{holder, waiter} {
+		started := make(chan struct{})
+		go func() {
+			_, err := g.Do(ctx, "slow", func(context.Context) ([]byte, error) {
+				close(started)
+				<-release
+				return []byte("v"), nil
+			})
+			done <- err
+		}()
+		<-started // the holder's load, then the waiter's backup load
+	}
+	base := []string{"-redis", srv.Addr, "-namespace", ns}
+	text := stampede(t, nil, append([]string{"inspect"}, append(base, "slow")...)...)
+	r := stampede(t, nil, append([]string{"inspect", "-json"}, append(base, "slow")...)...)
+	close(release)
+	var got []jsonInfo
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || len(got) != 1 {
+		t.Fatalf("inspect -json: %v, %d objects:\n%s%s", err, len(got), r.stdout, r.stderr)
+	}
+	ki := got[0]
+	if ki.Lease == nil || ki.Backup == nil || ki.Backup.Fence != ki.Counter || ki.Backup.Fence <= ki.Lease.Fence || ki.Backup.TTLMs <= 0 {
+		t.Errorf("during the backup load: %+v (lease %+v, backup %+v); want a backup lease above the lease, with the counter's fence", ki, ki.Lease, ki.Backup)
+	} else if want := "backup   held, fence " + strconv.FormatInt(ki.Backup.Fence, 10); !strings.Contains(text.stdout, want) {
+		t.Errorf("inspect: want %q in:\n%s%s", want, text.stdout, text.stderr)
+	}
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	r = stampede(t, nil, append([]string{"inspect"}, append(base, "slow")...)...)
+	if r.code != 0 || strings.Contains(r.stdout, "backup") {
+		t.Errorf("after the fills: exit %d:\n%s; want no backup lease", r.code, r.stdout)
+	}
+}

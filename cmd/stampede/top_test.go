@@ -92,6 +92,30 @@ func TestWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.waitLine(t, 20*time.Second, `invalidate     "k"`)
+	// A backup load beside a holder slower than WaitTimeout.
+	waiter := group(t, srv.Client(t), guard.Options{Namespace: ns, LocalEntries: guard.Disabled,
+		WaitTimeout: 100 * time.Millisecond, WaitTimeoutPolicy: guard.BackupLoad})
+	release := make(chan struct{})
+	done := make(chan error, 2)
+	for _, g := range []*guard.Group{g, waiter} {
+		started := make(chan struct{})
+		go func() {
+			_, err := g.Do(ctx, "b", func(context.Context) ([]byte, error) {
+				close(started)
+				<-release
+				return []byte("value"), nil
+			})
+			done <- err
+		}()
+		<-started // the holder's load, then the waiter's backup load
+	}
+	w.waitLine(t, 20*time.Second, `backup         "b"  fence`)
+	close(release)
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
 	w.waitLine(t, 20*time.Second, "-- ")
 	if code := w.stop(t, syscall.SIGINT, 20*time.Second); code != 0 {
 		t.Errorf("watch exited %d on SIGINT, want 0:\n%s", code, w.output())

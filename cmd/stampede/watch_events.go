@@ -43,6 +43,8 @@ func (w *watcher) changed(ctx context.Context, names []string) {
 			// A fence minted with the lease set: a grant. (A lease name
 			// changed alone is one released or expired.)
 			w.granted(ctx, now, key)
+		case roles["backup"] && roles["fence"]:
+			w.backedUp(ctx, now, key)
 		}
 	}
 }
@@ -102,6 +104,24 @@ func (w *watcher) granted(ctx context.Context, now time.Time, key string) {
 		what = "over a " + ki.State + " value: a refresh"
 	}
 	w.event(now, "lease", key, detail+"; "+what)
+}
+
+// backedUp reads key, whose backup lease was granted (BackupLoad): a
+// waiter loads it beside a lease holder slower than WaitTimeout.
+func (w *watcher) backedUp(ctx context.Context, now time.Time, key string) {
+	if !w.show() {
+		return
+	}
+	ki, err := w.g.Inspect(ctx, key)
+	if err != nil {
+		w.event(now, "?", key, err.Error())
+		return
+	}
+	detail := fmt.Sprintf("fence %d, %s left", ki.BackupFence, round(ki.BackupTTL))
+	if ki.BackupFence == 0 {
+		detail = fmt.Sprintf("fence %d, released already", ki.Counter)
+	}
+	w.event(now, "backup", key, detail+"; a waiter loads beside the lease's holder")
 }
 
 // show reports whether this second still has room for a line; when not,
