@@ -28,6 +28,9 @@ type HotKeys struct {
 	Calls []HotKey // by calls (Do, Get, Fetch, each key of a batch), highest first
 	Loads []HotKey // by loader calls, highest first
 	Nodes int      // how many Groups' views were merged
+	// Foreign: views skipped (FleetHotKeys) as no Group's: of another
+	// type, with no TTL, too large or malformed.
+	Foreign int
 }
 
 // hotWindow is how long each window of hot keys lasts; each is published
@@ -184,14 +187,32 @@ func (g *Group) publishHot(ctx context.Context, h *hotTracker, hk HotKeys, w tim
 	}
 	ttl := 3 * w
 	until := time.Now().Add(ttl).UnixMilli()
-	p := g.rdb.Pipeline()
-	p.Set(ctx, h.name, b, ttl)
-	p.ZAdd(ctx, h.index, redis.Z{Score: float64(until), Member: h.node})
-	// Publishers gone for a minute leave the index (their views expired
-	// long before); the margin absorbs clocks a little apart.
-	p.ZRemRangeByScore(ctx, h.index, "-inf", strconv.FormatInt(until-ttl.Milliseconds()-60_000, 10))
-	p.PExpire(ctx, h.index, ttl)
-	if _, err := p.Exec(ctx); err != nil {
+	publish := func(drop bool) (*redis.IntCmd, error) {
+		p := g.rdb.Pipeline()
+		if drop {
+			p.Del(ctx, h.index)
+		}
+		p.Set(ctx, h.name, b, ttl)
+		add := p.ZAdd(ctx, h.index, redis.Z{Score: float64(until), Member: h.node})
+		// Publishers gone for a minute leave the index (their views
+		// expired long before), and so do scores no publisher writes
+		// (further ahead than a view lives); the margin absorbs clocks a
+		// little apart.
+		p.ZRemRangeByScore(ctx, h.index, "-inf", strconv.FormatInt(until-ttl.Milliseconds()-60_000, 10))
+		p.ZRemRangeByScore(ctx, h.index, "("+strconv.FormatInt(until+60_000, 10), "+inf")
+		p.PExpire(ctx, h.index, ttl)
+		_, err := p.Exec(ctx)
+		return add, err
+	}
+	add, err := publish(false)
+	if wrongType(add.Err()) {
+		// Another type under the index: dropped, as the scripts drop
+		// foreign data under a key's names, and the index begun anew (the
+		// other Groups list themselves again within a window).
+		g.foreign(names{user: "{" + hotTag + "}"}, "hot keys index")
+		_, err = publish(true)
+	}
+	if err != nil {
 		return fmt.Errorf("guard: publish hot keys: %w", err)
 	}
 	return nil

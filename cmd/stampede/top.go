@@ -71,7 +71,11 @@ func top(ctx context.Context, out io.Writer, c *conn, n int, asJSON bool, every 
 }
 
 func writeTop(w io.Writer, hk guard.HotKeys) error {
-	fmt.Fprintf(w, "%s  %d node(s) published in the last 15s\n", time.Now().Format("15:04:05"), hk.Nodes)
+	fmt.Fprintf(w, "%s  %d node(s) published in the last 15s", time.Now().Format("15:04:05"), hk.Nodes)
+	if hk.Foreign > 0 {
+		fmt.Fprintf(w, "; %d view(s) skipped, not a Group's (another type, no TTL, too large, malformed)", hk.Foreign)
+	}
+	fmt.Fprintln(w)
 	for _, r := range []struct {
 		what string
 		keys []guard.HotKey
@@ -89,9 +93,10 @@ func writeTop(w io.Writer, hk guard.HotKeys) error {
 }
 
 type jsonTop struct {
-	Nodes int          `json:"nodes"`
-	Calls []jsonHotKey `json:"calls"`
-	Loads []jsonHotKey `json:"loads"`
+	Nodes   int          `json:"nodes"`
+	Foreign int          `json:"foreign,omitempty"` // views skipped: not a Group's
+	Calls   []jsonHotKey `json:"calls"`
+	Loads   []jsonHotKey `json:"loads"`
 }
 
 type jsonHotKey struct {
@@ -107,5 +112,5 @@ func writeTopJSON(w io.Writer, hk guard.HotKeys) error {
 		}
 		return out
 	}
-	return json.NewEncoder(w).Encode(jsonTop{Nodes: hk.Nodes, Calls: conv(hk.Calls), Loads: conv(hk.Loads)})
+	return json.NewEncoder(w).Encode(jsonTop{Nodes: hk.Nodes, Foreign: hk.Foreign, Calls: conv(hk.Calls), Loads: conv(hk.Loads)})
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stampede-go/stampede/guard"
 	"github.com/stampede-go/stampede/internal/redistest"
 )
@@ -119,5 +121,47 @@ func TestWatch(t *testing.T) {
 	w.waitLine(t, 20*time.Second, "-- ")
 	if code := w.stop(t, syscall.SIGINT, 20*time.Second); code != 0 {
 		t.Errorf("watch exited %d on SIGINT, want 0:\n%s", code, w.output())
+	}
+}
+
+// TestTopForeign: views under the Namespace's hot keys that no Group
+// would publish (rates whose sum overflows, a hash) are skipped and
+// counted; top prints the others and exits 0.
+func TestTopForeign(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ns := namespace(t)
+	ctx := ctxT(t)
+	index, prefix := ns+"{~hotkeys}:nodes", ns+"{~hotkeys}:node:"
+	soon := float64(time.Now().Add(10 * time.Second).UnixMilli())
+	view := func(key string, rate float64) string {
+		b, err := json.Marshal(map[string]any{"v": 1, "node": "n", "window_ms": 5000,
+			"calls": []map[string]any{{"key": key, "per_second": rate}}, "loads": []any{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	p := rdb.Pipeline()
+	for node, v := range map[string]string{"real": view("hot", 5), "huge1": view("hot", math.MaxFloat64), "huge2": view("hot", math.MaxFloat64)} {
+		p.Set(ctx, prefix+node, v, time.Minute)
+		p.ZAdd(ctx, index, redis.Z{Score: soon, Member: node})
+	}
+	p.HSet(ctx, prefix+"hash", "f", "v")
+	p.ZAdd(ctx, index, redis.Z{Score: soon, Member: "hash"})
+	if _, err := p.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := stampede(t, nil, "top", "-json", "-redis", srv.Addr, "-namespace", ns)
+	var got jsonTop
+	if err := json.Unmarshal([]byte(r.stdout), &got); r.code != 0 || err != nil {
+		t.Fatalf("top -json: exit %d, %v:\n%s%s", r.code, err, r.stdout, r.stderr)
+	}
+	if got.Nodes != 1 || got.Foreign != 3 || len(got.Calls) != 1 || got.Calls[0] != (jsonHotKey{"hot", 5}) {
+		t.Errorf("top -json = %+v; want the real view's hot at 5/s, 3 views skipped", got)
+	}
+	r = stampede(t, nil, "top", "-redis", srv.Addr, "-namespace", ns)
+	if r.code != 0 || !strings.Contains(r.stdout, "3 view(s) skipped") {
+		t.Errorf("top: exit %d; want 3 views skipped in:\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
