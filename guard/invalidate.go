@@ -100,7 +100,7 @@ func (g *Group) invalidateTag(ctx context.Context, tag string) error {
 	// waiters sooner. One that fails is reported; what it left expires
 	// with the set, and reads drop it meanwhile.
 	for steps := left/drainSlice + 2; left > 0 && len(next) > 0 && steps > 0; steps-- {
-		keys, strangers := drainKeys(base+"/", drain, next)
+		keys, strangers := g.drainKeys(tag, drain, next)
 		if len(strangers) > 0 {
 			g.foreign(names{user: "{" + tag + "}"}, "tkeys")
 		}
@@ -134,16 +134,18 @@ func (g *Group) drained(tag string, v []any) (int64, []any) {
 
 // drainKeys are the keys of guard_invalidate_drain.lua for members ms of
 // the set drain: the entry, lease, fence counter and waiters of each that
-// is the entry name of a key of the tag (own is the prefix they share),
-// and the others apart: a member another writer added may name any key,
-// the user's or another slot's, and is only removed from the set.
-func drainKeys(own, drain string, ms []any) ([]string, []any) {
+// is the entry name of a key of the tag, and the others apart: a member
+// another writer added may name any key (the user's, another slot's, or
+// another name of a key of the tag: its lease, its counter) and is only
+// removed from the set.
+func (g *Group) drainKeys(tag, drain string, ms []any) ([]string, []any) {
 	keys := make([]string, 0, 1+4*len(ms))
 	keys = append(keys, drain)
 	var strangers []any
 	for _, m := range ms {
 		e, _ := m.(string)
-		if strings.HasPrefix(e, own) {
+		key, role, ok := g.KeyOf(e)
+		if t, tagged := hashtag.Tag(key); ok && role == roleEntry && tagged && t == tag {
 			keys = append(keys, e, e+":lease", e+":fence", e+":w")
 		} else {
 			strangers = append(strangers, e)
