@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -138,4 +139,64 @@ func TestJoinedMissLoadNotOlder(t *testing.T) {
 	}
 	<-fromC
 	<-fromD
+}
+
+// TestBatchJoinedPrivateReadsAgain: a batch whose every key waits for a
+// load of its process that turns out not to be its to take (another
+// call's Private answer) reads the key again, and applies WaitTimeoutPolicy
+// to it, rather than leaving it unanswered (GetMany answered an empty
+// value with no error).
+func TestBatchJoinedPrivateReadsAgain(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	o := Options{Namespace: redistest.Key(t) + ":", FreshFor: time.Hour, WaitTimeout: 100 * time.Millisecond}
+	c := newGroup(t, rdb, o)
+	b := newGroup(t, otherClient(t, rdb), o)
+	type batchCall struct{}
+	var joined atomic.Int64
+	b.testStep = func(ctx context.Context, s string) {
+		if s == "joined load" && ctx.Value(batchCall{}) != nil {
+			joined.Add(1)
+		}
+	}
+	key := "k"
+	hold := func(v []byte, err error) (LoadFunc, chan struct{}, chan struct{}) {
+		started, gate := make(chan struct{}), make(chan struct{})
+		return func(context.Context) ([]byte, error) {
+			close(started)
+			<-gate
+			return v, err
+		}, started, gate
+	}
+	loadC, startedC, gateC := hold([]byte("vC"), nil)
+	fromC := make(chan error, 1)
+	go func() { _, err := c.Get(ctxT(t), key, loadC); fromC <- err }()
+	<-startedC // C holds the lease
+	mine := errors.New("mine alone")
+	loadB, startedB, gateB := hold(nil, Private(mine))
+	fromB := make(chan error, 1)
+	go func() { _, err := b.Get(ctxT(t), key, loadB); fromB <- err }()
+	<-startedB // B's call waited past WaitTimeout and loads
+	type answer struct {
+		m   map[string][]byte
+		err error
+	}
+	fromBatch := make(chan answer, 1)
+	go func() {
+		m, err := b.GetMany(context.WithValue(ctxT(t), batchCall{}, true), []string{key},
+			func(context.Context, []string) (map[string][]byte, error) {
+				return map[string][]byte{key: []byte("batch")}, nil
+			})
+		fromBatch <- answer{m, err}
+	}()
+	redistest.Eventually(t, 10*time.Second, "the batch joining B's load", func() bool { return joined.Load() > 0 })
+	close(gateB)
+	if err := <-fromB; !errors.Is(err, mine) {
+		t.Errorf("B's call: %v, want its own error", err)
+	}
+	an := <-fromBatch
+	if v, ok := an.m[key]; an.err != nil || !ok || string(v) != "batch" {
+		t.Errorf("the batch got %q (present: %v), %v; want its own load's value", v, ok, an.err)
+	}
+	close(gateC)
+	<-fromC
 }

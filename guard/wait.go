@@ -89,10 +89,19 @@ func (g *Group) waitFor(ctx context.Context, ws []*waiter, d waitDriver) {
 	}
 	l.join()
 	g.lmu.Unlock()
+	if l.joins > 0 {
+		g.step(ctx, "joined load")
+	}
 	poll := firstPoll
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	for l.left > l.joins {
+	for l.left > 0 {
+		if l.left == l.joins {
+			// Every key left waits for a load of this process. One whose
+			// load is not its to take is read again (take).
+			l.take(<-l.joined)
+			continue
+		}
 		remaining := time.Until(deadline)
 		if remaining <= 0 {
 			break
@@ -130,7 +139,14 @@ func (g *Group) waitFor(ctx context.Context, ws []*waiter, d waitDriver) {
 		d.late(late)
 	}
 	for l.joins > 0 {
-		l.take(<-l.joined)
+		j := <-l.joined
+		l.take(j)
+		if w := j.w; !w.done {
+			// Past WaitTimeout, a load not the key's to take leaves it
+			// to WaitTimeoutPolicy too.
+			l.resolve(w)
+			d.late([]*waiter{w})
+		}
 	}
 }
 
