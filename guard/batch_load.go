@@ -164,18 +164,11 @@ func (b *batch) flight(idx []int, fences []int64, slots []*runningLoad, useRedis
 		stop = g.watchLeases(ls, leased)
 	}
 	vals, unasked, d, err := b.callBatch(keys)
+	end := time.Now() // before the hooks: see outcome.takes
 	if !b.refresh {
 		b.loads.Add(1)
 	}
-	asked := make(map[string]struct{}, len(keys))
-	for _, k := range keys {
-		asked[k] = struct{}{}
-	}
-	for k := range vals {
-		if _, ok := asked[k]; !ok {
-			unasked++
-		}
-	}
+	unasked += unaskedIn(vals, keys)
 	found := 0
 	errs := make([]error, len(idx))
 	for j, k := range keys {
@@ -188,7 +181,7 @@ func (b *batch) flight(idx []int, fences []int64, slots []*runningLoad, useRedis
 		default:
 			found++
 		}
-		slots[j].o = outcome{v: v, err: errs[j], d: d}
+		slots[j].o = outcome{v: v, err: errs[j], d: d, end: end}
 		if h := g.opts.Hooks.Load; h != nil {
 			h(k, d, errs[j])
 		}
@@ -231,6 +224,21 @@ func (b *batch) flight(idx []int, fences []int64, slots []*runningLoad, useRedis
 	for j, i := range idx {
 		b.set(i, keyResult{v: vals[keys[j]], st: st, err: errs[j]})
 	}
+}
+
+// unaskedIn counts the keys of vals that are not among keys.
+func unaskedIn(vals map[string][]byte, keys []string) int {
+	asked := make(map[string]struct{}, len(keys))
+	for _, k := range keys {
+		asked[k] = struct{}{}
+	}
+	n := 0
+	for k := range vals {
+		if _, ok := asked[k]; !ok {
+			n++
+		}
+	}
+	return n
 }
 
 // fromReserve answers the keys idx that the reserve holds (see

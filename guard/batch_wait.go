@@ -21,10 +21,11 @@ func (b *batch) wait(ws []*waiter) {
 	b.g.waitFor(b.ctx, ws, batchWait{b})
 }
 
-// joined takes a load of this process the waiter joined.
+// joined takes a load of this process the waiter joined, unless it is
+// another caller's private answer or ended before this batch began.
 func (d batchWait) joined(w *waiter, o outcome) bool {
-	if privateOf(o.err) != nil {
-		return false // its own caller's answer, not this batch's
+	if privateOf(o.err) != nil || !o.takes(d.start) {
+		return false
 	}
 	d.set(w.i, keyResult{v: o.v, st: Shared, err: o.err})
 	return true

@@ -141,6 +141,104 @@ func TestJoinedMissLoadNotOlder(t *testing.T) {
 	<-fromD
 }
 
+// TestJoinedLoadHooksNotOlder: the rule of TestJoinedMissLoadNotOlder,
+// for single keys and batches, when the load is held once its loader
+// returned, in Hooks.Load, before it ends. B's first call waits for C's
+// fill past WaitTimeout, then loads v1 itself and is held in the hook; A
+// invalidates the key, D takes the lease and loads v2; a second call on
+// B that begins then finds the key missing and leased, and joins B's
+// load (a batch: the load; a single key: its miss flight). Once it goes
+// on, the second call gets D's v2, not the v1 of a loader that returned
+// before it began.
+func TestJoinedLoadHooksNotOlder(t *testing.T) {
+	for _, batch := range []bool{false, true} {
+		name, joinStep := "Get", "miss flight"
+		if batch {
+			name, joinStep = "GetMany", "joined load"
+		}
+		t.Run(name, func(t *testing.T) { joinedLoadHooks(t, batch, joinStep) })
+	}
+}
+
+func joinedLoadHooks(t *testing.T, batch bool, joinStep string) {
+	rdb := redistest.Shared(t).Client(t)
+	o := Options{Namespace: redistest.Key(t) + ":", FreshFor: time.Hour, WaitTimeout: 100 * time.Millisecond}
+	a, c, d := newGroup(t, rdb, o), newGroup(t, rdb, o), newGroup(t, rdb, o)
+	o.WaitTimeout = 200 * time.Millisecond
+	loaded, release := make(chan struct{}), make(chan struct{})
+	var holding atomic.Bool
+	o.Hooks.Load = func(string, time.Duration, error) {
+		if holding.CompareAndSwap(false, true) {
+			close(loaded)
+			<-release
+		}
+	}
+	b := newGroup(t, otherClient(t, rdb), o)
+	type second struct{}
+	var joined atomic.Int64
+	b.testStep = func(ctx context.Context, s string) {
+		if s == joinStep && ctx.Value(second{}) != nil {
+			joined.Add(1)
+		}
+	}
+	key := "k"
+	held := func(v string) (LoadFunc, chan struct{}, chan struct{}) {
+		started, gate := make(chan struct{}), make(chan struct{})
+		return func(context.Context) ([]byte, error) {
+			close(started)
+			<-gate
+			return []byte(v), nil
+		}, started, gate
+	}
+	get := func(ctx context.Context, g *Group, load LoadFunc) <-chan string {
+		out := make(chan string, 1)
+		go func() {
+			var v []byte
+			var err error
+			if g == b && batch {
+				var m map[string][]byte
+				m, err = b.GetMany(ctx, []string{key}, func(ctx context.Context, _ []string) (map[string][]byte, error) {
+					v, err := load(ctx)
+					return map[string][]byte{key: v}, err
+				})
+				v = m[key]
+			} else {
+				v, err = g.Get(ctx, key, load)
+			}
+			if err != nil {
+				t.Error(err)
+			}
+			out <- string(v)
+		}()
+		return out
+	}
+	value := func(v string) LoadFunc { return func(context.Context) ([]byte, error) { return []byte(v), nil } }
+	loadC, startedC, gateC := held("vC")
+	fromC := get(ctxT(t), c, loadC)
+	<-startedC // C holds the lease
+	first := get(ctxT(t), b, value("v1"))
+	<-loaded // B's first call waited past WaitTimeout and loaded v1
+	if err := a.Invalidate(ctxT(t), key); err != nil {
+		t.Fatal(err)
+	}
+	loadD, startedD, gateD := held("v2")
+	fromD := get(ctxT(t), d, loadD)
+	<-startedD // D holds the lease
+	secondCall := get(context.WithValue(ctxT(t), second{}, true), b, nil2Loader(t))
+	redistest.Eventually(t, 10*time.Second, "the second call joining B's load", func() bool { return joined.Load() > 0 })
+	close(release)
+	close(gateD)
+	if v := <-first; v != "v1" {
+		t.Errorf("the first call got %q, want v1", v)
+	}
+	if got, want := <-secondCall, "v2"; got != want {
+		t.Errorf("a call that began after the change got %q from a loader that returned before it began, want %q", got, want)
+	}
+	close(gateC)
+	<-fromC
+	<-fromD
+}
+
 // TestBatchJoinedPrivateReadsAgain: a batch whose every key waits for a
 // load of its process that turns out not to be its to take (another
 // call's Private answer) reads the key again, and applies WaitTimeoutPolicy

@@ -86,7 +86,16 @@ type outcome struct {
 	// reval: the loader answered Revalidated; v is the new value, built
 	// here, and only the head goes to Redis.
 	reval *revalidation
-	end   time.Time // when the load ended, before any fill of its value
+	end   time.Time // when the loader returned, before any hook or fill
+}
+
+// takes reports whether a call that began at start may take o, a load it
+// joined: only if it began before the load ended. A load that ended
+// before may be older than a change returned before the call began, so
+// the call reads for itself (TestJoinedMissLoadNotOlder,
+// TestJoinedLoadHooksNotOlder). A zero end (an abandoned slot) fits.
+func (o *outcome) takes(start time.Time) bool {
+	return o.end.IsZero() || !start.After(o.end)
 }
 
 // revalidation is a Revalidated answer checked against its previous entry.
@@ -143,7 +152,6 @@ func (g *Group) callLoader(ctx context.Context, key string, load LoadFunc, join 
 		close(r.done)
 	}()
 	o = g.runLoader(ctx, key, load, prev)
-	o.end = time.Now()
 	r.o = o
 	return o, true
 }
@@ -180,17 +188,21 @@ func (g *Group) runLoader(ctx context.Context, key string, load LoadFunc, prev *
 		normal = true
 	}()
 	r, ok := awaitLoader(g, done)
+	// The load ends when the loader returns, not once the hooks below
+	// are done: a call that begins meanwhile must not take its value
+	// (see takes).
+	end := time.Now()
 	if !ok {
 		r.err = ErrLoadTimeout
 	}
 	v, err := r.v, r.err
-	d := time.Since(start)
+	d := end.Sub(start)
 	if h := g.opts.Hooks.Load; h != nil {
 		h(key, d, err)
 	}
 	g.hot.load(key)
 	g.oversizeHook(key, v, err)
-	o := outcome{v: v, err: err, d: d, win: slot.take()}
+	o := outcome{v: v, err: err, d: d, win: slot.take(), end: end}
 	var rv *revalidatedError
 	if errors.As(err, &rv) {
 		o.v, o.reval, o.err = revalidate(prev, rv)

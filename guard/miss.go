@@ -152,9 +152,9 @@ func (d *missWait) reread(ws []*waiter, resolve func(*waiter), _ bool) {
 }
 
 // joined takes a load of this process the wait joined: a value, unless
-// it was another caller's private answer.
+// it was another caller's private answer, or ended before the call began.
 func (d *missWait) joined(_ *waiter, o outcome) bool {
-	if privateOf(o.err) != nil {
+	if privateOf(o.err) != nil || !o.takes(d.c.start) {
 		return false
 	}
 	d.res, d.err = Result{Value: o.v, Status: Shared}, o.err
