@@ -23,7 +23,7 @@ import (
 // one past fresh that must be revalidated), then calls the key on two
 // more nodes with WaitTimeoutPolicy BackupLoad. Each round checks that
 // both callers get the backup's value, with one backup load fleet-wide,
-// within a bound, in a bounded number of commands; that the foreign
+// before their deadline, in a bounded number of commands; that the foreign
 // value was reported to Hooks.Corrupt; and that nothing foreign is left
 // under the name. Not generated, being a lease like the guard's own: a
 // canonical fence at most the counter, with a TTL.
@@ -34,7 +34,7 @@ func TestBackupForeign(t *testing.T) {
 		c, _ := corrupt.LoadOrStore(key, new(atomic.Int64))
 		return c.(*atomic.Int64)
 	}
-	o := Options{Namespace: redistest.Key(t) + ":", WaitTimeout: 200 * time.Millisecond,
+	o := Options{Namespace: redistest.Key(t) + ":", WaitTimeout: 300 * time.Millisecond,
 		WaitTimeoutPolicy: BackupLoad, FreshFor: time.Hour,
 		Hooks: Hooks{Corrupt: func(key string, _ error) { corruptOf(key).Add(1) }}}
 	holder := newGroup(t, rdb, o)

@@ -21,15 +21,15 @@ import (
 // TestHotKeysForeign writes generated foreign data under the names of
 // the published hot keys (ns{~hotkeys}:nodes, the index, and
 // ns{~hotkeys}:node:<id>, a view) beside one Group's real view, then
-// reads the fleet's hot keys. Each round checks that FleetHotKeys ends
-// within a bound, reads a bounded number of bytes, and either says
-// clearly that the index is foreign or answers with the real view's
-// keys (unless a flood of members crowds it out of the publishers read)
-// and only well-formed rankings (finite rates of at least 0, keys no
-// longer than a published one, no more than the views hold, none from a
-// view that is not a Group's); and that the next publication heals the
-// index. Not generated, being views
-// a Group could have published: a view that is well formed.
+// reads the fleet's hot keys. Each round checks that FleetHotKeys reads a
+// bounded number of bytes, and either says clearly that the index is
+// foreign or answers with the real view's keys (unless a flood of members
+// crowds it out of the publishers read) and only well-formed rankings
+// (finite rates of at least 0, keys no longer than a published one, no
+// more than the views hold, none from a view that is not a Group's); and
+// that the next publication heals the index and reports it. Not
+// generated, being views a Group could have published: a view that is
+// well formed.
 func TestHotKeysForeign(t *testing.T) {
 	rdb := redistest.Shared(t).Client(t)
 	reads := &replyCounter{}
@@ -64,15 +64,10 @@ func TestHotKeysForeign(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		b0 := reads.bytes.Load()
-		start := time.Now()
-		hk, err := reader.FleetHotKeys(ctx)
-		took := time.Since(start)
+		hk, err := reader.FleetHotKeys(ctx) // a hang ends in ctx's error
 		cancel()
 		if n := reads.bytes.Load() - b0; n > maxHotRead+1<<20 {
 			t.Errorf("%s: FleetHotKeys read %d bytes, want at most about %d", name, n, maxHotRead)
-		}
-		if took > 5*time.Second {
-			t.Errorf("%s: FleetHotKeys took %v", name, took)
 		}
 		switch {
 		case strings.HasPrefix(kind, "index: "):
