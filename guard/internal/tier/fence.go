@@ -22,7 +22,7 @@ import (
 //     (go-redis's buffered reader asks for more bytes only when those it
 //     holds do not make a whole message), after the kernel had no byte for
 //     it, and the socket still holds no byte and no close (a peek, which
-//     costs a third of asking for TCP_INFO). One kernel check serves the
+//     costs 60 % of asking for TCP_INFO). One kernel check serves the
 //     hits of the next Window, while the reader waits so: a hit
 //     costs a system call once per Window at most, and a report that
 //     reached the socket more than Window before a call began is never

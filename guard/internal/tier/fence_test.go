@@ -243,3 +243,48 @@ func TestFencedNotWhileBarrierOut(t *testing.T) {
 		t.Error("not fenced once the barrier came back")
 	}
 }
+
+// BenchmarkFenceCheck: the kernel check a hit pays when hits are more
+// than Window apart (HTTP rates), against asking for TCP_INFO, which the
+// fence did before (and the tracked reader's watch still does).
+//
+//	go test -run '^$' -bench FenceCheck ./guard/internal/tier
+func BenchmarkFenceCheck(b *testing.B) {
+	if !peekWorks {
+		b.Skip("no peek here")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			defer c.Close()
+			_, _ = io.Copy(io.Discard, c)
+		}
+	}()
+	raw, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer raw.Close()
+	_, fc := watch(raw)
+	fc.state.Store(1) // the reader waits
+	b.Run("peek", func(b *testing.B) {
+		now := max(nanotime(), fc.checkAt.Load()) // after every earlier check
+		for b.Loop() {
+			now += int64(Window) + 1 // past the last check's Window
+			if !fc.Quiet(now) {
+				b.Fatal("not quiet")
+			}
+		}
+	})
+	b.Run("tcpinfo", func(b *testing.B) {
+		for b.Loop() {
+			if _, ok := bytesReceived(fc.rc); !ok {
+				b.Fatal("not established")
+			}
+		}
+	})
+}
