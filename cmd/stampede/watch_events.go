@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/stampede-go/stampede/guard"
 )
 
 // changed reports one message of client tracking: the names that changed
@@ -52,12 +54,8 @@ func (w *watcher) changed(ctx context.Context, names []string) {
 // written reads key, whose entry changed: a fill or a refresh, or an
 // entry gone (expired, evicted, deleted by hand).
 func (w *watcher) written(ctx context.Context, now time.Time, key string) {
-	if !w.show() {
-		return
-	}
-	ki, err := w.g.Inspect(ctx, key)
-	if err != nil {
-		w.event(now, "?", key, err.Error())
+	ki, ok := w.inspect(ctx, now, key)
+	if !ok {
 		return
 	}
 	w.mu.Lock()
@@ -77,12 +75,8 @@ func (w *watcher) written(ctx context.Context, now time.Time, key string) {
 // granted reads key, whose refresh lease was granted: a refresh when an
 // entry written before the grant is there.
 func (w *watcher) granted(ctx context.Context, now time.Time, key string) {
-	if !w.show() {
-		return
-	}
-	ki, err := w.g.Inspect(ctx, key)
-	if err != nil {
-		w.event(now, "?", key, err.Error())
+	ki, ok := w.inspect(ctx, now, key)
+	if !ok {
 		return
 	}
 	fence, held := ki.LeaseFence, ki.LeaseFence != 0
@@ -109,12 +103,8 @@ func (w *watcher) granted(ctx context.Context, now time.Time, key string) {
 // backedUp reads key, whose backup lease was granted (BackupLoad): a
 // waiter loads it beside a lease holder slower than WaitTimeout.
 func (w *watcher) backedUp(ctx context.Context, now time.Time, key string) {
-	if !w.show() {
-		return
-	}
-	ki, err := w.g.Inspect(ctx, key)
-	if err != nil {
-		w.event(now, "?", key, err.Error())
+	ki, ok := w.inspect(ctx, now, key)
+	if !ok {
 		return
 	}
 	detail := fmt.Sprintf("fence %d, %s left", ki.BackupFence, round(ki.BackupTTL))
@@ -122,6 +112,20 @@ func (w *watcher) backedUp(ctx context.Context, now time.Time, key string) {
 		detail = fmt.Sprintf("fence %d, released already", ki.Counter)
 	}
 	w.event(now, "backup", key, detail+"; a waiter loads beside the lease's holder")
+}
+
+// inspect reads key for an event's line, when this second has room for
+// one; a failed read is a line of its own.
+func (w *watcher) inspect(ctx context.Context, now time.Time, key string) (guard.KeyInfo, bool) {
+	if !w.show() {
+		return guard.KeyInfo{}, false
+	}
+	ki, err := w.g.Inspect(ctx, key)
+	if err != nil {
+		w.event(now, "?", key, err.Error())
+		return guard.KeyInfo{}, false
+	}
+	return ki, true
 }
 
 // show reports whether this second still has room for a line; when not,
