@@ -1,0 +1,130 @@
+package bench
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// BenchmarkHTTPPeersPaired runs guardhttp's fleet and the reference's (see
+// BenchmarkHTTPPeers) side by side in one run, the clients switching from
+// one to the other every pairedSlice, together: whatever else the machine
+// does weighs on both alike, which rounds run one after the other cannot
+// promise (the reference alone moves ±15 % from round to round here). It
+// reports how many requests each served and their ratio, and guardhttp's
+// origin calls per expiry.
+//
+//	cd bench && go test -run '^$' -bench HTTPPeersPaired -benchtime 1x -v . -peers.rounds 4
+func BenchmarkHTTPPeersPaired(b *testing.B) {
+	var guarded, reference httpPeer
+	for _, c := range httpPeers {
+		switch {
+		case strings.HasPrefix(c.name, "stampede guardhttp"):
+			guarded = c
+		case strings.HasPrefix(c.name, "reference"):
+			reference = c
+		}
+	}
+	for round := range *peerRounds {
+		b.Run("guardhttp-vs-reference", func(b *testing.B) {
+			var r pairedRun
+			for b.Loop() {
+				r = runPaired(b, guarded, reference, peerMaxAge*time.Second+1500*time.Millisecond, 32)
+			}
+			ratio := float64(r.served[0]) / float64(max(r.served[1], 1))
+			b.ReportMetric(ratio, "ratio")
+			b.ReportMetric(float64(r.served[0]), "guardhttp-requests")
+			b.ReportMetric(float64(r.served[1]), "reference-requests")
+			b.ReportMetric(r.perExpiry, "origin-calls/expiry")
+			b.ReportMetric(float64(r.errors), "errors")
+			b.Logf("| %d | %d | %d | %.2f | %.2f | %d |", round+1, r.served[0], r.served[1], ratio, r.perExpiry, r.errors)
+		})
+	}
+}
+
+// pairedSlice is how long the clients ask one fleet before switching.
+const pairedSlice = 50 * time.Millisecond
+
+// pairedRun is what one paired run measured.
+type pairedRun struct {
+	served    [2]int64 // requests answered by each fleet
+	errors    int64
+	perExpiry float64 // the first fleet's origin calls per expiry
+}
+
+// runPaired starts fleets a and b (three instances each, in front of one
+// origin each), fills them, then has clients ask a hot URL of a during
+// even slices and of b during odd ones, for d.
+func runPaired(tb testing.TB, a, b httpPeer, d time.Duration, clients int) pairedRun {
+	body := []byte(strings.Repeat("x", 10<<10))
+	var fleets [2][]string
+	var origins [2]*peerOrigin
+	for i, c := range []httpPeer{a, b} {
+		origins[i] = &peerOrigin{body: body}
+		srv := httptest.NewServer(origins[i])
+		tb.Cleanup(srv.Close)
+		fleets[i] = c.start(tb, srv.URL)
+	}
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 2 * clients, DisableCompression: true}}
+	tb.Cleanup(client.CloseIdleConnections)
+	get := func(base string) bool {
+		req, _ := http.NewRequest(http.MethodGet, base+"/hot", nil)
+		req.Host = "fleet.example"
+		resp, err := client.Do(req)
+		if err != nil {
+			return false
+		}
+		n, _ := io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK && n == int64(len(body))
+	}
+	var warm sync.WaitGroup
+	for _, fleet := range fleets {
+		for _, base := range fleet {
+			warm.Go(func() {
+				if !get(base) {
+					tb.Errorf("the warm-up request to %s failed", base)
+				}
+			})
+		}
+	}
+	warm.Wait()
+	origins[0].calls.Store(0)
+	origins[0].mu.Lock()
+	origins[0].spans = nil
+	origins[0].mu.Unlock()
+
+	var r pairedRun
+	var served [2]atomic.Int64
+	var errs atomic.Int64
+	start := time.Now()
+	end := start.Add(d)
+	var wg sync.WaitGroup
+	for i := range clients {
+		wg.Go(func() {
+			for n := 0; n < 1_000_000; n++ {
+				now := time.Now()
+				if !now.Before(end) {
+					return
+				}
+				f := int(now.Sub(start)/pairedSlice) % 2
+				if get(fleets[f][(i+n)%len(fleets[f])]) {
+					served[f].Add(1)
+				} else {
+					errs.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	_, expiries := origins[0].refreshes()
+	r.served = [2]int64{served[0].Load(), served[1].Load()}
+	r.errors = errs.Load()
+	r.perExpiry = float64(origins[0].calls.Load()) / float64(max(expiries, 1))
+	return r
+}
