@@ -165,7 +165,15 @@ func TestFailureFollowerLeaves(t *testing.T) {
 		<-release
 		return nil, status.Errorf(codes.PermissionDenied, "run %d: denied", k)
 	}}
-	conn := sides[0].conn(t, newGroup(t, rdb, namespace(t), hooks), b, guardgrpc.WithMethods(methodGet))
+	// A follower has left once the server's side of its call returned: the
+	// client's side returns at its cancel, before the server has seen it.
+	exited := make(chan struct{}, n)
+	exits := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		defer func() { exited <- struct{}{} }()
+		return h(ctx, req)
+	}
+	g := newGroup(t, rdb, namespace(t), hooks)
+	conn := serve(t, b, []grpc.UnaryServerInterceptor{exits, guardgrpc.UnaryServerInterceptor(g, guardgrpc.WithMethods(methodGet))})
 	answer := func(err error) string { return status.Code(err).String() + " " + status.Convert(err).Message() }
 
 	leader := make(chan string, 1)
@@ -188,6 +196,9 @@ func TestFailureFollowerLeaves(t *testing.T) {
 		if got := <-followers; got != "Canceled" {
 			t.Errorf("follower: got %s, want Canceled", got)
 		}
+	}
+	for range n - 1 {
+		<-exited // the leader's call cannot end before release
 	}
 	close(release) // the run fails once every follower has left
 	if got, want := <-leader, "PermissionDenied run 1: denied"; got != want {
