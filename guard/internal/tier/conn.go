@@ -226,9 +226,6 @@ func (c *coherence) sendBarriers(t *tracker, ps *redis.PubSub, done <-chan struc
 			return
 		case <-timer.C:
 		}
-		if c.perKey {
-			c.readerLost(t)
-		}
 		now := nanotime()
 		wait := t.bar.next(now, c.lag)
 		switch {
@@ -241,6 +238,9 @@ func (c *coherence) sendBarriers(t *tracker, ps *redis.PubSub, done <-chan struc
 		case wait > 0:
 			timer.Reset(wait)
 			continue
+		}
+		if c.perKey {
+			c.readerLost(t) // once per barrier, as the tier is used
 		}
 		if err := t.bar.send(func() error { return ps.Subscribe(context.Background(), invalidateChannel) }); err != nil {
 			return // the connection is gone; listen sees it too
