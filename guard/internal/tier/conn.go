@@ -51,7 +51,12 @@ type tracker struct {
 	// reader is the socket of the tracked reader's connection (TrackHeld),
 	// watched by the barriers: nil when none, or once its loss was seen.
 	reader atomic.Pointer[syscall.RawConn]
-	resp3  bool   // the report connection runs in RESP3 (resp3.go)
+	resp3  bool // the report connection runs in RESP3 (resp3.go)
+	// server is the address the report connection reached, when dialled
+	// as the client dials (not through ReportAddr); moved: the client
+	// dialled another since (switch.go).
+	server atomic.Pointer[string]
+	moved  atomic.Bool
 	raddr  string // where the report connection dials (ReportAddr)
 
 	mu sync.Mutex
@@ -144,6 +149,7 @@ var errSilent = errors.New("guard: report connection silent")
 func (c *coherence) listen(t *tracker, ts *trackState) error {
 	ctx := context.Background()
 	t.bar.reset()
+	t.moved.Store(false)
 	var ps *redis.PubSub
 	_ = t.bar.send(func() error { ps = t.rdb.Subscribe(ctx, invalidateChannel); return nil })
 	defer ps.Close()
@@ -162,6 +168,9 @@ func (c *coherence) listen(t *tracker, ts *trackState) error {
 	probed := false
 	for {
 		msg, err := ps.ReceiveTimeout(ctx, healthEvery)
+		if t.moved.Load() {
+			return errMoved
+		}
 		if t.dials.Load() != dials {
 			if rerr := redis.Error(nil); errors.As(err, &rerr) {
 				return err // the new connection's refusal says more
@@ -242,6 +251,7 @@ func (c *coherence) sendBarriers(t *tracker, ps *redis.PubSub, done <-chan struc
 		if c.perKey {
 			c.readerLost(t) // once per barrier, as the tier is used
 		}
+		c.probeData()
 		if err := t.bar.send(func() error { return ps.Subscribe(context.Background(), invalidateChannel) }); err != nil {
 			return // the connection is gone; listen sees it too
 		}
@@ -284,6 +294,9 @@ func (c *coherence) setDown(t *tracker, why string) {
 func (c *coherence) setUp(t *tracker, up bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if up && t.moved.Load() {
+		return // a barrier of the connection left behind (switch.go)
+	}
 	c.setUpLocked(t, up)
 }
 
@@ -350,6 +363,10 @@ func trackerOptions(o *redis.Options, ns string, perKey bool, t *tracker) *redis
 			cn, err := dial(ctx, network, addr)
 			if err != nil {
 				return nil, err
+			}
+			if ra := cn.RemoteAddr(); ra != nil && t.raddr == o.Addr { // not through a proxy of ReportAddr
+				s := ra.String()
+				t.server.Store(&s)
 			}
 			cn, fc := watch(cn)
 			t.fc.Store(fc)

@@ -55,6 +55,7 @@ func (c *coherence) listenRESP3(t *tracker, ts *trackState) error {
 		return err
 	}
 	t.bar.reset()
+	t.moved.Store(false)
 	done := make(chan struct{})
 	defer close(done)
 	if c.perKey {
@@ -82,6 +83,9 @@ func (c *coherence) listenRESP3(t *tracker, ts *trackState) error {
 		} else if d != dials {
 			return errRedialed // a connection lost between barriers: its reports were
 		}
+		if t.moved.Load() {
+			return errMoved
+		}
 		t.bar.confirmed()
 		ts.backoff, ts.reported = time.Millisecond, false
 		c.setUp(t, true)
@@ -90,6 +94,7 @@ func (c *coherence) listenRESP3(t *tracker, ts *trackState) error {
 			return nil
 		case <-tick.C:
 		}
+		c.probeData()
 	}
 }
 

@@ -56,8 +56,14 @@ type coherence struct {
 	reports atomic.Int64
 	state   func(on bool, why string) // Hooks.LocalTier
 
-	single *redis.Options       // a *redis.Client's options (standalone, Sentinel)
-	cc     *redis.ClusterClient // or a cluster's
+	single *redis.Options // a *redis.Client's options (standalone, Sentinel)
+	data   *redis.Client  // that client, whose dials the tier follows (switch.go)
+	// probing: a PING of data is under way (probeData); bg ends it when
+	// the Group closes.
+	probing atomic.Bool
+	bg      context.Context
+	stopBg  context.CancelFunc
+	cc      *redis.ClusterClient // or a cluster's
 
 	mu       sync.Mutex
 	trackers map[string]*tracker // by master address ("" for single)
@@ -84,10 +90,12 @@ func newCoherence(rdb redis.UniversalClient, tier *Tier, o Config) *coherence {
 	c := &coherence{tier: tier, ns: o.Namespace, prefix: o.Namespace + "{", hook: o.OnRedisError, lag: o.Lag, rt: o.Timeout, perKey: o.PerKey,
 		state: o.OnState, why: WhyConnecting,
 		trackers: map[string]*tracker{}, kick: make(chan struct{}, 1), quit: make(chan struct{})}
+	c.bg, c.stopBg = context.WithCancel(context.Background())
 	tier.fence = c.fenced
 	switch r := rdb.(type) {
 	case *redis.Client:
-		c.single = r.Options()
+		c.single, c.data = r.Options(), r
+		r.AddHook(switchHook{weak.Make(c)})
 		c.mu.Lock()
 		c.add("", c.single)
 		c.mu.Unlock()
@@ -186,7 +194,7 @@ func (c *coherence) fenced(now int64) bool {
 	}
 	for _, t := range *all {
 		fc := t.fc.Load()
-		if fc == nil || (fc.watched && t.bar.out()) || !fc.Quiet(now) || !t.bar.recent(now, c.lag) {
+		if fc == nil || t.moved.Load() || (fc.watched && t.bar.out()) || !fc.Quiet(now) || !t.bar.recent(now, c.lag) {
 			return false
 		}
 	}
@@ -276,6 +284,7 @@ func (c *coherence) close() {
 	c.update()
 	c.mu.Unlock()
 	close(c.quit)
+	c.stopBg()
 	c.wg.Wait()
 	for _, t := range trackers {
 		_ = t.rdb.Close()

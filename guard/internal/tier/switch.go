@@ -1,0 +1,93 @@
+package tier
+
+// Following the client's server. On a *redis.Client the report connection
+// is dialled the way the Group's client dials, but it is a connection of
+// its own: when the client moves to another server (a Sentinel failover,
+// whose client drops its connections to the old master at once; a name
+// that now resolves to another host), the report connection stays where
+// it was, and an old master left up (Sentinel takes a second or more to
+// make it a replica) reports none of the changes made on the new one,
+// while the barriers it answers say all is well. So the tier watches the
+// client's dials: a connection that reaches another server than the
+// report connection stops the tier, before the client sends anything on
+// it, and the report connection is dialled again (the same way: a
+// failover client asks Sentinel). The barriers make a client that holds
+// no idle connection dial (a PING), so the tier learns of a move within
+// a barrier even when every read is a hit.
+
+import (
+	"context"
+	"errors"
+	"net"
+	"weak"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// errMoved is how a report connection left behind by the client's move to
+// another server ends.
+var errMoved = errors.New("guard: the client moved to another server than the report connection's")
+
+// switchHook is the hook the tier adds to a *redis.Client: it tells the
+// coherence of every connection the client dials. It holds the coherence
+// weakly, and does nothing once the Group is closed.
+type switchHook struct{ c weak.Pointer[coherence] }
+
+func (h switchHook) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		cn, err := next(ctx, network, addr)
+		if err == nil && cn != nil {
+			if c := h.c.Value(); c != nil {
+				c.dialed(cn.RemoteAddr())
+			}
+		}
+		return cn, err
+	}
+}
+
+func (switchHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (switchHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// dialed: the client dialled a connection to ra. When the report
+// connection is on another server, the fence refuses from now on (moved),
+// before the client sends anything on the new connection, and the report
+// connection is closed: listen returns errMoved, and run dials again (the
+// tier's state is told from there). No lock of the coherence is taken: a
+// hook of the user's, called under it, may make the client dial.
+func (c *coherence) dialed(ra net.Addr) {
+	if ra == nil {
+		return
+	}
+	all := c.all.Load()
+	if all == nil || len(*all) != 1 {
+		return
+	}
+	t := (*all)[0]
+	if at := t.server.Load(); at == nil || *at == ra.String() || !t.moved.CompareAndSwap(false, true) {
+		return
+	}
+	t.mu.Lock()
+	if t.ps != nil {
+		_ = t.ps.Close()
+	}
+	t.mu.Unlock()
+}
+
+// probeData makes the client dial when it holds no idle connection (a
+// failover client closes those of the old master): the dial is what
+// tells the tier its client moved (switchHook). At most one at a time;
+// the Group's Close cancels it.
+func (c *coherence) probeData() {
+	if c.data == nil || c.data.PoolStats().IdleConns != 0 || !c.probing.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer c.probing.Store(false)
+		ctx, cancel := context.WithTimeout(c.bg, max(c.rt, healthEvery))
+		defer cancel()
+		_ = c.data.Ping(ctx).Err() // refused or not, the dial is made
+	}()
+}
