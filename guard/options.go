@@ -59,7 +59,9 @@ type Options struct {
 	MaxValueBytes int
 	// LocalEntries and LocalBytes bound the in-process tier, which serves
 	// hot keys from memory, coherent with the fleet (docs/local-tier.md);
-	// LocalTTL bounds a copy's life. Default: 10000, 64 MiB and 1m.
+	// LocalTTL bounds a copy's life. Default: 10000, 64 MiB and 1m. On a
+	// *redis.Client the tier adds a dial hook to the client, to follow it
+	// to another server (a Sentinel failover).
 	LocalEntries int
 	LocalBytes   int
 	LocalTTL     time.Duration
