@@ -53,9 +53,10 @@ type tracker struct {
 	reader atomic.Pointer[syscall.RawConn]
 	resp3  bool // the report connection runs in RESP3 (resp3.go)
 	// server is the address the report connection reached, when dialled
-	// as the client dials (not through ReportAddr); moved: the client
-	// dialled another since (switch.go).
+	// as the client dials (not through ReportAddr); client: the one the
+	// client reached last; moved: the two differ (switch.go).
 	server atomic.Pointer[string]
+	client atomic.Pointer[string]
 	moved  atomic.Bool
 	raddr  string // where the report connection dials (ReportAddr)
 
@@ -96,6 +97,7 @@ func (c *coherence) run(t *tracker) {
 			continue
 		}
 		c.setDown(t, whyLost(err))
+		c.afterMove(err)
 		if c.cc != nil {
 			// A master lost may have failed over: look at the map again.
 			c.cc.ReloadState(context.Background())
@@ -365,8 +367,7 @@ func trackerOptions(o *redis.Options, ns string, perKey bool, t *tracker) *redis
 				return nil, err
 			}
 			if ra := cn.RemoteAddr(); ra != nil && t.raddr == o.Addr { // not through a proxy of ReportAddr
-				s := ra.String()
-				t.server.Store(&s)
+				t.reached(ra.String())
 			}
 			cn, fc := watch(cn)
 			t.fc.Store(fc)

@@ -66,7 +66,9 @@ func (c *coherence) dialed(ra net.Addr) {
 		return
 	}
 	t := (*all)[0]
-	if at := t.server.Load(); at == nil || *at == ra.String() || !t.moved.CompareAndSwap(false, true) {
+	s := ra.String()
+	t.client.Store(&s)
+	if at := t.server.Load(); at == nil || *at == s || !t.moved.CompareAndSwap(false, true) {
 		return
 	}
 	t.mu.Lock()
@@ -90,4 +92,28 @@ func (c *coherence) probeData() {
 		defer cancel()
 		_ = c.data.Ping(ctx).Err() // refused or not, the dial is made
 	}()
+}
+
+// reached: t's report connection was dialled to s. When the client last
+// dialled another server, the fence refuses as after a move: the two were
+// told apart (a name resolved by a resolver not updated yet, a Sentinel
+// that still named the old master), and the client, which may never dial
+// again, reads from a server the report connection does not listen to.
+// listen then returns errMoved, and the report connection is dialled
+// again until it reaches the client's server.
+func (t *tracker) reached(s string) {
+	t.server.Store(&s)
+	if at := t.client.Load(); at != nil && *at != s {
+		t.moved.Store(true)
+	}
+}
+
+// afterMove: when the report connection ended for errMoved, the client
+// may have been told of the move (a failover client drops its connections
+// to the old master) without dialling yet; its dial, made now, lets the
+// next report connection agree with it rather than wait for a read.
+func (c *coherence) afterMove(err error) {
+	if errors.Is(err, errMoved) {
+		c.probeData()
+	}
 }
