@@ -19,37 +19,11 @@ import (
 	"context"
 	"errors"
 	"net"
-	"weak"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // errMoved is how a report connection left behind by the client's move to
 // another server ends.
 var errMoved = errors.New("guard: the client moved to another server than the report connection's")
-
-// switchHook is the hook the tier adds to a *redis.Client: it tells the
-// coherence of every connection the client dials. It holds the coherence
-// weakly, and does nothing once the Group is closed.
-type switchHook struct{ c weak.Pointer[coherence] }
-
-func (h switchHook) DialHook(next redis.DialHook) redis.DialHook {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		cn, err := next(ctx, network, addr)
-		if err == nil && cn != nil {
-			if c := h.c.Value(); c != nil {
-				c.dialed(cn.RemoteAddr())
-			}
-		}
-		return cn, err
-	}
-}
-
-func (switchHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-
-func (switchHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
 
 // dialed: the client dialled a connection to ra. When the report
 // connection is on another server, the fence refuses from now on (moved),
@@ -80,7 +54,7 @@ func (c *coherence) dialed(ra net.Addr) {
 
 // probeData makes the client dial when it holds no idle connection (a
 // failover client closes those of the old master): the dial is what
-// tells the tier its client moved (switchHook). At most one at a time;
+// tells the tier its client moved (switchhook.go). At most one at a time;
 // the Group's Close cancels it.
 func (c *coherence) probeData() {
 	if c.data == nil || c.data.PoolStats().IdleConns != 0 || !c.probing.CompareAndSwap(false, true) {

@@ -58,6 +58,8 @@ type coherence struct {
 
 	single *redis.Options // a *redis.Client's options (standalone, Sentinel)
 	data   *redis.Client  // that client, whose dials the tier follows (switch.go)
+	// unfollow stops the tier being told of data's dials (switchhook.go).
+	unfollow func()
 	// probing: a PING of data is under way (probeData); bg ends it when
 	// the Group closes.
 	probing atomic.Bool
@@ -95,7 +97,7 @@ func newCoherence(rdb redis.UniversalClient, tier *Tier, o Config) *coherence {
 	switch r := rdb.(type) {
 	case *redis.Client:
 		c.single, c.data = r.Options(), r
-		r.AddHook(switchHook{weak.Make(c)})
+		c.unfollow = follow(r, c)
 		c.mu.Lock()
 		c.add("", c.single)
 		c.mu.Unlock()
@@ -285,6 +287,9 @@ func (c *coherence) close() {
 	c.mu.Unlock()
 	close(c.quit)
 	c.stopBg()
+	if c.unfollow != nil {
+		c.unfollow()
+	}
 	c.wg.Wait()
 	for _, t := range trackers {
 		_ = t.rdb.Close()
