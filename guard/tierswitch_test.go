@@ -102,6 +102,18 @@ func followSwitch(t *testing.T, mode Tracking, resp3 bool) {
 	close(stop)
 	<-done
 	version = 1
+	// B's client switched when A's did, give or take the Sentinel's
+	// message: the bound is LocalLag after that, and the barrier that
+	// finds the switch.
+	assertSwitched(t, a, b, keys, key, load, lag)
+}
+
+// assertSwitched changes keys keys to v1 through a (load makes v1), then
+// reads them through b for a second, and fails t if a read that began
+// more than 5 times lag after the changes returned (room for a loaded
+// machine) got another value.
+func assertSwitched(t *testing.T, a, b *localNode, keys int, key func(int) string, load LoadFunc, lag time.Duration) {
+	t.Helper()
 	for i := range keys {
 		if err := a.Invalidate(ctxT(t), key(i)); err != nil {
 			t.Fatal(err)
@@ -111,9 +123,6 @@ func followSwitch(t *testing.T, mode Tracking, resp3 bool) {
 		}
 	}
 	changed := time.Now()
-	// B's client switched when A's did, give or take the Sentinel's
-	// message: the bound is LocalLag after that, and the barrier that
-	// finds the switch; 5 times LocalLag leaves room for a loaded machine.
 	bound := changed.Add(5 * lag)
 	var reads, late int
 	for time.Since(changed) < time.Second {

@@ -76,31 +76,5 @@ func TestLocalTierReportFollowsLastDial(t *testing.T) {
 		return b.local.Load() > before+keys
 	})
 	version.Store(1)
-	for i := range keys {
-		if err := a.Invalidate(ctxT(t), key(i)); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := a.Get(ctxT(t), key(i), load); err != nil {
-			t.Fatal(err)
-		}
-	}
-	changed := time.Now()
-	bound := changed.Add(5 * lag) // room for a loaded machine
-	var reads, late int
-	for time.Since(changed) < time.Second {
-		for i := range keys {
-			begin := time.Now()
-			v, err := b.Get(ctxT(t), key(i), load)
-			if err != nil {
-				t.Fatal(err)
-			}
-			reads++
-			if string(v) != "v1" && begin.After(bound) {
-				late++
-			}
-		}
-	}
-	if late > 0 {
-		t.Errorf("%d of B's %d reads begun more than %v after A's changes returned got the replaced copy", late, reads, 5*lag)
-	}
+	assertSwitched(t, a, b, keys, key, load, lag)
 }
