@@ -15,6 +15,7 @@ import (
 // pile hooks on it, which every dial passes through: each added one.
 func TestLocalTierOneHookPerClient(t *testing.T) {
 	rdb := redistest.Shared(t).Client(t)
+	base := hooksOn(t, rdb)
 	const groups = 100
 	for range groups {
 		g, err := New(rdb, Options{Namespace: redistest.Key(t) + ":"})
@@ -25,9 +26,48 @@ func TestLocalTierOneHookPerClient(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got, want := hooksOn(t, rdb), 1; got > want {
+	if got, want := hooksOn(t, rdb), base+1; got > want {
 		t.Errorf("%d Groups made and closed on a client left %d hooks on it, want at most %d", groups, got, want)
 	}
+}
+
+// TestLocalTierOneCallbackPerCluster: the same for a cluster client, on
+// which the tier registers an OnNewNode callback (go-redis removes none).
+func TestLocalTierOneCallbackPerCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a cluster: the standalone row covers the registry")
+	}
+	rdb := redistest.SharedCluster(t).Client(t)
+	base := newNodeCallbacks(t, rdb) // go-redis's own
+	const groups = 100
+	for range groups {
+		g, err := New(rdb, Options{Namespace: redistest.Key(t) + ":"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := newNodeCallbacks(t, rdb), base+1; got > want {
+		t.Errorf("%d Groups made and closed on a cluster client left %d OnNewNode callbacks on it, want at most %d", groups, got, want)
+	}
+}
+
+// newNodeCallbacks returns how many OnNewNode callbacks rdb holds, read
+// as hooksOn reads hooks (v9.23: nodes, a *clusterNodes whose onNewNode
+// is a slice of funcs), skipping the test if laid out otherwise.
+func newNodeCallbacks(t *testing.T, rdb *redis.ClusterClient) int {
+	t.Helper()
+	nodes := reflect.ValueOf(rdb).Elem().FieldByName("nodes")
+	if !nodes.IsValid() || nodes.Kind() != reflect.Pointer {
+		t.Skip("go-redis's cluster client holds no nodes")
+	}
+	fns := nodes.Elem().FieldByName("onNewNode")
+	if !fns.IsValid() || fns.Kind() != reflect.Slice {
+		t.Skip("go-redis's cluster nodes keep their callbacks otherwise")
+	}
+	return fns.Len()
 }
 
 // hooksOn returns how many hooks rdb holds. go-redis does not say: this

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"weak"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -58,7 +57,8 @@ type coherence struct {
 
 	single *redis.Options // a *redis.Client's options (standalone, Sentinel)
 	data   *redis.Client  // that client, whose dials the tier follows (switch.go)
-	// unfollow stops the tier being told of data's dials (switchhook.go).
+	// unfollow stops the tier being told of data's dials, or of the
+	// nodes a cluster client meets (switchhook.go).
 	unfollow func()
 	// probing: a PING of data is under way (probeData); bg ends it when
 	// the Group closes.
@@ -110,15 +110,10 @@ func newCoherence(rdb redis.UniversalClient, tier *Tier, o Config) *coherence {
 		}
 		c.cc = r
 		c.pending = true
-		w := weak.Make(c)
-		r.OnNewNode(func(*redis.Client) {
-			// Called as go-redis meets a node, before any command is sent
-			// to it: a value it serves is not kept until this Group
-			// listens to the masters of the new map.
-			if c := w.Value(); c != nil {
-				c.newNode()
-			}
-		})
+		// Called as go-redis meets a node, before any command is sent to
+		// it: a value it serves is not kept until this Group listens to
+		// the masters of the new map.
+		c.unfollow = followNodes(r, c)
 		c.wg.Add(1)
 		go c.reconciler()
 	default:
