@@ -12,7 +12,7 @@ package tier
 // report connection stops the tier, before the client sends anything on
 // it, and the report connection is dialled again (the same way: a
 // failover client asks Sentinel). The barriers make a client that holds
-// no idle connection dial (a PING), so the tier learns of a move within
+// no idle connection dial (a TIME), so the tier learns of a move within
 // a barrier even when every read is a hit.
 
 import (
@@ -64,7 +64,7 @@ func (c *coherence) probeData() {
 		defer c.probing.Store(false)
 		ctx, cancel := context.WithTimeout(c.bg, max(c.rt, healthEvery))
 		defer cancel()
-		_ = c.data.Ping(ctx).Err() // refused or not, the dial is made
+		_ = c.data.Time(ctx).Err() // in the documented ACL (the guard reads the clock so)
 	}()
 }
 
