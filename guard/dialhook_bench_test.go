@@ -19,13 +19,7 @@ func BenchmarkDialClosedGroups(b *testing.B) {
 	for _, n := range []int{0, 1000} {
 		b.Run("groups="+strconv.Itoa(n), func(b *testing.B) {
 			rdb := redistest.Shared(b).Client(b, func(o *redis.Options) { o.ConnMaxLifetime = time.Nanosecond })
-			for range n {
-				g, err := New(rdb, Options{Namespace: redistest.Key(b) + ":"})
-				if err != nil {
-					b.Fatal(err)
-				}
-				_ = g.Close()
-			}
+			makeAndClose(b, rdb, n)
 			runtime.GC() // the closed Groups' tiers go; their hooks stay
 			ctx := context.Background()
 			for b.Loop() {

@@ -17,15 +17,7 @@ func TestLocalTierOneHookPerClient(t *testing.T) {
 	rdb := redistest.Shared(t).Client(t)
 	base := hooksOn(t, rdb)
 	const groups = 100
-	for range groups {
-		g, err := New(rdb, Options{Namespace: redistest.Key(t) + ":"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := g.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	makeAndClose(t, rdb, groups)
 	if got, want := hooksOn(t, rdb), base+1; got > want {
 		t.Errorf("%d Groups made and closed on a client left %d hooks on it, want at most %d", groups, got, want)
 	}
@@ -40,15 +32,7 @@ func TestLocalTierOneCallbackPerCluster(t *testing.T) {
 	rdb := redistest.SharedCluster(t).Client(t)
 	base := newNodeCallbacks(t, rdb) // go-redis's own
 	const groups = 100
-	for range groups {
-		g, err := New(rdb, Options{Namespace: redistest.Key(t) + ":"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := g.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	makeAndClose(t, rdb, groups)
 	if got, want := newNodeCallbacks(t, rdb), base+1; got > want {
 		t.Errorf("%d Groups made and closed on a cluster client left %d OnNewNode callbacks on it, want at most %d", groups, got, want)
 	}
@@ -68,6 +52,20 @@ func newNodeCallbacks(t *testing.T, rdb *redis.ClusterClient) int {
 		t.Skip("go-redis's cluster nodes keep their callbacks otherwise")
 	}
 	return fns.Len()
+}
+
+// makeAndClose makes n Groups on rdb and closes each.
+func makeAndClose(tb testing.TB, rdb redis.UniversalClient, n int) {
+	tb.Helper()
+	for range n {
+		g, err := New(rdb, Options{Namespace: redistest.Key(tb) + ":"})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if err := g.Close(); err != nil {
+			tb.Fatal(err)
+		}
+	}
 }
 
 // hooksOn returns how many hooks rdb holds. go-redis does not say: this

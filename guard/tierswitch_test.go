@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,22 +54,9 @@ func followSwitch(t *testing.T, mode Tracking, resp3 bool) {
 	// with 32 keys, one would have to be lucky 32 times.
 	const keys = 32
 	key := func(i int) string { return "switched-" + strconv.Itoa(i%keys) }
-	var version int
-	load := func(context.Context) ([]byte, error) { return []byte("v" + strconv.Itoa(version)), nil }
-	for i := range keys {
-		if _, err := a.Get(ctxT(t), key(i), load); err != nil {
-			t.Fatal(err)
-		}
-	}
-	before := b.local.Load()
-	redistest.Eventually(t, 10*time.Second, "B serving v0 from its tier", func() bool {
-		for i := range keys {
-			if v, err := b.Get(ctxT(t), key(i), load); err != nil || string(v) != "v0" {
-				t.Fatalf("B read %q %v, want v0", v, err)
-			}
-		}
-		return b.local.Load() > before+keys
-	})
+	var version atomic.Int64
+	load := func(context.Context) ([]byte, error) { return []byte("v" + strconv.FormatInt(version.Load(), 10)), nil }
+	holdAll(t, a, b, keys, key, load)
 
 	old := st.Master(t)
 	// Sentinel converts the old master with a MULTI that starts with
@@ -101,11 +89,31 @@ func followSwitch(t *testing.T, mode Tracking, resp3 bool) {
 	})
 	close(stop)
 	<-done
-	version = 1
+	version.Store(1)
 	// B's client switched when A's did, give or take the Sentinel's
 	// message: the bound is LocalLag after that, and the barrier that
 	// finds the switch.
 	assertSwitched(t, a, b, keys, key, load, lag)
+}
+
+// holdAll fills keys keys through a (with v0, which load makes) and
+// returns once b serves each from its tier.
+func holdAll(t *testing.T, a, b *localNode, keys int, key func(int) string, load LoadFunc) {
+	t.Helper()
+	for i := range keys {
+		if _, err := a.Get(ctxT(t), key(i), load); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := b.local.Load()
+	redistest.Eventually(t, 10*time.Second, "B serving v0 from its tier", func() bool {
+		for i := range keys {
+			if v, err := b.Get(ctxT(t), key(i), load); err != nil || string(v) != "v0" {
+				t.Fatalf("B read %q %v, want v0", v, err)
+			}
+		}
+		return b.local.Load() > before+int64(keys)
+	})
 }
 
 // assertSwitched changes keys keys to v1 through a (load makes v1), then

@@ -60,21 +60,8 @@ func TestLocalTierReportFollowsLastDial(t *testing.T) {
 	key := func(i int) string { return "dns-" + strconv.Itoa(i%keys) }
 	var version atomic.Int64
 	load := func(context.Context) ([]byte, error) { return []byte("v" + strconv.FormatInt(version.Load(), 10)), nil }
-	for i := range keys {
-		if _, err := a.Get(ctxT(t), key(i), load); err != nil {
-			t.Fatal(err)
-		}
-	}
 	// B reads the new host's v0 and keeps it, once its tier is back.
-	before := b.local.Load()
-	redistest.Eventually(t, 10*time.Second, "B serving from its tier again", func() bool {
-		for i := range keys {
-			if _, err := b.Get(ctxT(t), key(i), load); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return b.local.Load() > before+keys
-	})
+	holdAll(t, a, b, keys, key, load)
 	version.Store(1)
 	assertSwitched(t, a, b, keys, key, load, lag)
 }

@@ -60,7 +60,7 @@ type coherence struct {
 	// unfollow stops the tier being told of data's dials, or of the
 	// nodes a cluster client meets (switchhook.go).
 	unfollow func()
-	// probing: a PING of data is under way (probeData); bg ends it when
+	// probing: a TIME on data is under way (probeData); bg ends it when
 	// the Group closes.
 	probing atomic.Bool
 	bg      context.Context
