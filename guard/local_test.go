@@ -28,15 +28,19 @@ func TestLocalTier(t *testing.T) {
 		}
 		return g.loc.Len() == 1
 	})
-	before := hook.n.Load()
-	for range 10 {
-		if r, err := g.Do(ctxT(t), key, nil2Loader(t)); err != nil || r.Status != Hit || string(r.Value) != "v" {
-			t.Fatalf("%v %q %v", r.Status, r.Value, err)
+	// Ten hits in a row send nothing. A round may legitimately read Redis
+	// while a barrier of the tier is in flight (a hit then cannot prove its
+	// copy current), so the claim is that some round sends nothing at all;
+	// a tier that read Redis on every hit never gets there.
+	redistest.Eventually(t, 10*time.Second, "ten hits that send no command", func() bool {
+		before := hook.n.Load()
+		for range 10 {
+			if r, err := g.Do(ctxT(t), key, nil2Loader(t)); err != nil || r.Status != Hit || string(r.Value) != "v" {
+				t.Fatalf("%v %q %v", r.Status, r.Value, err)
+			}
 		}
-	}
-	if n := hook.n.Load() - before; n != 0 {
-		t.Fatalf("local hits sent %d commands, want 0", n)
-	}
+		return hook.n.Load() == before
+	})
 	if err := g.Invalidate(ctxT(t), key); err != nil {
 		t.Fatal(err)
 	}
