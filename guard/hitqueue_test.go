@@ -268,21 +268,25 @@ func TestHitBatchLonePanics(t *testing.T) {
 // the stalled GET and then their own batch), are served by the loader, and
 // the breaker opens; after the thaw, hits resume. No goroutine is left. On
 // a cluster one master is frozen: the pipeline of a batch spans the
-// masters, and its callers leave within the same bound.
+// masters, and its callers leave within the same bound. There the breaker
+// may stay closed: the hits the other masters answer are successes
+// between the frozen one's failures, and it opens on failures in a row.
 func TestHitBatchFrozenRedis(t *testing.T) {
 	t.Run("standalone", func(t *testing.T) {
 		srv := redistest.Start(t)
-		frozenHits(t, srv.Client(t), srv)
+		frozenHits(t, srv.Client(t), srv, true)
 	})
 	t.Run("cluster", func(t *testing.T) {
 		cl := redistest.StartCluster(t, redistest.ClusterOptions{NodeTimeout: time.Minute})
 		rdb := cl.Client(t)
-		frozenHits(t, rdb, nil, func(keys []string) *redistest.Server { return cl.MasterFor(t, keys[0]) })
+		frozenHits(t, rdb, nil, false, func(keys []string) *redistest.Server { return cl.MasterFor(t, keys[0]) })
 	})
 }
 
-// frozenHits freezes srv, or the server pick returns for the keys.
-func frozenHits(t *testing.T, rdb redis.UniversalClient, srv *redistest.Server, pick ...func([]string) *redistest.Server) {
+// frozenHits freezes srv, or the server pick returns for the keys. When
+// alone is set srv is the only server, every hit fails, and the breaker
+// must open.
+func frozenHits(t *testing.T, rdb redis.UniversalClient, srv *redistest.Server, alone bool, pick ...func([]string) *redistest.Server) {
 	defer noLeaks(t)()
 	const timeout = 400 * time.Millisecond
 	var opened atomic.Int64
@@ -336,8 +340,11 @@ func frozenHits(t *testing.T, rdb redis.UniversalClient, srv *redistest.Server, 
 			t.Errorf("caller %d took %v on a frozen Redis, RedisTimeout %v", i, took[i], timeout)
 		}
 	}
-	if results[0].Status != Degraded || opened.Load() == 0 {
-		t.Errorf("the caller on the frozen server: %v; breaker opened %d times; want degraded and open", results[0].Status, opened.Load())
+	if results[0].Status != Degraded {
+		t.Errorf("the caller on the frozen server: %v, want degraded", results[0].Status)
+	}
+	if alone && opened.Load() == 0 {
+		t.Errorf("every hit failed and the breaker did not open")
 	}
 	srv.Thaw(t)
 	redistest.Eventually(t, 10*time.Second, "hits after the thaw", func() bool {
