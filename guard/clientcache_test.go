@@ -137,7 +137,7 @@ func TestClientSideCachingCluster(t *testing.T) {
 	h := &nameHook{}
 	uc.AddHook(h)
 	a, b := newGroup(t, uc, Options{}), newGroup(t, uc, Options{})
-	if !b.hits.Batching() {
+	if !b.hits.Any.Batching() {
 		t.Fatal("hits on a cluster client are not batched")
 	}
 	key := redistest.Key(t)

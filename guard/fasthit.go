@@ -106,7 +106,7 @@ func (g *Group) fastHit(ctx context.Context, key string) (e entry.Entry, now int
 	}
 	g.step(ctx, "hit")
 	k = g.keepOf(h.entry)
-	s, tinv, err := g.hits.Get(ctx, h.entry, h.tinv)
+	s, tinv, err := g.hits.For(ctx, h.entry).Get(ctx, h.entry, h.tinv)
 	switch {
 	case errors.Is(err, redis.Nil):
 		g.hints.c.Remove(key)

@@ -42,12 +42,13 @@ type Group struct {
 
 	hot *hotTracker // the hot keys (hotkeys.go); nil when off
 
-	firstLease time.Duration   // lease taken by a read, before the watchdog extends it
-	clk        redisClock      // estimate of the Redis clock, for the fast hit path
-	hints      hints           // key → fresh-until seen lately, for the fast hit path
-	hits       *commit.Hits    // the fast path's GETs, batched when they overlap
-	readQ      *commit.Scripts // read scripts, batched when they overlap
-	fillQ      *commit.Scripts // fill scripts, batched when they overlap
+	firstLease time.Duration // lease taken by a read, before the watchdog extends it
+	clk        redisClock    // estimate of the Redis clock, for the fast hit path
+	hints      hints         // key → fresh-until seen lately, for the fast hit path
+	// The fast path's GETs, the read and the fill scripts, batched when
+	// they overlap: a queue per master on a cluster.
+	hits         *commit.Shards[*commit.Hits]
+	readQ, fillQ *commit.Shards[*commit.Scripts]
 
 	// Constant script arguments, boxed once.
 	leaseArg, chanArg, waitArg, keepArg, capArg, tagLifeArg any
@@ -107,9 +108,13 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 		reach:   newReach(rdb, o.RedisTimeout),
 		hot:     newHotTracker(o),
 	}
-	g.hits = commit.NewHits(rdb, o.MaxHitBatch, g.redisTimeout)
-	g.readQ = commit.NewScripts(rdb, lua.GuardRead, o.MaxHitBatch, g.redisTimeout)
-	g.fillQ = commit.NewScripts(rdb, lua.GuardFill, o.MaxHitBatch, g.redisTimeout)
+	g.hits = commit.NewShards(rdb, func() *commit.Hits { return commit.NewHits(rdb, o.MaxHitBatch, g.redisTimeout) })
+	g.readQ = commit.NewShards(rdb, func() *commit.Scripts {
+		return commit.NewScripts(rdb, lua.GuardRead, o.MaxHitBatch, g.redisTimeout)
+	})
+	g.fillQ = commit.NewShards(rdb, func() *commit.Scripts {
+		return commit.NewScripts(rdb, lua.GuardFill, o.MaxHitBatch, g.redisTimeout)
+	})
 	g.firstLease = min(o.LockTTL, leaseGrace)
 	g.leaseArg = ms(g.firstLease)
 	g.chanArg = g.hub.Channel()
@@ -131,6 +136,18 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 	// comes back while calls succeed (a report connection lost alone).
 	g.br = breaker.Breaker{Threshold: o.BreakerFailures, Cooldown: o.BreakerCooldown,
 		Hook: o.Hooks.Breaker, Recovered: g.reserve.Clear, Starved: g.starved}
+	switch rdb.(type) {
+	case *redis.ClusterClient, *redis.Ring:
+		// Several servers. With one master down, the others answer
+		// between its failures: opening the breaker then sent every
+		// key, not only that master's, to a load per node, and emptying
+		// the reserve on each answer sent that master's keys to a load
+		// per call. The breaker opens when no server answered for the
+		// longer of RedisTimeout and BreakerCooldown (a master's keys
+		// served from the tier send nothing to answer); the reserve is
+		// emptied once no call failed for a cooldown.
+		g.br.Silence, g.br.Settle = max(o.RedisTimeout, o.BreakerCooldown), o.BreakerCooldown
+	}
 	g.loc = tier.New(rdb, tier.Config{Namespace: o.Namespace, Entries: o.LocalEntries, Bytes: o.LocalBytes,
 		TTL: o.LocalTTL, Lag: o.LocalLag, Timeout: o.RedisTimeout, PerKey: o.LocalTracking == TrackHeld, OnRedisError: o.Hooks.RedisError, OnState: o.Hooks.LocalTier,
 		Reserve: g.reserve, RedisNow: g.clk.now, OnLive: func() {
@@ -219,9 +236,9 @@ func (g *Group) Close() error {
 		close(g.closing)
 		g.mu.Unlock()
 		g.wd.Wait()
-		g.hits.Wait()
-		g.readQ.Wait()
-		g.fillQ.Wait()
+		g.hits.Each((*commit.Hits).Wait)
+		g.readQ.Each((*commit.Scripts).Wait)
+		g.fillQ.Each((*commit.Scripts).Wait)
 	})
 	return err
 }

@@ -3,6 +3,8 @@ package guard
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -91,8 +93,26 @@ func oneRoundTrip(t *testing.T) {
 func hotKeys(t *testing.T, g *Group, n int) []string {
 	t.Helper()
 	keys := make([]string, n)
+	cc, cluster := g.rdb.(*redis.ClusterClient)
+	var master *redis.Client
+	for i, j := 0, 0; i < n; j++ {
+		keys[i] = redistest.Key(t, strconv.Itoa(j))
+		if cluster {
+			// One master's keys, in several slots: a master's hits
+			// share its queue (commit.Shards).
+			m, err := cc.MasterForKey(ctxT(t), g.names(keys[i]).entry)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if master == nil {
+				master = m
+			} else if m != master {
+				continue
+			}
+		}
+		i++
+	}
 	for i := range keys {
-		keys[i] = redistest.Key(t, strconv.Itoa(i))
 		for _, want := range []Status{Miss, Hit} {
 			r, err := g.Do(ctxT(t), keys[i], valueOf(keys[i]))
 			if err != nil || r.Status != want {
@@ -111,7 +131,9 @@ func valueOf(key string) LoadFunc {
 func queued(t *testing.T, g *Group, n int) {
 	t.Helper()
 	redistest.Eventually(t, 10*time.Second, strconv.Itoa(n)+" callers queued", func() bool {
-		return g.hits.Queued() == n
+		queued := 0
+		g.hits.Each(func(h *commit.Hits) { queued += h.Queued() })
+		return queued == n
 	})
 }
 
@@ -267,26 +289,22 @@ func TestHitBatchLonePanics(t *testing.T) {
 // stalled GET each leave within RedisTimeout of their own start (not after
 // the stalled GET and then their own batch), are served by the loader, and
 // the breaker opens; after the thaw, hits resume. No goroutine is left. On
-// a cluster one master is frozen: the pipeline of a batch spans the
-// masters, and its callers leave within the same bound. There the breaker
-// may stay closed: the hits the other masters answer are successes
-// between the frozen one's failures, and it opens on failures in a row.
+// a cluster the master of every key is frozen: its callers leave within
+// the same bound, and with no server answering the breaker opens.
 func TestHitBatchFrozenRedis(t *testing.T) {
 	t.Run("standalone", func(t *testing.T) {
 		srv := redistest.Start(t)
-		frozenHits(t, srv.Client(t), srv, true)
+		frozenHits(t, srv.Client(t), srv)
 	})
 	t.Run("cluster", func(t *testing.T) {
 		cl := redistest.StartCluster(t, redistest.ClusterOptions{NodeTimeout: time.Minute})
 		rdb := cl.Client(t)
-		frozenHits(t, rdb, nil, false, func(keys []string) *redistest.Server { return cl.MasterFor(t, keys[0]) })
+		frozenHits(t, rdb, nil, func(keys []string) *redistest.Server { return cl.MasterFor(t, keys[0]) })
 	})
 }
 
-// frozenHits freezes srv, or the server pick returns for the keys. When
-// alone is set srv is the only server, every hit fails, and the breaker
-// must open.
-func frozenHits(t *testing.T, rdb redis.UniversalClient, srv *redistest.Server, alone bool, pick ...func([]string) *redistest.Server) {
+// frozenHits freezes srv, or the server pick returns for the keys.
+func frozenHits(t *testing.T, rdb redis.UniversalClient, srv *redistest.Server, pick ...func([]string) *redistest.Server) {
 	defer noLeaks(t)()
 	const timeout = 400 * time.Millisecond
 	var opened atomic.Int64
@@ -323,7 +341,9 @@ func frozenHits(t *testing.T, rdb redis.UniversalClient, srv *redistest.Server, 
 	}
 	do(0) // keys[0] lives on the frozen server
 	redistest.Eventually(t, 10*time.Second, "the lone GET in flight", func() bool {
-		return g.hits.Busy()
+		busy := false
+		g.hits.Each(func(h *commit.Hits) { busy = busy || h.Busy() })
+		return busy
 	})
 	for i := 1; i < n; i++ {
 		do(i)
@@ -340,11 +360,8 @@ func frozenHits(t *testing.T, rdb redis.UniversalClient, srv *redistest.Server, 
 			t.Errorf("caller %d took %v on a frozen Redis, RedisTimeout %v", i, took[i], timeout)
 		}
 	}
-	if results[0].Status != Degraded {
-		t.Errorf("the caller on the frozen server: %v, want degraded", results[0].Status)
-	}
-	if alone && opened.Load() == 0 {
-		t.Errorf("every hit failed and the breaker did not open")
+	if results[0].Status != Degraded || opened.Load() == 0 {
+		t.Errorf("the caller on the frozen server: %v; breaker opened %d times; want degraded and open", results[0].Status, opened.Load())
 	}
 	srv.Thaw(t)
 	redistest.Eventually(t, 10*time.Second, "hits after the thaw", func() bool {
@@ -358,17 +375,17 @@ func frozenHits(t *testing.T, rdb redis.UniversalClient, srv *redistest.Server, 
 // (its reads go out in pipelines, which that cache does not answer).
 func TestHitBatchOff(t *testing.T) {
 	rdb := redistest.Shared(t).Client(t)
-	if g := newGroup(t, rdb, Options{MaxHitBatch: Disabled}); g.hits.Batching() {
+	if g := newGroup(t, rdb, Options{MaxHitBatch: Disabled}); g.hits.Any.Batching() {
 		t.Error("MaxHitBatch Disabled still batches")
 	}
-	if g := newGroup(t, rdb, Options{}); !g.hits.Batching() || g.hits.Max() != defaultHitBatch {
-		t.Errorf("default MaxHitBatch: %d, want a batcher of %d", g.hits.Max(), defaultHitBatch)
+	if g := newGroup(t, rdb, Options{}); !g.hits.Any.Batching() || g.hits.Any.Max() != defaultHitBatch {
+		t.Errorf("default MaxHitBatch: %d, want a batcher of %d", g.hits.Any.Max(), defaultHitBatch)
 	}
 	csc := redistest.Shared(t).Client(t, func(o *redis.Options) {
 		o.Protocol = 3
 		o.ClientSideCacheConfig = &redis.ClientSideCacheConfig{MaxEntries: 100}
 	})
-	if g := newGroup(t, csc, Options{}); !g.hits.Batching() {
+	if g := newGroup(t, csc, Options{}); !g.hits.Any.Batching() {
 		t.Error("a client-side caching client's hits are not batched (pipelines, which bypass that cache)")
 	}
 	if _, err := New(rdb, Options{MaxHitBatch: -2}); err == nil {
@@ -494,4 +511,107 @@ func TestHitBatchTryAgain(t *testing.T) {
 	if ta.n.Load() == 0 || redisErrs.Load() != 0 || g.br.Open() {
 		t.Errorf("%d MGETs refused, %d Redis errors, breaker open %v; want refusals, no errors", ta.n.Load(), redisErrs.Load(), g.br.Open())
 	}
+}
+
+// TestClusterMasterFrozenOthersServed: on a cluster with one master frozen,
+// the keys of the other masters are still served by Redis, as hits, each
+// within RedisTimeout, and the breaker stays closed. The frozen master's
+// batches must not hold up the other masters' calls (a queue per master),
+// and its failures, between the others' answers, must not open the breaker
+// for every key.
+func TestClusterMasterFrozenOthersServed(t *testing.T) {
+	defer noLeaks(t)()
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{NodeTimeout: time.Minute})
+	rdb := cl.Client(t)
+	const timeout = 300 * time.Millisecond
+	var opened atomic.Int64
+	g, err := New(rdb, Options{RedisTimeout: timeout, LocalEntries: Disabled,
+		Hooks: Hooks{Breaker: func(open bool) {
+			if open {
+				opened.Add(1)
+			}
+		}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	// Eight keys on each of two masters.
+	byMaster := map[*redistest.Server][]string{}
+	var masters []*redistest.Server
+	for j := 0; len(masters) < 2 || len(byMaster[masters[0]]) < 8 || len(byMaster[masters[1]]) < 8; j++ {
+		key := redistest.Key(t, strconv.Itoa(j))
+		m := cl.MasterFor(t, g.names(key).entry)
+		if _, seen := byMaster[m]; !seen && len(masters) == 2 {
+			continue
+		} else if !seen {
+			masters = append(masters, m)
+		}
+		byMaster[m] = append(byMaster[m], key)
+	}
+	frozen, others := byMaster[masters[0]][:8], byMaster[masters[1]][:8]
+	for _, key := range append(slices.Clone(frozen), others...) {
+		for _, want := range []Status{Miss, Hit} {
+			if r, err := g.Do(ctxT(t), key, valueOf(key)); err != nil || r.Status != want {
+				t.Fatalf("warm-up of %s: %v %v, want %v", key, r.Status, err, want)
+			}
+		}
+	}
+
+	masters[0].Freeze(t)
+	defer masters[0].Thaw(t)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range 8 { // the frozen master's callers, batching
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_, _ = g.Do(ctxT(t), frozen[i], valueOf(frozen[i]))
+			}
+		})
+	}
+	var mu sync.Mutex
+	var slow, notHit []string
+	calls := 0
+	for i := range 4 { // the other master's
+		wg.Go(func() {
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				key := others[(i+4*n)%len(others)]
+				start := time.Now()
+				r, err := g.Do(ctxT(t), key, valueOf(key))
+				took := time.Since(start)
+				mu.Lock()
+				calls++
+				if err != nil || r.Status != Hit {
+					notHit = append(notHit, fmt.Sprintf("%s: %v %v after %v", key, r.Status, err, took))
+				} else if took >= timeout {
+					slow = append(slow, fmt.Sprintf("%s: %v", key, took))
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	time.Sleep(2 * time.Second) // the condition under test: 2s of a frozen master
+	close(stop)
+	wg.Wait()
+	t.Logf("%d calls of the other master's keys", calls)
+	if len(notHit) > 0 || len(slow) > 0 || opened.Load() != 0 {
+		t.Errorf("while another master was frozen, of %d calls of this master's keys %d were no hit (first: %v) and %d took RedisTimeout or more (first: %v); the breaker opened %d times; want hits, in time, closed",
+			calls, len(notHit), first(notHit), len(slow), first(slow), opened.Load())
+	}
+}
+
+func first(s []string) string {
+	if len(s) == 0 {
+		return "none"
+	}
+	return s[0]
 }

@@ -48,7 +48,10 @@ type Options struct {
 	RedisTimeout time.Duration
 	// BreakerFailures Redis failures in a row open the breaker: the Group
 	// serves without Redis, and probes it after BreakerCooldown.
-	// Default: 3 and 1s.
+	// Default: 3 and 1s. On a cluster (or a Ring) they open it only when
+	// no server answered for the longer of RedisTimeout and
+	// BreakerCooldown: one master down leaves the others' keys served
+	// through Redis.
 	BreakerFailures int
 	BreakerCooldown time.Duration
 	// MaxHitBatch is how many concurrent hits may share a round trip.

@@ -53,7 +53,8 @@ func (g *Group) read(ctx context.Context, nm names, force bool) (readReply, erro
 		forceArg = "1"
 	}
 	sent := g.clk.local()
-	v, err := g.readQ.Call(ctx, lua.Call{Keys: nm.readKeys(), Args: []any{g.leaseArg, g.chanArg, g.waitArg, g.leaseArg, forceArg, g.capArg}})
+	keys := nm.readKeys()
+	v, err := g.readQ.For(ctx, keys[0]).Call(ctx, lua.Call{Keys: keys, Args: []any{g.leaseArg, g.chanArg, g.waitArg, g.leaseArg, forceArg, g.capArg}})
 	if err != nil {
 		g.redisFailed("read", err)
 		return readReply{}, err

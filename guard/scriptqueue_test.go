@@ -64,34 +64,36 @@ func (h *holdFirst) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 
 // TestConcurrentMissesShareRoundTrips: the read scripts, and the fill
 // scripts, of misses on different keys that arrive while one is in flight
-// go out together, as one pipeline (split by node on a cluster), and every
-// caller gets its own key's value.
+// go out together, as one pipeline, and every caller gets its own key's
+// value. The keys share a hash tag: on a cluster each master has a queue of
+// its own (TestClusterQueuePerMaster).
 func TestConcurrentMissesShareRoundTrips(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
 		for _, c := range []struct {
 			name   string
 			script *redis.Script
-			queue  func(*Group) *commit.Scripts
+			queue  func(g *Group, nm names) *commit.Scripts
 		}{
-			{"read", lua.GuardRead, func(g *Group) *commit.Scripts { return g.readQ }},
-			{"fill", lua.GuardFill, func(g *Group) *commit.Scripts { return g.fillQ }},
+			{"read", lua.GuardRead, func(g *Group, nm names) *commit.Scripts { return g.readQ.For(ctxT(t), nm.readKeys()[0]) }},
+			{"fill", lua.GuardFill, func(g *Group, nm names) *commit.Scripts { return g.fillQ.For(ctxT(t), nm.keys[0]) }},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				const n = 16
 				hook := &holdFirst{hash: c.script.Hash(), release: make(chan struct{})}
 				rdb.AddHook(hook)
 				g := newGroup(t, rdb, Options{})
+				base := "{" + redistest.Key(t) + "}"
 				var releaseOnce sync.Once
-				c.queue(g).OnQueued(func(k int) {
+				c.queue(g, g.names(base+":0")).OnQueued(func(k int) {
 					if k == n-1 {
 						releaseOnce.Do(func() { close(hook.release) })
 					}
 				})
-				missesShareRoundTrips(t, g, n)
+				missesShareRoundTrips(t, g, base, n)
 				if got := hook.pipelined.Load(); got != n-1 {
 					t.Errorf("%d %s scripts pipelined, want the %d that queued behind the first", got, c.name, n-1)
 				}
-				if _, cluster := rdb.(*redis.ClusterClient); !cluster && hook.pipelines.Load() != 1 {
+				if hook.pipelines.Load() != 1 {
 					t.Errorf("%d pipelines, want 1", hook.pipelines.Load())
 				}
 			})
@@ -99,8 +101,7 @@ func TestConcurrentMissesShareRoundTrips(t *testing.T) {
 	})
 }
 
-func missesShareRoundTrips(t *testing.T, g *Group, n int) {
-	base := redistest.Key(t)
+func missesShareRoundTrips(t *testing.T, g *Group, base string, n int) {
 	var loads atomic.Int64
 	var wg sync.WaitGroup
 	for i := range n {

@@ -37,6 +37,13 @@ type Breaker struct {
 	// Recovered is called when a call succeeds after failures, open or
 	// not: the caller can use Redis again.
 	Recovered func()
+	// For a client of several servers (a cluster), where one server down
+	// leaves the others answering between its failures: with Silence set,
+	// failures open the breaker only when no call succeeded for Silence
+	// (every server is failing, not one); with Settle set, Recovered waits
+	// for a success Settle or more after the last failure (the one down is
+	// back, not another answering). Zero: a single server.
+	Silence, Settle time.Duration
 	// Starved reports whether this process runs its goroutines so late
 	// that a timeout says nothing about Redis: its reply may have waited
 	// in the socket for a goroutine to read it. Nil: never.
@@ -44,6 +51,9 @@ type Breaker struct {
 
 	mu        sync.Mutex
 	fails     int
+	lastOK    time.Time // with Silence: when a call last succeeded
+	lastFail  time.Time // with Settle: when the last failure was recorded
+	pending   bool      // failures Recovered has not followed yet
 	openUntil time.Time
 	probe     uint64 // the probe out, 0 when none
 	probes    uint64 // probes handed out so far: each probe's id
@@ -82,11 +92,21 @@ func (b *Breaker) Release(probe uint64) {
 
 // Success records that Redis answered.
 func (b *Breaker) Success() {
+	var now time.Time
+	if b.Silence > 0 || b.Settle > 0 {
+		now = time.Now()
+	}
 	b.mu.Lock()
 	failing, wasOpen := b.fails > 0, b.fails >= b.Threshold
+	b.pending = b.pending || failing
+	recovered := b.pending && (b.Settle <= 0 || now.Sub(b.lastFail) >= b.Settle)
+	if recovered {
+		b.pending = false
+	}
 	b.fails, b.probe = 0, 0
+	b.lastOK = now
 	b.mu.Unlock()
-	if failing && b.Recovered != nil {
+	if recovered && b.Recovered != nil {
 		b.Recovered()
 	}
 	if wasOpen && b.Hook != nil {
@@ -112,7 +132,18 @@ func (b *Breaker) Failing() bool {
 // Failure records that Redis did not answer (or answered an error that
 // says it is unwell: see unwell).
 func (b *Breaker) Failure() {
+	var now time.Time
+	if b.Silence > 0 || b.Settle > 0 {
+		now = time.Now()
+	}
 	b.mu.Lock()
+	b.lastFail = now
+	if b.fails == b.Threshold-1 && b.Silence > 0 && now.Sub(b.lastOK) < b.Silence {
+		// Another server answered lately: one is down, not Redis. The
+		// breaker stays closed, failing.
+		b.mu.Unlock()
+		return
+	}
 	b.fails++
 	// Only the crossing opens it: a failed probe leaves it open, which is
 	// no transition to report.

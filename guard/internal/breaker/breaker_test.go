@@ -287,3 +287,57 @@ func TestTimeout(t *testing.T) {
 		}
 	}
 }
+
+// TestBreakerSeveralServers: with Silence, failures between the answers of
+// other servers keep the breaker closed, and it opens once no call
+// succeeded for Silence; with Settle, Recovered waits for a success Settle
+// after the last failure.
+func TestBreakerSeveralServers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		recovered := 0
+		b := &Breaker{Threshold: 3, Cooldown: time.Second, Silence: time.Second, Settle: time.Second,
+			Recovered: func() { recovered++ }}
+		// One server down among answering ones: its failures come in
+		// bursts between the others' answers.
+		for range 5 {
+			b.Success()
+			for range 10 {
+				b.Failure()
+			}
+			if b.Open() {
+				t.Fatal("the breaker opened while another server answered within Silence")
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if !b.Failing() {
+			t.Fatal("failures in a row, the breaker does not say failing")
+		}
+		if recovered != 0 {
+			t.Fatalf("Recovered called %d times while a server kept failing", recovered)
+		}
+		// Every server down: no answer for Silence, then the failures open it.
+		time.Sleep(time.Second)
+		for range 3 {
+			b.Failure()
+		}
+		if !b.Open() {
+			t.Fatal("no answer for Silence and three failures: the breaker stayed closed")
+		}
+		// Back, a cooldown after the last failure: the probe's success
+		// closes it and is the recovery.
+		time.Sleep(time.Second)
+		probe, ok := b.Allow()
+		if !ok {
+			t.Fatal("no probe after the cooldown")
+		}
+		b.Success()
+		b.Release(probe)
+		if b.Open() || recovered != 1 {
+			t.Fatalf("after the probe's success: open %v, Recovered %d times; want closed, recovered once", b.Open(), recovered)
+		}
+		b.Success()
+		if recovered != 1 {
+			t.Fatalf("Recovered %d times with no failure between, want 1", recovered)
+		}
+	})
+}
