@@ -307,19 +307,8 @@ func TestHitBatchFrozenRedis(t *testing.T) {
 func frozenHits(t *testing.T, rdb redis.UniversalClient, srv *redistest.Server, pick ...func([]string) *redistest.Server) {
 	defer noLeaks(t)()
 	const timeout = 400 * time.Millisecond
-	var opened atomic.Int64
-	g, err := New(rdb, Options{
-		RedisTimeout: timeout, BreakerCooldown: 200 * time.Millisecond,
-		LocalEntries: Disabled, // hits must reach the frozen server
-		Hooks: Hooks{Breaker: func(open bool) {
-			if open {
-				opened.Add(1)
-			}
-		}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// LocalEntries Disabled: hits must reach the frozen server.
+	g, opened := countingOpens(t, rdb, Options{RedisTimeout: timeout, BreakerCooldown: 200 * time.Millisecond, LocalEntries: Disabled})
 	defer g.Close()
 	const n = 16
 	keys := hotKeys(t, g, n)
@@ -524,16 +513,7 @@ func TestClusterMasterFrozenOthersServed(t *testing.T) {
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{NodeTimeout: time.Minute})
 	rdb := cl.Client(t)
 	const timeout = 300 * time.Millisecond
-	var opened atomic.Int64
-	g, err := New(rdb, Options{RedisTimeout: timeout, LocalEntries: Disabled,
-		Hooks: Hooks{Breaker: func(open bool) {
-			if open {
-				opened.Add(1)
-			}
-		}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g, opened := countingOpens(t, rdb, Options{RedisTimeout: timeout, LocalEntries: Disabled})
 	defer g.Close()
 	// Eight keys on each of two masters.
 	byMaster := map[*redistest.Server][]string{}
@@ -607,6 +587,23 @@ func TestClusterMasterFrozenOthersServed(t *testing.T) {
 		t.Errorf("while another master was frozen, of %d calls of this master's keys %d were no hit (first: %v) and %d took RedisTimeout or more (first: %v); the breaker opened %d times; want hits, in time, closed",
 			calls, len(notHit), first(notHit), len(slow), first(slow), opened.Load())
 	}
+}
+
+// countingOpens returns a Group on rdb with o, and the count of the times
+// its breaker opened. The caller closes it.
+func countingOpens(t *testing.T, rdb redis.UniversalClient, o Options) (*Group, *atomic.Int64) {
+	t.Helper()
+	opened := new(atomic.Int64)
+	o.Hooks.Breaker = func(open bool) {
+		if open {
+			opened.Add(1)
+		}
+	}
+	g, err := New(rdb, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, opened
 }
 
 func first(s []string) string {

@@ -140,7 +140,8 @@ func (b *Breaker) Failure() {
 	b.lastFail = now
 	if b.fails == b.Threshold-1 && b.Silence > 0 && now.Sub(b.lastOK) < b.Silence {
 		// Another server answered lately: one is down, not Redis. The
-		// breaker stays closed, failing.
+		// breaker stays closed, and Recovered is owed.
+		b.pending = true
 		b.mu.Unlock()
 		return
 	}

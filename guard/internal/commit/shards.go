@@ -20,15 +20,14 @@ type Shards[Q any] struct {
 	cc  *redis.ClusterClient
 	mk  func() Q
 
-	mu sync.Mutex
-	by map[*redis.Client]Q // a master's client → its queue
+	by sync.Map // a master's *redis.Client → its Q
 }
 
 // NewShards returns the queues for rdb, each made by mk.
 func NewShards[Q any](rdb redis.UniversalClient, mk func() Q) *Shards[Q] {
 	s := &Shards[Q]{Any: mk(), mk: mk}
 	if cc, ok := rdb.(*redis.ClusterClient); ok {
-		s.cc, s.by = cc, map[*redis.Client]Q{}
+		s.cc = cc
 	}
 	return s
 }
@@ -42,26 +41,18 @@ func (s *Shards[Q]) For(ctx context.Context, name string) Q {
 	if err != nil {
 		return s.Any
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	q, ok := s.by[node]
-	if !ok {
-		q = s.mk()
-		s.by[node] = q
+	if q, ok := s.by.Load(node); ok {
+		return q.(Q)
 	}
-	return q
+	q, _ := s.by.LoadOrStore(node, s.mk()) // a queue made in vain holds nothing
+	return q.(Q)
 }
 
 // Each calls f with every queue.
 func (s *Shards[Q]) Each(f func(Q)) {
-	s.mu.Lock()
-	qs := make([]Q, 0, len(s.by)+1)
-	qs = append(qs, s.Any)
-	for _, q := range s.by {
-		qs = append(qs, q)
-	}
-	s.mu.Unlock()
-	for _, q := range qs {
-		f(q)
-	}
+	f(s.Any)
+	s.by.Range(func(_, q any) bool {
+		f(q.(Q))
+		return true
+	})
 }
