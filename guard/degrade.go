@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/stampede-go/stampede/guard/internal/tier"
@@ -27,11 +28,12 @@ func (g *Group) degraded(ctx context.Context, c *call) (Result, error) {
 	if res, ok := g.fromReserve(ctx, c); ok {
 		return res, nil
 	}
-	if !c.reread && (!g.br.Failing() || g.loc.Serving()) {
+	if !c.reread && (!g.br.Failing() || g.loc.Serving()) && !g.masterOpen(ctx, c.nm.entry) {
 		// Redis is up: it answered another call since this one failed (a
 		// connection that died with the outage, say), or the tier's
 		// report connections reach it. Read again, past the breaker,
-		// rather than load what the fleet loads once. Once per call.
+		// rather than load what the fleet loads once. Once per call;
+		// never while the key's master is known down (masters.go).
 		c.reread = true
 		return g.readPath(ctx, c)
 	}
@@ -140,6 +142,9 @@ func (g *Group) refreshCoordinated(ctx context.Context, c *call) (next time.Time
 	defer g.br.Release(probe)
 	rr, err := g.read(ctx, c.nm, false)
 	if err != nil {
+		if errors.Is(err, errMasterDown) {
+			return time.Time{}, false // that master is down, not Redis: load here
+		}
 		if g.loc.Serving() || g.reach.redisUp() {
 			// Redis is up (the tier's report connections reach it, or a
 			// connection can be made): this client will reach it soon.

@@ -106,7 +106,11 @@ func (g *Group) fastHit(ctx context.Context, key string) (e entry.Entry, now int
 	}
 	g.step(ctx, "hit")
 	k = g.keepOf(h.entry)
-	s, tinv, err := g.hits.For(ctx, h.entry).Get(ctx, h.entry, h.tinv)
+	var s, tinv string
+	err = g.toMaster(ctx, h.entry, func() (err error) {
+		s, tinv, err = g.hits.For(ctx, h.entry).Get(ctx, h.entry, h.tinv)
+		return err
+	})
 	switch {
 	case errors.Is(err, redis.Nil):
 		g.hints.c.Remove(key)

@@ -49,6 +49,9 @@ type Group struct {
 	// they overlap: a queue per master on a cluster.
 	hits         *commit.Shards[*commit.Hits]
 	readQ, fillQ *commit.Shards[*commit.Scripts]
+	// masters are the breakers of a cluster's masters (masters.go); nil
+	// on any other client.
+	masters *commit.Shards[*breaker.Breaker]
 
 	// Constant script arguments, boxed once.
 	leaseArg, chanArg, waitArg, keepArg, capArg, tagLifeArg any
@@ -108,11 +111,12 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 		reach:   newReach(rdb, o.RedisTimeout),
 		hot:     newHotTracker(o),
 	}
-	g.hits = commit.NewShards(rdb, func() *commit.Hits { return commit.NewHits(rdb, o.MaxHitBatch, g.redisTimeout) })
-	g.readQ = commit.NewShards(rdb, func() *commit.Scripts {
+	batching := o.MaxHitBatch > 1
+	g.hits = commit.NewShards(rdb, batching, func(*redis.Client) *commit.Hits { return commit.NewHits(rdb, o.MaxHitBatch, g.redisTimeout) })
+	g.readQ = commit.NewShards(rdb, batching, func(*redis.Client) *commit.Scripts {
 		return commit.NewScripts(rdb, lua.GuardRead, o.MaxHitBatch, g.redisTimeout)
 	})
-	g.fillQ = commit.NewShards(rdb, func() *commit.Scripts {
+	g.fillQ = commit.NewShards(rdb, batching, func(*redis.Client) *commit.Scripts {
 		return commit.NewScripts(rdb, lua.GuardFill, o.MaxHitBatch, g.redisTimeout)
 	})
 	g.firstLease = min(o.LockTTL, leaseGrace)
@@ -135,7 +139,8 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 	// longer: it is emptied when a call succeeds again, or when the tier
 	// comes back while calls succeed (a report connection lost alone).
 	g.br = breaker.Breaker{Threshold: o.BreakerFailures, Cooldown: o.BreakerCooldown,
-		Hook: o.Hooks.Breaker, Recovered: g.reserve.Clear, Starved: g.starved}
+		Hook: o.Hooks.Breaker, Recovered: g.clearReserve, Starved: g.starved}
+	g.masters = g.masterBreakers(rdb, o)
 	switch rdb.(type) {
 	case *redis.ClusterClient, *redis.Ring:
 		// Several servers. With one master down, the others answer
@@ -151,9 +156,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 	g.loc = tier.New(rdb, tier.Config{Namespace: o.Namespace, Entries: o.LocalEntries, Bytes: o.LocalBytes,
 		TTL: o.LocalTTL, Lag: o.LocalLag, Timeout: o.RedisTimeout, PerKey: o.LocalTracking == TrackHeld, OnRedisError: o.Hooks.RedisError, OnState: o.Hooks.LocalTier,
 		Reserve: g.reserve, RedisNow: g.clk.now, OnLive: func() {
-			if !g.br.Failing() {
-				g.reserve.Clear()
-			}
+			g.clearReserve()
 			// The report connections reach Redis again: an open breaker
 			// probes now rather than at the end of its cooldown.
 			g.br.ProbeNow()

@@ -507,13 +507,27 @@ func TestHitBatchTryAgain(t *testing.T) {
 // within RedisTimeout, and the breaker stays closed. The frozen master's
 // batches must not hold up the other masters' calls (a queue per master),
 // and its failures, between the others' answers, must not open the breaker
-// for every key.
+// for every key. The frozen master's own keys are served without Redis
+// once its breaker opened (masters.go), with no error: each of their
+// callers waits RedisTimeout once, as the master stops answering, and
+// again only for the master's probes (one per BreakerCooldown), not on
+// every call.
 func TestClusterMasterFrozenOthersServed(t *testing.T) {
 	defer noLeaks(t)()
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{NodeTimeout: time.Minute})
 	rdb := cl.Client(t)
-	const timeout = 300 * time.Millisecond
-	g, opened := countingOpens(t, rdb, Options{RedisTimeout: timeout, LocalEntries: Disabled})
+	const (
+		timeout   = 300 * time.Millisecond
+		cooldown  = time.Second
+		frozenFor = 2 * time.Second
+	)
+	var masterOpened atomic.Int64
+	g, opened := countingOpens(t, rdb, Options{RedisTimeout: timeout, BreakerCooldown: cooldown, LocalEntries: Disabled,
+		Hooks: Hooks{RedisError: func(op string, _ error) {
+			if op == "master" {
+				masterOpened.Add(1)
+			}
+		}}})
 	defer g.Close()
 	// Eight keys on each of two masters.
 	byMaster := map[*redistest.Server][]string{}
@@ -541,6 +555,9 @@ func TestClusterMasterFrozenOthersServed(t *testing.T) {
 	defer masters[0].Thaw(t)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	var frozenMu sync.Mutex
+	var frozenCalls int
+	var frozenSlow, frozenFailed []string
 	for i := range 8 { // the frozen master's callers, batching
 		wg.Go(func() {
 			for {
@@ -549,7 +566,17 @@ func TestClusterMasterFrozenOthersServed(t *testing.T) {
 					return
 				default:
 				}
-				_, _ = g.Do(ctxT(t), frozen[i], valueOf(frozen[i]))
+				start := time.Now()
+				r, err := g.Do(ctxT(t), frozen[i], valueOf(frozen[i]))
+				took := time.Since(start)
+				frozenMu.Lock()
+				frozenCalls++
+				if err != nil || string(r.Value) != "v:"+frozen[i] {
+					frozenFailed = append(frozenFailed, fmt.Sprintf("%s: %q %v %v", frozen[i], r.Value, r.Status, err))
+				} else if took >= timeout {
+					frozenSlow = append(frozenSlow, fmt.Sprintf("%s: %v", frozen[i], took))
+				}
+				frozenMu.Unlock()
 			}
 		})
 	}
@@ -579,13 +606,31 @@ func TestClusterMasterFrozenOthersServed(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(2 * time.Second) // the condition under test: 2s of a frozen master
+	time.Sleep(frozenFor) // the condition under test: 2s of a frozen master
 	close(stop)
 	wg.Wait()
-	t.Logf("%d calls of the other master's keys", calls)
+	t.Logf("%d calls of the other master's keys; %d of the frozen master's, %d of them slow", calls, frozenCalls, len(frozenSlow))
 	if len(notHit) > 0 || len(slow) > 0 || opened.Load() != 0 {
 		t.Errorf("while another master was frozen, of %d calls of this master's keys %d were no hit (first: %v) and %d took RedisTimeout or more (first: %v); the breaker opened %d times; want hits, in time, closed",
 			calls, len(notHit), first(notHit), len(slow), first(slow), opened.Load())
+	}
+	// Each frozen caller once as the master stopped, and one per probe.
+	maxSlow := len(frozen) + int(frozenFor/cooldown) + 1
+	if len(frozenFailed) > 0 || len(frozenSlow) > maxSlow || masterOpened.Load() == 0 {
+		t.Errorf("of %d calls of the frozen master's keys %d failed (first: %v) and %d took RedisTimeout or more (first: %v), want none and at most %d; its breaker reported open %d times, want at least 1",
+			frozenCalls, len(frozenFailed), first(frozenFailed), len(frozenSlow), first(frozenSlow), maxSlow, masterOpened.Load())
+	}
+	// Thawed, the master's keys are coordinated again: its probe closes
+	// its breaker, and the reserve is emptied.
+	masters[0].Thaw(t)
+	for _, key := range frozen {
+		redistest.Eventually(t, 10*time.Second, key+" served by Redis again", func() bool {
+			r, err := g.Do(ctxT(t), key, valueOf(key))
+			return err == nil && r.Status == Hit
+		})
+	}
+	if n := g.reserve.Len(); n != 0 {
+		t.Errorf("the reserve holds %d values after the master came back, want 0", n)
 	}
 }
 

@@ -34,7 +34,9 @@ type Hooks struct {
 	// FillRejected: a newer value or an Invalidate beat this node's fill.
 	FillRejected func(key string)
 	// RedisError: a Redis call failed; op names it ("track": the tier's
-	// report connection was lost or refused, once per outage).
+	// report connection was lost or refused, once per outage; "master":
+	// on a cluster, one master failed BreakerFailures calls in a row and
+	// its keys are served without Redis, once each time that opens).
 	RedisError func(op string, err error)
 	// Breaker: the Redis breaker opened or closed, once per change.
 	Breaker func(open bool)

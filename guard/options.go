@@ -51,7 +51,10 @@ type Options struct {
 	// Default: 3 and 1s. On a cluster (or a Ring) they open it only when
 	// no server answered for the longer of RedisTimeout and
 	// BreakerCooldown: one master down leaves the others' keys served
-	// through Redis.
+	// through Redis. Each master of a cluster also has a breaker of its
+	// own, with these settings: a master that fails BreakerFailures calls
+	// in a row has its keys served without Redis, rather than each call
+	// waiting RedisTimeout, until a probe after BreakerCooldown answers.
 	BreakerFailures int
 	BreakerCooldown time.Duration
 	// MaxHitBatch is how many concurrent hits may share a round trip.

@@ -54,7 +54,11 @@ func (g *Group) read(ctx context.Context, nm names, force bool) (readReply, erro
 	}
 	sent := g.clk.local()
 	keys := nm.readKeys()
-	v, err := g.readQ.For(ctx, keys[0]).Call(ctx, lua.Call{Keys: keys, Args: []any{g.leaseArg, g.chanArg, g.waitArg, g.leaseArg, forceArg, g.capArg}})
+	var v []any
+	err := g.toMaster(ctx, keys[0], func() (err error) {
+		v, err = g.readQ.For(ctx, keys[0]).Call(ctx, lua.Call{Keys: keys, Args: []any{g.leaseArg, g.chanArg, g.waitArg, g.leaseArg, forceArg, g.capArg}})
+		return err
+	})
 	if err != nil {
 		g.redisFailed("read", err)
 		return readReply{}, err
@@ -121,6 +125,9 @@ func (g *Group) foreign(nm names, what any) {
 }
 
 func (g *Group) redisFailed(op string, err error) {
+	if errors.Is(err, errMasterDown) {
+		return // not sent: the master's breaker is open (masters.go)
+	}
 	if h := g.opts.Hooks.RedisError; h != nil {
 		h(op, err)
 	}

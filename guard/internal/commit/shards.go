@@ -12,21 +12,25 @@ import (
 // for the whole cluster, its stalled batch kept the others' calls queued
 // until their RedisTimeout passed, and keys of healthy masters failed with
 // it. Each queue still sends through the cluster client, which follows
-// MOVED and ASK. On any other client there is one queue, Any.
+// MOVED and ASK. On any other client, and for queues that do not batch
+// (each call goes out alone, so there is nothing to keep apart), there is
+// one queue, Any, and For costs nothing.
 type Shards[Q any] struct {
 	// Any is the queue of a client that is not a cluster's, and of a name
 	// whose master the cluster client cannot tell (its slots not known).
 	Any Q
 	cc  *redis.ClusterClient
-	mk  func() Q
+	mk  func(master *redis.Client) Q
 
 	by sync.Map // a master's *redis.Client → its Q
 }
 
-// NewShards returns the queues for rdb, each made by mk.
-func NewShards[Q any](rdb redis.UniversalClient, mk func() Q) *Shards[Q] {
-	s := &Shards[Q]{Any: mk(), mk: mk}
-	if cc, ok := rdb.(*redis.ClusterClient); ok {
+// NewShards returns the queues for rdb, each made by mk, which is given
+// the queue's master (nil for Any); batching says whether they batch
+// calls (one queue per master only then).
+func NewShards[Q any](rdb redis.UniversalClient, batching bool, mk func(master *redis.Client) Q) *Shards[Q] {
+	s := &Shards[Q]{Any: mk(nil), mk: mk}
+	if cc, ok := rdb.(*redis.ClusterClient); ok && batching {
 		s.cc = cc
 	}
 	return s
@@ -44,7 +48,7 @@ func (s *Shards[Q]) For(ctx context.Context, name string) Q {
 	if q, ok := s.by.Load(node); ok {
 		return q.(Q)
 	}
-	q, _ := s.by.LoadOrStore(node, s.mk()) // a queue made in vain holds nothing
+	q, _ := s.by.LoadOrStore(node, s.mk(node)) // a queue made in vain holds nothing
 	return q.(Q)
 }
 

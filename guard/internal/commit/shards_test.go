@@ -5,17 +5,20 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/stampede-go/stampede/internal/redistest"
 )
 
 // TestShards: on a cluster client each master's names share one queue and
-// no two masters share one; on any other client every name gets Any.
+// no two masters share one; on any other client, and for queues that do
+// not batch, every name gets Any.
 func TestShards(t *testing.T) {
 	ctx := context.Background()
 	made := 0
-	mk := func() *int { made++; q := made; return &q }
+	mk := func(*redis.Client) *int { made++; q := made; return &q }
 
-	one := NewShards(redistest.Start(t).Client(t), mk)
+	one := NewShards(redistest.Start(t).Client(t), true, mk)
 	for i := range 10 {
 		if q := one.For(ctx, strconv.Itoa(i)); q != one.Any {
 			t.Fatalf("a standalone client's name %d got queue %d, want Any", i, *q)
@@ -23,7 +26,13 @@ func TestShards(t *testing.T) {
 	}
 
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{})
-	s := NewShards(cl.Client(t), mk)
+	alone := NewShards(cl.Client(t), false, mk)
+	for i := range 10 {
+		if q := alone.For(ctx, strconv.Itoa(i)); q != alone.Any {
+			t.Fatalf("a cluster's name %d got queue %d with batching off, want Any", i, *q)
+		}
+	}
+	s := NewShards(cl.Client(t), true, mk)
 	byMaster := map[*redistest.Server]*int{}
 	for i := range 64 {
 		name := redistest.Key(t, strconv.Itoa(i))

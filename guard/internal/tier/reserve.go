@@ -59,12 +59,35 @@ func (r *Reserve) Put(k Kept) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.putLocked(k)
+}
+
+// putLocked is Put, r.mu held.
+func (r *Reserve) putLocked(k Kept) {
 	r.removeLocked(k.Key)
 	r.byKey[k.Key] = r.lru.PushFront(&k)
 	r.keyOf[k.Name] = k.Key
 	r.bytes += k.cost()
 	for r.lru.Len() > r.maxEntries || r.bytes > r.maxBytes {
 		r.removeLocked(r.lru.Back().Value.(*Kept).Key)
+	}
+}
+
+// Offer keeps k unless the reserve holds a value of its key written after
+// k's (Base): the tier hands over its copies when it stops, which may be
+// after this node loaded a newer value of a key it could not read from
+// Redis; that value stays.
+func (r *Reserve) Offer(k Kept) {
+	if r == nil {
+		return
+	}
+	if k.cost() > r.maxBytes/8 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if el := r.byKey[k.Key]; el == nil || !el.Value.(*Kept).Base.After(k.Base) {
+		r.putLocked(k)
 	}
 }
 

@@ -412,7 +412,7 @@ func (t *Tier) toReserve() {
 	defer t.mu.Unlock()
 	for it := t.head.prev; it != &t.head; it = it.prev {
 		if !it.mark {
-			t.reserve.Put(Kept{Key: it.key, Name: it.name, Value: it.Entry.Value, FreshUntil: at(it.Entry.FreshUntil),
+			t.reserve.Offer(Kept{Key: it.key, Name: it.name, Value: it.Entry.Value, FreshUntil: at(it.Entry.FreshUntil),
 				StaleUntil: at(it.Entry.StaleUntil), Base: clockBase.Add(time.Duration(it.Base))})
 		}
 	}

@@ -152,3 +152,28 @@ func TestCurrentFenced(t *testing.T) {
 		t.Error("a read sent before a reported change is current")
 	}
 }
+
+// TestReserveOffer: the tier's copies handed to the reserve when it stops
+// never replace a value of the same key this node wrote later (a load
+// made while Redis did not answer), and take the place of older ones.
+func TestReserveOffer(t *testing.T) {
+	at := time.Unix(1000, 0)
+	kept := func(key, value string, base time.Time) Kept {
+		return Kept{Key: key, Name: "n:" + key, Value: []byte(value), Base: base,
+			FreshUntil: base.Add(time.Second), StaleUntil: base.Add(time.Minute)}
+	}
+	r := NewReserve(16, 1<<20)
+	r.Put(kept("loaded", "new", at.Add(time.Second)))
+	r.Put(kept("older", "old", at.Add(-time.Second)))
+	r.Offer(kept("loaded", "copy", at))
+	r.Offer(kept("older", "copy", at))
+	r.Offer(kept("absent", "copy", at))
+	for key, want := range map[string]string{"loaded": "new", "older": "copy", "absent": "copy"} {
+		if k, ok := r.Get(key); !ok || string(k.Value) != want {
+			t.Errorf("%s: %q (kept %v), want %q", key, k.Value, ok, want)
+		}
+	}
+	if r.Len() != 3 {
+		t.Errorf("%d values kept, want 3", r.Len())
+	}
+}

@@ -1,0 +1,90 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stampede-go/stampede/guard/internal/breaker"
+	"github.com/stampede-go/stampede/guard/internal/commit"
+)
+
+// One master down on a cluster. The Group's breaker opens only when no
+// server answers (see Options.BreakerFailures); a master that stops
+// answering while the others do is met by a breaker of its own. After
+// BreakerFailures failures in a row on it, the calls of its keys skip
+// Redis at once and are served as while Redis is down (degrade.go: from
+// this node's reserve, else by one load of this node's), rather than each
+// waiting RedisTimeout for a master that will not answer; after
+// BreakerCooldown one call tries it again. The other masters' keys are
+// coordinated as before. The reserve is emptied only when the Group's
+// breaker and every master's are past their failures.
+
+// errMasterDown is what a Redis call of a key returns, without being sent,
+// while the breaker of the key's master is open.
+var errMasterDown = errors.New("guard: the key's Redis master is failing; served without Redis until it answers")
+
+// masterBreakers returns the breakers of rdb's masters: nil unless rdb is
+// a cluster client.
+func (g *Group) masterBreakers(rdb redis.UniversalClient, o Options) *commit.Shards[*breaker.Breaker] {
+	if _, ok := rdb.(*redis.ClusterClient); !ok {
+		return nil
+	}
+	threshold, cooldown, report := o.BreakerFailures, o.BreakerCooldown, o.Hooks.RedisError
+	return commit.NewShards(rdb, true, func(master *redis.Client) *breaker.Breaker {
+		b := &breaker.Breaker{Threshold: threshold, Cooldown: cooldown, Recovered: g.clearReserve, Starved: g.starved}
+		if master != nil && report != nil {
+			addr := master.Options().Addr
+			b.Hook = func(open bool) {
+				if open {
+					report("master", fmt.Errorf("guard: Redis master %s failed %d calls in a row: its keys are served without Redis, tried again every %v",
+						addr, threshold, cooldown))
+				}
+			}
+		}
+		return b
+	})
+}
+
+// toMaster runs f, a Redis call of name's key, through the breaker of
+// name's master (on a cluster; on any other client it runs f): while that
+// breaker is open it returns errMasterDown without running f. ctx is the
+// call's: its own end is no verdict on the master.
+func (g *Group) toMaster(ctx context.Context, name string, f func() error) error {
+	if g.masters == nil {
+		return f()
+	}
+	b := g.masters.For(ctx, name)
+	probe, ok := b.Allow()
+	if !ok {
+		return errMasterDown
+	}
+	// Settled however f ends (a panic, runtime.Goexit).
+	defer b.Release(probe)
+	err := f()
+	b.Record(err, ctx.Err())
+	return err
+}
+
+// masterOpen reports whether the breaker of name's master is open.
+func (g *Group) masterOpen(ctx context.Context, name string) bool {
+	return g.masters != nil && g.masters.For(ctx, name).Open()
+}
+
+// clearReserve empties the reserve once coordination resumed everywhere:
+// the Group's breaker and every master's are past their failures (a
+// master still failing has keys served from the reserve).
+func (g *Group) clearReserve() {
+	if g.br.Failing() {
+		return
+	}
+	failing := false
+	if g.masters != nil {
+		g.masters.Each(func(b *breaker.Breaker) { failing = failing || b.Failing() })
+	}
+	if !failing {
+		g.reserve.Clear()
+	}
+}
