@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -31,9 +32,60 @@ type batchRead struct {
 }
 
 // pipeline sends a GET of each name in gets and a call of s for each of
-// calls in one pipeline (see lua.Pipeline).
+// calls in one pipeline (see lua.Pipeline); on a cluster, one pipeline per
+// master, at once. A cluster client's single pipeline is no better on the
+// wire (one round trip per node either way), but when one node fails it
+// retries that node's commands and, out of time, stamps its error on
+// every command, the other masters' answered ones too: one master down
+// would fail every batch's every key.
 func (g *Group) pipeline(ctx context.Context, gets []string, s *redis.Script, calls []lua.Call) ([]*redis.StringCmd, []*redis.Cmd) {
-	return lua.Pipeline(ctx, g.rdb, gets, s, calls)
+	if g.masters == nil || len(gets)+len(calls) < 2 {
+		return lua.Pipeline(ctx, g.rdb, gets, s, calls)
+	}
+	type part struct {
+		gets       []string
+		calls      []lua.Call
+		gIdx, cIdx []int
+	}
+	var order []*breaker.Breaker
+	parts := map[*breaker.Breaker]*part{}
+	partOf := func(name string) *part {
+		b := g.masters.For(ctx, name)
+		p := parts[b]
+		if p == nil {
+			p = &part{}
+			parts[b] = p
+			order = append(order, b)
+		}
+		return p
+	}
+	for i, name := range gets {
+		p := partOf(name)
+		p.gets, p.gIdx = append(p.gets, name), append(p.gIdx, i)
+	}
+	for i, c := range calls {
+		p := partOf(c.Keys[0])
+		p.calls, p.cIdx = append(p.calls, c), append(p.cIdx, i)
+	}
+	if len(parts) == 1 {
+		return lua.Pipeline(ctx, g.rdb, gets, s, calls)
+	}
+	getCmds, callCmds := make([]*redis.StringCmd, len(gets)), make([]*redis.Cmd, len(calls))
+	var wg sync.WaitGroup
+	for _, b := range order {
+		p := parts[b]
+		wg.Go(func() {
+			gc, cc := lua.Pipeline(ctx, g.rdb, p.gets, s, p.calls)
+			for j, c := range gc {
+				getCmds[p.gIdx[j]] = c
+			}
+			for j, c := range cc {
+				callCmds[p.cIdx[j]] = c
+			}
+		})
+	}
+	wg.Wait()
+	return getCmds, callCmds
 }
 
 // settle reports a pipeline's health to the breaker once (not once per
@@ -56,7 +108,14 @@ func (g *Group) readMany(ctx context.Context, keys []string, nms []names, force 
 	out := make([]batchRead, len(keys))
 	rctx, cancel := context.WithTimeout(ctx, g.redisTimeout())
 	defer cancel()
-	p := g.planReads(keys, nms, force, filled)
+	gate := g.gateMasters(ctx, nms)
+	defer gate.release()
+	p := g.planReads(keys, nms, force, filled, gate.skip)
+	for i, skip := range gate.skip {
+		if skip {
+			out[i].err = errMasterDown
+		}
+	}
 	keeps := make([]keep, len(keys))
 	for i := range keys {
 		keeps[i] = g.keepOf(nms[i].entry)
@@ -69,10 +128,14 @@ func (g *Group) readMany(ctx context.Context, keys []string, nms []names, force 
 	}
 	sent := g.clk.local()
 	getCmds, callCmds := g.pipeline(rctx, p.gets, lua.GuardRead, calls)
+	for j, c := range getCmds {
+		gate.note(p.getIdx[j], c.Err())
+	}
 	retry := g.takeGets(getCmds, p, keys, out, &failed)
 	for j, c := range callCmds {
 		i := p.callIdx[j]
 		out[i] = g.readResult(c, nms[i], sent)
+		gate.note(i, c.Err())
 		g.keyRead(out[i].err, &failed)
 	}
 	if len(retry) > 0 && failed == nil {
@@ -85,12 +148,18 @@ func (g *Group) readMany(ctx context.Context, keys []string, nms []names, force 
 		for j, c := range callCmds {
 			i := retry[j]
 			out[i] = g.readResult(c, nms[i], sent)
+			gate.note(i, c.Err())
 			g.keyRead(out[i].err, &failed)
 		}
 	} else {
 		for _, i := range retry {
 			out[i].err = failed
 		}
+	}
+	if gate.settle(ctx.Err()) && failed != nil {
+		// Another master answered: a master down, not Redis (the
+		// Group's breaker weighs that on a cluster; see Breaker.Silence).
+		g.br.Success()
 	}
 	g.settle("read", failed)
 	for i := range out {
@@ -108,11 +177,14 @@ type readPlan struct {
 	getFU           []int64
 }
 
-// planReads sorts the keys of readMany.
-func (g *Group) planReads(keys []string, nms []names, force []bool, filled bool) readPlan {
+// planReads sorts the keys of readMany, but those skip marks.
+func (g *Group) planReads(keys []string, nms []names, force []bool, filled bool, skip []bool) readPlan {
 	var p readPlan
 	now, known := g.clk.now()
 	for i, k := range keys {
+		if skip != nil && skip[i] {
+			continue // its master's breaker is open
+		}
 		if force == nil || !force[i] {
 			// A key with a tag of its own is read by the script, which
 			// also checks the tag's invalidation (see tagDropped).

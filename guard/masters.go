@@ -88,3 +88,84 @@ func (g *Group) clearReserve() {
 		g.reserve.Clear()
 	}
 }
+
+// masterGate is a batch read's pass through the breakers of its keys'
+// masters (on a cluster): keys of a master whose breaker is open are not
+// sent (skip); each master the pipeline reached gets one verdict (one
+// round trip per node), failing if any of its commands said it is
+// unwell. The zero masterGate (any other client) lets every key through.
+type masterGate struct {
+	skip []bool             // nil: none skipped
+	of   []*breaker.Breaker // each key's master's breaker
+	by   map[*breaker.Breaker]*gateState
+}
+
+type gateState struct {
+	probe uint64
+	sent  bool
+	err   error // the first unwell error of the master's commands
+}
+
+// gateMasters asks the breaker of the master of each of nms whether it
+// may be called; the caller defers release.
+func (g *Group) gateMasters(ctx context.Context, nms []names) *masterGate {
+	gt := &masterGate{}
+	if g.masters == nil {
+		return gt
+	}
+	gt.of, gt.by = make([]*breaker.Breaker, len(nms)), map[*breaker.Breaker]*gateState{}
+	open := map[*breaker.Breaker]bool{}
+	for i := range nms {
+		b := g.masters.For(ctx, nms[i].entry)
+		gt.of[i] = b
+		if _, asked := gt.by[b]; !asked && !open[b] {
+			if probe, ok := b.Allow(); ok {
+				gt.by[b] = &gateState{probe: probe}
+			} else {
+				open[b] = true
+			}
+		}
+		if open[b] {
+			if gt.skip == nil {
+				gt.skip = make([]bool, len(nms))
+			}
+			gt.skip[i] = true
+		}
+	}
+	return gt
+}
+
+// note records the outcome of key i's command.
+func (gt *masterGate) note(i int, err error) {
+	if gt.of == nil {
+		return
+	}
+	st := gt.by[gt.of[i]]
+	if st == nil {
+		return
+	}
+	st.sent = true
+	if err != nil && st.err == nil && breaker.Unwell(err) {
+		st.err = err
+	}
+}
+
+// settle gives each master the pipeline reached its verdict; callerErr is
+// the error of the batch's ctx (its own end is no verdict). It reports
+// whether a master answered.
+func (gt *masterGate) settle(callerErr error) (answered bool) {
+	for b, st := range gt.by {
+		if st.sent {
+			b.Record(st.err, callerErr)
+			answered = answered || st.err == nil
+		}
+	}
+	return answered
+}
+
+// release settles the probes no verdict settled.
+func (gt *masterGate) release() {
+	for b, st := range gt.by {
+		b.Release(st.probe)
+	}
+}
