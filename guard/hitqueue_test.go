@@ -745,3 +745,58 @@ func TestClusterMasterFrozenBatch(t *testing.T) {
 			calls, len(bad), first(bad), len(slow), slow, maxSlow, opened.Load(), sent)
 	}
 }
+
+// TestClusterMasterBreakerFailover: a master frozen until its breaker
+// opened (its keys served from the reserve), then replaced by its replica
+// in a failover. The keys are served by the promoted replica, and the
+// reserve is emptied: the replaced master's breaker, which no call will
+// ever close, must not keep the values of the outage for good.
+func TestClusterMasterBreakerFailover(t *testing.T) {
+	defer noLeaks(t)()
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{Replicas: 1, NodeTimeout: time.Minute})
+	var masterOpened atomic.Int64
+	g, _ := countingOpens(t, cl.Client(t), Options{RedisTimeout: 300 * time.Millisecond, BreakerCooldown: 300 * time.Millisecond,
+		LocalEntries: Disabled, Hooks: Hooks{RedisError: func(op string, _ error) {
+			if op == "master" {
+				masterOpened.Add(1)
+			}
+		}}})
+	defer g.Close()
+	var keys []string
+	m := cl.MasterFor(t, g.names(redistest.Key(t, "0")).entry)
+	for j := 0; len(keys) < 4; j++ {
+		if key := redistest.Key(t, strconv.Itoa(j)); cl.MasterFor(t, g.names(key).entry) == m {
+			keys = append(keys, key)
+		}
+	}
+	all := func(want func(Result) bool) bool {
+		ok := true
+		for _, key := range keys {
+			r, err := g.Do(ctxT(t), key, valueOf(key))
+			if err != nil || string(r.Value) != "v:"+key {
+				t.Fatalf("%s: %q %v", key, r.Value, err)
+			}
+			ok = ok && want(r)
+		}
+		return ok
+	}
+	all(func(Result) bool { return true })
+
+	m.Freeze(t)
+	defer m.Thaw(t)
+	redistest.Eventually(t, 10*time.Second, "the frozen master's breaker open", func() bool {
+		all(func(Result) bool { return true })
+		return masterOpened.Load() > 0
+	})
+	if g.reserve.Len() == 0 {
+		t.Fatal("the frozen master's keys are served, but the reserve holds nothing")
+	}
+	cl.Failover(t, cl.ReplicasOf(m)[0])
+	redistest.Eventually(t, 20*time.Second, "the keys served by the promoted replica", func() bool {
+		return all(func(r Result) bool { return r.Status == Hit })
+	})
+	redistest.Eventually(t, 10*time.Second, "the reserve emptied", func() bool {
+		all(func(Result) bool { return true })
+		return g.reserve.Len() == 0
+	})
+}

@@ -74,15 +74,16 @@ func (g *Group) masterOpen(ctx context.Context, name string) bool {
 }
 
 // clearReserve empties the reserve once coordination resumed everywhere:
-// the Group's breaker and every master's are past their failures (a
-// master still failing has keys served from the reserve).
+// the Group's breaker and every current master's are past their failures
+// (a master still failing has keys served from the reserve; one a
+// failover replaced has none, and is never called again to recover).
 func (g *Group) clearReserve() {
 	if g.br.Failing() {
 		return
 	}
 	failing := false
 	if g.masters != nil {
-		g.masters.Each(func(b *breaker.Breaker) { failing = failing || b.Failing() })
+		g.masters.EachCurrent(context.Background(), func(b *breaker.Breaker) { failing = failing || b.Failing() })
 	}
 	if !failing {
 		g.reserve.Clear()

@@ -22,7 +22,13 @@ type Shards[Q any] struct {
 	cc  *redis.ClusterClient
 	mk  func(master *redis.Client) Q
 
-	by sync.Map // a master's *redis.Client → its Q
+	by sync.Map // a master's *redis.Client → its *shard[Q]
+}
+
+// shard is one master's queue, and the first name routed to it.
+type shard[Q any] struct {
+	q    Q
+	name string
 }
 
 // NewShards returns the queues for rdb, each made by mk, which is given
@@ -45,18 +51,34 @@ func (s *Shards[Q]) For(ctx context.Context, name string) Q {
 	if err != nil {
 		return s.Any
 	}
-	if q, ok := s.by.Load(node); ok {
-		return q.(Q)
+	if sh, ok := s.by.Load(node); ok {
+		return sh.(*shard[Q]).q
 	}
-	q, _ := s.by.LoadOrStore(node, s.mk(node)) // a queue made in vain holds nothing
-	return q.(Q)
+	// A queue made in vain holds nothing.
+	sh, _ := s.by.LoadOrStore(node, &shard[Q]{q: s.mk(node), name: name})
+	return sh.(*shard[Q]).q
 }
 
 // Each calls f with every queue.
 func (s *Shards[Q]) Each(f func(Q)) {
 	f(s.Any)
-	s.by.Range(func(_, q any) bool {
-		f(q.(Q))
+	s.by.Range(func(_, sh any) bool {
+		f(sh.(*shard[Q]).q)
+		return true
+	})
+}
+
+// EachCurrent calls f with Any and the queue of every master that still
+// serves the slot of the first name routed to it, by the cluster client's
+// last known slot map (no round trip): a master a failover replaced no
+// longer does, and its queue is left out.
+func (s *Shards[Q]) EachCurrent(ctx context.Context, f func(Q)) {
+	f(s.Any)
+	s.by.Range(func(node, v any) bool {
+		sh := v.(*shard[Q])
+		if now, err := s.cc.MasterForKey(ctx, sh.name); err != nil || now == node {
+			f(sh.q)
+		}
 		return true
 	})
 }
