@@ -529,20 +529,8 @@ func TestClusterMasterFrozenOthersServed(t *testing.T) {
 			}
 		}}})
 	defer g.Close()
-	// Eight keys on each of two masters.
-	byMaster := map[*redistest.Server][]string{}
-	var masters []*redistest.Server
-	for j := 0; len(masters) < 2 || len(byMaster[masters[0]]) < 8 || len(byMaster[masters[1]]) < 8; j++ {
-		key := redistest.Key(t, strconv.Itoa(j))
-		m := cl.MasterFor(t, g.names(key).entry)
-		if _, seen := byMaster[m]; !seen && len(masters) == 2 {
-			continue
-		} else if !seen {
-			masters = append(masters, m)
-		}
-		byMaster[m] = append(byMaster[m], key)
-	}
-	frozen, others := byMaster[masters[0]][:8], byMaster[masters[1]][:8]
+	masters, byMaster := keysOnTwoMasters(t, cl, g, 8)
+	frozen, others := byMaster[0], byMaster[1]
 	for _, key := range append(slices.Clone(frozen), others...) {
 		for _, want := range []Status{Miss, Hit} {
 			if r, err := g.Do(ctxT(t), key, valueOf(key)); err != nil || r.Status != want {
@@ -676,19 +664,8 @@ func TestClusterMasterFrozenBatch(t *testing.T) {
 	)
 	g, opened := countingOpens(t, cl.Client(t), Options{RedisTimeout: timeout, BreakerCooldown: cooldown, LocalEntries: Disabled})
 	defer g.Close()
-	byMaster := map[*redistest.Server][]string{}
-	var masters []*redistest.Server
-	for j := 0; len(masters) < 2 || len(byMaster[masters[0]]) < 4 || len(byMaster[masters[1]]) < 4; j++ {
-		key := redistest.Key(t, strconv.Itoa(j))
-		m := cl.MasterFor(t, g.names(key).entry)
-		if _, seen := byMaster[m]; !seen && len(masters) == 2 {
-			continue
-		} else if !seen {
-			masters = append(masters, m)
-		}
-		byMaster[m] = append(byMaster[m], key)
-	}
-	keys := append(slices.Clone(byMaster[masters[0]][:4]), byMaster[masters[1]][:4]...)
+	masters, byMaster := keysOnTwoMasters(t, cl, g, 4)
+	keys := append(slices.Clone(byMaster[0]), byMaster[1]...)
 	load := func(_ context.Context, keys []string) (map[string][]byte, error) {
 		vals := make(map[string][]byte, len(keys))
 		for _, k := range keys {
@@ -799,4 +776,28 @@ func TestClusterMasterBreakerFailover(t *testing.T) {
 		all(func(Result) bool { return true })
 		return g.reserve.Len() == 0
 	})
+}
+
+// keysOnTwoMasters returns two masters of cl and n keys of g on each (by
+// the slot of the keys' Redis names).
+func keysOnTwoMasters(t *testing.T, cl *redistest.Cluster, g *Group, n int) ([2]*redistest.Server, [2][]string) {
+	t.Helper()
+	var masters [2]*redistest.Server
+	var keys [2][]string
+	for j := 0; len(keys[0]) < n || len(keys[1]) < n; j++ {
+		key := redistest.Key(t, strconv.Itoa(j))
+		m := cl.MasterFor(t, g.names(key).entry)
+		for i := range masters {
+			if masters[i] == nil {
+				masters[i] = m
+			}
+			if masters[i] == m {
+				if len(keys[i]) < n {
+					keys[i] = append(keys[i], key)
+				}
+				break
+			}
+		}
+	}
+	return masters, keys
 }
