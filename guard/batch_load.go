@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"errors"
 	"runtime/debug"
 	"time"
 
@@ -105,12 +106,44 @@ func (b *batch) degrade(idx []int) {
 		mine, slots = append(mine, i), append(slots, r)
 	}
 	g.lmu.Unlock()
+	mine, slots = b.fromReserveClaimed(mine, slots)
 	for len(mine) > 0 {
 		n := min(len(mine), g.opts.MaxBatch)
 		ci, cs := mine[:n], slots[:n]
 		mine, slots = mine[n:], slots[n:]
 		b.wg.Go(func() { b.flight(ci, make([]int64, n), cs, false, time.Time{}) })
 	}
+}
+
+// fromReserveClaimed looks in the reserve again for the keys idx, now
+// claimed in slots: a load that ended since degrade first looked may have
+// left a value or a mark, which a second load would only repeat. The keys
+// it answers are released, their outcome handed to whoever joined; it
+// returns the others.
+func (b *batch) fromReserveClaimed(idx []int, slots []*runningLoad) ([]int, []*runningLoad) {
+	rest := b.fromReserve(idx)
+	if len(rest) == len(idx) {
+		return idx, slots
+	}
+	g := b.g
+	var keep []*runningLoad
+	var done []*runningLoad
+	j := 0
+	for k, i := range idx {
+		if j < len(rest) && rest[j] == i {
+			keep, j = append(keep, slots[k]), j+1
+			continue
+		}
+		slots[k].o = outcome{v: b.res[i].v, err: b.res[i].err}
+		done = append(done, slots[k])
+		g.lmu.Lock()
+		delete(g.loads, b.keys[i])
+		g.lmu.Unlock()
+	}
+	for _, r := range done {
+		close(r.done)
+	}
+	return rest, keep
 }
 
 // callBatch runs the loader on keys in a goroutine of its own, bounded by
@@ -188,6 +221,11 @@ func (b *batch) flight(idx []int, fences []int64, slots []*runningLoad, useRedis
 		g.hot.load(k)
 		g.oversizeHook(k, v, errs[j])
 	}
+	if !useRedis {
+		// Kept before the keys are released: a batch that finds them
+		// neither loading nor kept would load them again.
+		b.keepDegraded(idx, vals, errs)
+	}
 	g.lmu.Lock()
 	for _, k := range keys {
 		delete(g.loads, k)
@@ -200,9 +238,6 @@ func (b *batch) flight(idx []int, fences []int64, slots []*runningLoad, useRedis
 		h(BatchLoadStats{Keys: len(keys), Found: found, Unasked: unasked, Refresh: b.refresh, Took: d, Err: err})
 	}
 	st := Degraded
-	if !useRedis {
-		b.keepDegraded(idx, vals, errs)
-	}
 	if useRedis {
 		st = Miss
 		items := make([]fillItem, len(idx))
@@ -253,6 +288,10 @@ func (b *batch) fromReserve(idx []int) []int {
 			rest = append(rest, i)
 			continue
 		}
+		if k.Mark != tier.Value {
+			b.set(i, keyResult{st: Degraded, err: markErr(b.keys[i], k)})
+			continue
+		}
 		st := Degraded
 		if !now.Before(k.FreshUntil) {
 			st = Stale
@@ -272,15 +311,21 @@ func (b *batch) fromReserve(idx []int) []int {
 }
 
 // keepDegraded keeps in the reserve the values a batch loaded without
-// Redis; a background refresh's failures back off ErrorBackoff.
+// Redis, and the marks of the keys it failed or found nothing of; a
+// background refresh's failures back off ErrorBackoff, keeping the stale
+// value.
 func (b *batch) keepDegraded(idx []int, vals map[string][]byte, errs []error) {
 	g, now := b.g, time.Now()
 	for j, i := range idx {
 		k := b.keys[i]
-		if errs[j] != nil {
-			if b.refresh {
-				g.reserve.RefreshFailed(k, now.Add(g.opts.ErrorBackoff))
-			}
+		switch {
+		case errs[j] == nil:
+		case !b.refresh || errors.Is(errs[j], ErrNotFound) && g.opts.NegativeFor > 0:
+			// A mark, as Group.alone and refreshReserve leave one.
+			g.markDegraded(k, b.nms[i].entry, errs[j])
+			continue
+		default:
+			g.reserve.RefreshFailed(k, now.Add(g.opts.ErrorBackoff))
 			continue
 		}
 		fresh := g.jittered(b.co.freshFor)

@@ -16,17 +16,21 @@ import (
 // Stale after, with no load; a stale one is refreshed in the background,
 // once per node, backing off ErrorBackoff after a failure; only a key
 // this node holds nothing of is loaded for its callers, one load of a key
-// at a time in this process. So the origin's load during an outage follows
-// the number of keys and nodes, not the rate of calls. The reserve is
-// emptied when coordination resumes.
+// at a time in this process. A load that fails, or finds nothing, leaves
+// a mark in the reserve, as it would leave an error marker or a negative
+// entry in Redis: for ErrorBackoff (NegativeFor) the key's callers on this
+// node get ErrBackoff (ErrNotFound) with no load. So the origin's load
+// during an outage follows the number of keys and nodes, not the rate of
+// calls, even while the origin fails too. The reserve is emptied when
+// coordination resumes.
 
 // degraded serves a caller while Redis is unavailable: from the reserve,
 // else by one loader call per key in this process at a time, whose value
 // the reserve keeps. A load's private answer reaches its own caller only;
 // the others take turns.
 func (g *Group) degraded(ctx context.Context, c *call) (Result, error) {
-	if res, ok := g.fromReserve(ctx, c); ok {
-		return res, nil
+	if res, err, ok := g.fromReserve(ctx, c); ok {
+		return res, err
 	}
 	if !c.reread && (!g.br.Failing() || g.loc.Serving()) && !g.masterOpen(ctx, c.nm.entry) {
 		// Redis is up: it answered another call since this one failed (a
@@ -43,16 +47,25 @@ func (g *Group) degraded(ctx context.Context, c *call) (Result, error) {
 // alone serves c from the reserve, or by a load of this node's own, which
 // the reserve keeps; see degraded.
 func (g *Group) alone(ctx context.Context, c *call) (Result, error) {
-	if res, ok := g.fromReserve(ctx, c); ok {
-		return res, nil
+	if res, err, ok := g.fromReserve(ctx, c); ok {
+		return res, err
 	}
 	detached := context.WithoutCancel(ctx)
 	return g.takeTurns(ctx, c, func() (Result, error) {
 		ch := g.sf.DoChan("d"+c.key, func() (any, error) {
+			// Again, in the flight: a flight that ended since this
+			// caller looked may have left a value or a mark, and the
+			// caller would otherwise start a load of its own.
+			if res, err, ok := g.fromReserve(detached, c); ok {
+				return degradedOutcome{res: res, owner: c}, err
+			}
 			o, own := g.callLoader(detached, c.key, c.load, true, nil)
-			if own {
-				g.keepDegraded(c, o)
-			} else if privateOf(o.err) != nil {
+			switch {
+			case own:
+				if !g.keepDegraded(c, o) {
+					g.markDegraded(c.key, c.nm.entry, o.err)
+				}
+			case privateOf(o.err) != nil:
 				return degradedOutcome{owner: c}, errTurn
 			}
 			return degradedOutcome{res: Result{Value: o.v, Status: Degraded}, owner: c}, o.err
@@ -74,13 +87,21 @@ type degradedOutcome struct {
 }
 
 // fromReserve answers c from the reserve: a value within its fresh window
-// as Degraded, within its stale window as Stale, starting its refresh.
-func (g *Group) fromReserve(ctx context.Context, c *call) (Result, bool) {
+// as Degraded, within its stale window as Stale, starting its refresh; a
+// mark within its window with its error.
+func (g *Group) fromReserve(ctx context.Context, c *call) (Result, error, bool) {
 	k, ok := g.reserve.Get(c.key)
 	if !ok {
-		return Result{}, false
+		return Result{}, nil, false
 	}
 	now := time.Now()
+	if k.Mark != tier.Value {
+		if !now.Before(k.FreshUntil) {
+			g.reserve.Expire(c.key, now)
+			return Result{}, nil, false
+		}
+		return Result{Status: Degraded, Age: now.Sub(k.Base)}, markErr(c.key, k), true
+	}
 	res := Result{Value: k.Value, Status: Degraded, Age: now.Sub(k.Base), Fresh: k.FreshUntil.Sub(now)}
 	switch {
 	case now.Before(k.FreshUntil):
@@ -94,10 +115,42 @@ func (g *Group) fromReserve(ctx context.Context, c *call) (Result, bool) {
 		}
 		g.refreshReserve(ctx, c, now)
 	default:
-		g.reserve.Remove(c.key)
-		return Result{}, false
+		// Only that value: another call may have kept a new one since.
+		g.reserve.Expire(c.key, now)
+		return Result{}, nil, false
 	}
-	return res, true
+	return res, nil, true
+}
+
+// markErr is the error a mark k of key answers with.
+func markErr(key string, k tier.Kept) error {
+	if k.Mark == tier.NotFound {
+		return ErrNotFound
+	}
+	return &BackoffError{Key: key, Cause: string(k.Value)}
+}
+
+// markDegraded leaves in the reserve the mark of key's load without Redis
+// that failed with err (its entry is named name): for NegativeFor a key
+// not found, for ErrorBackoff a failure, as the fill would store in Redis
+// (fillFor); nothing for a private answer, a load that stores nothing, or
+// no error at all.
+func (g *Group) markDegraded(key, name string, err error) {
+	now := time.Now()
+	k := tier.Kept{Key: key, Name: name, Base: now}
+	switch {
+	case err == nil, privateOf(err) != nil, isNoStore(err):
+		return
+	case errors.Is(err, ErrNotFound):
+		if g.opts.NegativeFor <= 0 {
+			return
+		}
+		k.Mark, k.FreshUntil = tier.NotFound, now.Add(g.opts.NegativeFor)
+	default:
+		k.Mark, k.FreshUntil, k.Value = tier.Failed, now.Add(g.opts.ErrorBackoff), causeText(err)
+	}
+	k.StaleUntil = k.FreshUntil
+	g.reserve.Put(k)
 }
 
 // refreshReserve reloads c's stale value in the background, unless a
@@ -114,7 +167,13 @@ func (g *Group) refreshReserve(ctx context.Context, c *call, now time.Time) {
 			return
 		}
 		o, _ := g.callLoader(detached, c.key, c.load, true, nil)
-		if !g.keepDegraded(c, o) {
+		switch {
+		case g.keepDegraded(c, o):
+		case errors.Is(o.err, ErrNotFound) && g.opts.NegativeFor > 0:
+			// Gone at the origin: not served stale any longer, as a
+			// negative entry would replace it in Redis.
+			g.markDegraded(c.key, c.nm.entry, o.err)
+		default:
 			if h := g.opts.Hooks.RefreshError; h != nil && o.err != nil {
 				h(c.key, o.err)
 			}

@@ -42,6 +42,9 @@ type Options struct {
 	NegativeFor time.Duration
 	// ErrorBackoff is how long no node loads a key after its load failed
 	// (stale is served; a missing key answers ErrBackoff). Default: 1s.
+	// Without Redis, each node keeps both itself: a key whose load
+	// failed, or found nothing, is not loaded again on that node for
+	// this long (NegativeFor).
 	ErrorBackoff time.Duration
 	// RedisTimeout bounds each Redis call, plus this process's own
 	// lateness when its CPU is saturated. Default: 250ms.

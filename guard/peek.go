@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/stampede-go/stampede/guard/internal/tier"
 )
 
 // Peek returns what is stored under key without loading it: Hit or Stale,
@@ -46,8 +48,11 @@ func noLoad(context.Context) ([]byte, error) { return nil, ErrNotCached }
 func (g *Group) peekReserve(key string, why error) (Result, error) {
 	k, ok := g.reserve.Get(key)
 	now := time.Now()
-	if !ok || !now.Before(k.StaleUntil) {
+	switch {
+	case !ok || !now.Before(k.StaleUntil) || k.Mark == tier.Failed:
 		return Result{}, fmt.Errorf("%w: %w", ErrNotCached, why)
+	case k.Mark == tier.NotFound:
+		return Result{Status: Degraded, Age: now.Sub(k.Base)}, ErrNotFound
 	}
 	res := Result{Value: k.Value, Status: Degraded, Age: now.Sub(k.Base), Fresh: k.FreshUntil.Sub(now)}
 	if !now.Before(k.FreshUntil) {

@@ -19,17 +19,48 @@ import (
 // value is served within its own windows, judged on the estimate of the
 // local clock.
 //
+// It also keeps marks: that a key's load without Redis failed, or found
+// nothing, so that this node does not call its loader again for that key
+// before ErrorBackoff or NegativeFor is over, as Redis's error markers and
+// negative entries make the fleet wait when Redis is up. Marks are held
+// apart from the values, in a smaller bound of their own, so that keys
+// nobody has (an attacker's, say) never push a value out.
+//
 // It is bounded as the tier is (entries and bytes, least recently used
 // out). A nil *Reserve keeps nothing.
 type Reserve struct {
 	maxEntries, maxBytes int
 
 	mu    sync.Mutex
-	byKey map[string]*list.Element // of *Kept
+	byKey map[string]*list.Element // of *Kept, in lru or marks
 	keyOf map[string]string        // entry name → key
-	lru   list.List                // front: the most recent
+	lru   list.List                // the values; front: the most recent
 	bytes int
+	marks list.List // the marks; front: the most recent
+	mbyte int       // the marks' bytes
 }
+
+// Mark says what a Kept is: a value, or a mark of a load that failed or
+// found nothing.
+type Mark uint8
+
+const (
+	// Value is a value, served within its windows.
+	Value Mark = iota
+	// NotFound marks a key whose loader said it has no value: answered
+	// as not found until FreshUntil.
+	NotFound
+	// Failed marks a key whose load failed: answered as backing off, with
+	// the cause (Kept.Value), until FreshUntil.
+	Failed
+)
+
+// Marks are bounded to a quarter of the entries and an eighth of the
+// bytes values may take.
+const (
+	markEntriesShare = 4
+	markBytesShare   = 8
+)
 
 // Kept is a value held in the reserve.
 type Kept struct {
@@ -43,6 +74,8 @@ type Kept struct {
 	// backs off); Refreshing is set while one runs.
 	NextTry    time.Time
 	Refreshing bool
+	// Mark is Value, or what the mark says (FreshUntil: until when).
+	Mark Mark
 }
 
 func (k *Kept) cost() int { return len(k.Key) + len(k.Value) + Overhead }
@@ -52,21 +85,42 @@ func NewReserve(entries, bytes int) *Reserve {
 	return &Reserve{maxEntries: entries, maxBytes: bytes, byKey: map[string]*list.Element{}, keyOf: map[string]string{}}
 }
 
-// Put keeps k, in the place of any value of its key.
+// Put keeps k, in the place of what its key holds; a Failed mark never
+// replaces a value (a stale value is served while its refresh fails).
 func (r *Reserve) Put(k Kept) {
-	if r == nil || k.cost() > r.maxBytes/8 {
+	if r == nil || !r.fits(k) {
 		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if el := r.byKey[k.Key]; k.Mark == Failed && el != nil && el.Value.(*Kept).Mark == Value {
+		return
+	}
 	r.putLocked(k)
+}
+
+// fits reports whether k is small enough to keep: a value an eighth of
+// the bytes at most, a mark the marks' bytes.
+func (r *Reserve) fits(k Kept) bool {
+	if k.Mark != Value {
+		return k.cost() <= r.maxBytes/markBytesShare
+	}
+	return k.cost() <= r.maxBytes/8
 }
 
 // putLocked is Put, r.mu held.
 func (r *Reserve) putLocked(k Kept) {
 	r.removeLocked(k.Key)
-	r.byKey[k.Key] = r.lru.PushFront(&k)
 	r.keyOf[k.Name] = k.Key
+	if k.Mark != Value {
+		r.byKey[k.Key] = r.marks.PushFront(&k)
+		r.mbyte += k.cost()
+		for r.marks.Len() > max(r.maxEntries/markEntriesShare, 1) || r.mbyte > r.maxBytes/markBytesShare {
+			r.removeLocked(r.marks.Back().Value.(*Kept).Key)
+		}
+		return
+	}
+	r.byKey[k.Key] = r.lru.PushFront(&k)
 	r.bytes += k.cost()
 	for r.lru.Len() > r.maxEntries || r.bytes > r.maxBytes {
 		r.removeLocked(r.lru.Back().Value.(*Kept).Key)
@@ -78,10 +132,7 @@ func (r *Reserve) putLocked(k Kept) {
 // after this node loaded a newer value of a key it could not read from
 // Redis; that value stays.
 func (r *Reserve) Offer(k Kept) {
-	if r == nil {
-		return
-	}
-	if k.cost() > r.maxBytes/8 {
+	if r == nil || !r.fits(k) {
 		return
 	}
 	r.mu.Lock()
@@ -102,8 +153,13 @@ func (r *Reserve) Get(key string) (Kept, bool) {
 	if el == nil {
 		return Kept{}, false
 	}
-	r.lru.MoveToFront(el)
-	return *el.Value.(*Kept), true
+	k := el.Value.(*Kept)
+	if k.Mark == Value {
+		r.lru.MoveToFront(el)
+	} else {
+		r.marks.MoveToFront(el)
+	}
+	return *k, true
 }
 
 // StartRefresh marks key's value refreshing, if it is kept, no refresh of
@@ -120,7 +176,7 @@ func (r *Reserve) StartRefresh(key string, now time.Time) bool {
 		return false
 	}
 	k := el.Value.(*Kept)
-	if k.Refreshing || now.Before(k.NextTry) {
+	if k.Mark != Value || k.Refreshing || now.Before(k.NextTry) {
 		return false
 	}
 	k.Refreshing = true
@@ -150,6 +206,19 @@ func (r *Reserve) Remove(key string) {
 	r.mu.Unlock()
 }
 
+// Expire drops key's value or mark if it is past its windows at now
+// (StaleUntil; a mark's equals its FreshUntil), and nothing put since.
+func (r *Reserve) Expire(key string, now time.Time) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	if el := r.byKey[key]; el != nil && !now.Before(el.Value.(*Kept).StaleUntil) {
+		r.removeLocked(key)
+	}
+	r.mu.Unlock()
+}
+
 // RemoveIf drops the values whose keys match.
 func (r *Reserve) RemoveIf(match func(key string) bool) {
 	if r == nil {
@@ -174,24 +243,31 @@ func (r *Reserve) Clear() {
 	clear(r.keyOf)
 	r.lru.Init()
 	r.bytes = 0
+	r.marks.Init()
+	r.mbyte = 0
 	r.mu.Unlock()
 }
 
-// Len returns how many values are kept.
+// Len returns how many values and marks are kept.
 func (r *Reserve) Len() int {
 	if r == nil {
 		return 0
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.lru.Len()
+	return r.lru.Len() + r.marks.Len()
 }
 
 func (r *Reserve) removeLocked(key string) {
 	if el := r.byKey[key]; el != nil {
 		k := el.Value.(*Kept)
-		r.bytes -= k.cost()
-		r.lru.Remove(el)
+		if k.Mark == Value {
+			r.bytes -= k.cost()
+			r.lru.Remove(el)
+		} else {
+			r.mbyte -= k.cost()
+			r.marks.Remove(el)
+		}
 		delete(r.byKey, key)
 		delete(r.keyOf, k.Name)
 	}

@@ -1,7 +1,10 @@
 package tier
 
 import (
+	"container/list"
+	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"testing"
 	"time"
 
@@ -175,5 +178,126 @@ func TestReserveOffer(t *testing.T) {
 	}
 	if r.Len() != 3 {
 		t.Errorf("%d values kept, want 3", r.Len())
+	}
+}
+
+// TestReserveMarks checks the reserve against a model over random
+// histories of values and marks: a mark never pushes a value out (marks
+// are bounded apart, a quarter of the entries and an eighth of the
+// bytes), a Failed mark never replaces its key's value while a NotFound
+// mark and a value replace whatever the key holds, and the books (entries,
+// bytes, names) stay true.
+func TestReserveMarks(t *testing.T) {
+	for seed := range uint64(300) {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		// Bytes bind the values or the marks in some histories, entries
+		// in others.
+		r := NewReserve(4+rng.IntN(16), 2000+rng.IntN(20000))
+		kind := map[string]Mark{} // the model: what each key holds
+		var log []string
+		for range 400 {
+			key := "k" + strconv.Itoa(rng.IntN(40))
+			k := Kept{Key: key, Name: "n:" + key, Value: make([]byte, rng.IntN(300)), FreshUntil: time.Unix(1, 0)}
+			op := rng.IntN(6)
+			valuesBefore := 0
+			for _, m := range kind {
+				if m == Value {
+					valuesBefore++
+				}
+			}
+			switch op {
+			case 0, 1:
+				k.Mark = Value
+			case 2:
+				k.Mark = NotFound
+				k.Value = nil
+			case 3:
+				k.Mark = Failed
+			case 4:
+				r.Remove(key)
+				delete(kind, key)
+				log = append(log, "remove "+key)
+				continue
+			case 5:
+				got, ok := r.Get(key)
+				want, held := kind[key]
+				if ok != held || ok && got.Mark != want {
+					t.Fatalf("seed %d: Get(%s) = %v %v, model %v %v\n%v", seed, key, got.Mark, ok, want, held, log)
+				}
+				continue
+			}
+			log = append(log, fmt.Sprintf("put %s mark %d (%d bytes)", key, k.Mark, len(k.Value)))
+			before, had := kind[key]
+			r.Put(k)
+			got, ok := r.Get(key)
+			switch {
+			case k.Mark == Failed && had && before == Value:
+				if !ok || got.Mark != Value {
+					t.Fatalf("seed %d: a Failed mark replaced %s's value\n%v", seed, key, log)
+				}
+			case r.fits(k) && (!ok || got.Mark != k.Mark):
+				t.Fatalf("seed %d: %s holds %v %v after a Put of %v\n%v", seed, key, got.Mark, ok, k.Mark, log)
+			}
+			// The model follows what the reserve kept of each key, and
+			// checks that a mark pushed out no value.
+			values := 0
+			for mk := range kind {
+				if g, ok := r.Get(mk); ok {
+					kind[mk] = g.Mark
+				} else {
+					delete(kind, mk)
+				}
+			}
+			if ok {
+				kind[key] = got.Mark
+			} else {
+				delete(kind, key)
+			}
+			for _, m := range kind {
+				if m == Value {
+					values++
+				}
+			}
+			if k.Mark != Value && values < valuesBefore-b2i(had && before == Value && k.Mark == NotFound) {
+				t.Fatalf("seed %d: a mark pushed out a value (%d values, %d before)\n%v", seed, values, valuesBefore, log)
+			}
+			r.check(t)
+		}
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// check verifies r's books.
+func (r *Reserve) check(t *testing.T) {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sum := func(l *list.List, value bool) (n, b int) {
+		for el := l.Front(); el != nil; el = el.Next() {
+			k := el.Value.(*Kept)
+			if (k.Mark == Value) != value || r.byKey[k.Key] != el || r.keyOf[k.Name] != k.Key {
+				t.Fatalf("%q is booked wrong", k.Key)
+			}
+			n, b = n+1, b+k.cost()
+		}
+		return n, b
+	}
+	vn, vb := sum(&r.lru, true)
+	mn, mb := sum(&r.marks, false)
+	switch {
+	case vb != r.bytes || mb != r.mbyte:
+		t.Fatalf("bytes booked %d and %d, held %d and %d", r.bytes, r.mbyte, vb, mb)
+	case vn+mn != len(r.byKey) || len(r.keyOf) != len(r.byKey):
+		t.Fatalf("%d values and %d marks, %d keys and %d names booked", vn, mn, len(r.byKey), len(r.keyOf))
+	case vn > r.maxEntries || vb > r.maxBytes:
+		t.Fatalf("%d values of %d bytes, over %d and %d", vn, vb, r.maxEntries, r.maxBytes)
+	case mn > r.maxEntries/markEntriesShare || mb > r.maxBytes/markBytesShare:
+		t.Fatalf("%d marks of %d bytes, over %d and %d", mn, mb, r.maxEntries/markEntriesShare, r.maxBytes/markBytesShare)
 	}
 }
