@@ -221,3 +221,45 @@ func TestRedisDownFailingOriginBacksOff(t *testing.T) {
 	}
 	t.Logf("loads in %v: failing %d, missing %d, batch %d", time.Since(start).Round(time.Millisecond), failing.Load(), missing.Load(), batch.Load())
 }
+
+// TestClusterMasterFrozenFailingOrigin: on a real cluster, one master is
+// frozen while the origin of its keys fails too. Its keys are served
+// without Redis once that master's breaker opens, and each is loaded
+// once per ErrorBackoff on this node, not once per call (before the
+// marks: a load per call, thousands in the test's 1.5 s).
+func TestClusterMasterFrozenFailingOrigin(t *testing.T) {
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{NodeTimeout: time.Minute})
+	const backoff = 300 * time.Millisecond
+	g := newGroup(t, cl.Client(t), Options{RedisTimeout: 200 * time.Millisecond, BreakerCooldown: time.Second,
+		ErrorBackoff: backoff})
+	masters, byMaster := keysOnTwoMasters(t, cl, g, 2)
+	keys := byMaster[0]
+	var loads [2]atomic.Int64
+	masters[0].Freeze(t)
+	defer masters[0].Thaw(t)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for c := range 8 {
+		wg.Go(func() {
+			i := c % len(keys)
+			for time.Since(start) < 1500*time.Millisecond {
+				_, err := g.Do(ctxT(t), keys[i], func(context.Context) ([]byte, error) {
+					loads[i].Add(1)
+					return nil, errors.New("the database is unreachable")
+				})
+				if err == nil {
+					t.Error("a failing load answered a value")
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	most := int64(time.Since(start)/backoff) + 1
+	for i := range keys {
+		if n := loads[i].Load(); n > most {
+			t.Errorf("key %d of the frozen master was loaded %d times in %v; want at most %d (once per ErrorBackoff)", i, n, time.Since(start), most)
+		}
+	}
+	t.Logf("loads of the frozen master's keys in %v: %d and %d", time.Since(start).Round(time.Millisecond), loads[0].Load(), loads[1].Load())
+}
