@@ -187,8 +187,8 @@ func (g *Group) refreshReserve(ctx context.Context, c *call, now time.Time) {
 const coordinateRetry = 100 * time.Millisecond
 
 // refreshCoordinated tries a reserve's refresh through Redis first, as any
-// refresh goes: Redis may be back (this refresh may be the breaker's
-// probe) while this node still serves its reserve, and then the fleet
+// refresh goes: Redis may be back (the breaker's probe closed it) while
+// this node still serves its reserve, and then the fleet
 // loads the key once, not once per node. It reads the key, trying its
 // lease: a value stored meanwhile is kept; a lease won is loaded and
 // filled; a lease held elsewhere is waited out (next: when to look

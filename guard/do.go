@@ -45,9 +45,9 @@ func (g *Group) Do(ctx context.Context, key string, load LoadFunc, opts ...CallO
 	if !ok {
 		return g.degraded(ctx, g.newCall(key, load, co))
 	}
-	// Settles a probe this call carries however the call ends: a caller
-	// that leaves before Redis answered must not leave the breaker
-	// half-open for good.
+	// Settles a probe this call carries however the call ends (a breaker
+	// with no background Probe hands one to a call): a caller that leaves
+	// before Redis answered must not leave the breaker half-open for good.
 	defer g.br.Release(probe)
 	if e, ok := g.passHint(key); ok {
 		return g.passLoad(ctx, g.newCall(key, load, co), e)

@@ -139,7 +139,10 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 	// longer: it is emptied when a call succeeds again, or when the tier
 	// comes back while calls succeed (a report connection lost alone).
 	g.br = breaker.Breaker{Threshold: o.BreakerFailures, Cooldown: o.BreakerCooldown,
-		Hook: o.Hooks.Breaker, Recovered: g.clearReserve, Starved: g.starved}
+		Hook: o.Hooks.Breaker, Recovered: g.clearReserve, Starved: g.starved,
+		Probe: func(verdict func(error)) {
+			g.probe(verdict, func(ctx context.Context) error { return timeAny(ctx, rdb) })
+		}}
 	g.masters = g.masterBreakers(rdb, o)
 	switch rdb.(type) {
 	case *redis.ClusterClient, *redis.Ring:
@@ -158,7 +161,8 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 		Reserve: g.reserve, RedisNow: g.clk.now, OnLive: func() {
 			g.clearReserve()
 			// The report connections reach Redis again: an open breaker
-			// probes now rather than at the end of its cooldown.
+			// probes at the next call rather than at the end of its
+			// cooldown.
 			g.br.ProbeNow()
 		}})
 	if g.hot != nil {
@@ -248,17 +252,18 @@ func (g *Group) Close() error {
 
 // goBackground runs f in a goroutine Close waits for; after Close it does
 // nothing.
-func (g *Group) goBackground(f func()) {
+func (g *Group) goBackground(f func()) (started bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed.Load() {
-		return
+		return false
 	}
 	g.bg.Add(1)
 	go func() {
 		defer g.bg.Done()
 		f()
 	}()
+	return true
 }
 
 // step runs the testStep seam.

@@ -36,7 +36,9 @@ type Hooks struct {
 	// RedisError: a Redis call failed; op names it ("track": the tier's
 	// report connection was lost or refused, once per outage; "master":
 	// on a cluster, one master failed BreakerFailures calls in a row and
-	// its keys are served without Redis, once each time that opens).
+	// its keys are served without Redis, once each time that opens;
+	// "probe": an open breaker's probe, sent in the background once per
+	// BreakerCooldown while calls come, found Redis still down).
 	RedisError func(op string, err error)
 	// Breaker: the Redis breaker opened or closed, once per change.
 	Breaker func(open bool)

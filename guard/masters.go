@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 
@@ -18,7 +19,7 @@ import (
 // Redis at once and are served as while Redis is down (degrade.go: from
 // this node's reserve, else by one load of this node's), rather than each
 // waiting RedisTimeout for a master that will not answer; after
-// BreakerCooldown one call tries it again. The other masters' keys are
+// BreakerCooldown a probe tries it again, in the background. The other masters' keys are
 // coordinated as before. The reserve is emptied only when the Group's
 // breaker and every master's are past their failures.
 
@@ -35,6 +36,11 @@ func (g *Group) masterBreakers(rdb redis.UniversalClient, o Options) *commit.Sha
 	threshold, cooldown, report := o.BreakerFailures, o.BreakerCooldown, o.Hooks.RedisError
 	return commit.NewShards(rdb, true, func(master *redis.Client) *breaker.Breaker {
 		b := &breaker.Breaker{Threshold: threshold, Cooldown: cooldown, Recovered: g.clearReserve, Starved: g.starved}
+		if master != nil {
+			b.Probe = func(verdict func(error)) {
+				g.probe(verdict, func(ctx context.Context) error { return master.Time(ctx).Err() })
+			}
+		}
 		if master != nil && report != nil {
 			addr := master.Options().Addr
 			b.Hook = func(open bool) {
@@ -169,4 +175,49 @@ func (gt *masterGate) release() {
 	for b, st := range gt.by {
 		b.Release(st.probe)
 	}
+}
+
+// probe is a breaker's Probe: try, in a goroutine Close waits for, bounded
+// by RedisTimeout, then give the verdict (ErrNoVerdict once the Group is
+// closing).
+func (g *Group) probe(verdict func(error), try func(ctx context.Context) error) {
+	started := g.goBackground(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), g.redisTimeout())
+		defer cancel()
+		err := try(ctx)
+		if err != nil {
+			g.reportRedisError("probe", err)
+		}
+		verdict(err)
+	})
+	if !started {
+		verdict(breaker.ErrNoVerdict)
+	}
+}
+
+// timeAny asks rdb for TIME, a command every ACL the guard runs under
+// allows (PING need not be): on a cluster or a Ring, of every master or
+// shard at once, nil if one answered.
+func timeAny(ctx context.Context, rdb redis.UniversalClient) error {
+	var each func(context.Context, func(context.Context, *redis.Client) error) error
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		each = c.ForEachMaster
+	case *redis.Ring:
+		each = c.ForEachShard
+	default:
+		return rdb.Time(ctx).Err()
+	}
+	var answered atomic.Bool
+	err := each(ctx, func(ctx context.Context, c *redis.Client) error {
+		err := c.Time(ctx).Err()
+		if err == nil {
+			answered.Store(true)
+		}
+		return err
+	})
+	if answered.Load() {
+		return nil
+	}
+	return err
 }

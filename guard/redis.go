@@ -128,6 +128,14 @@ func (g *Group) redisFailed(op string, err error) {
 	if errors.Is(err, errMasterDown) {
 		return // not sent: the master's breaker is open (masters.go)
 	}
+	g.reportRedisError(op, err)
+	g.br.Record(err, nil)
+}
+
+// reportRedisError tells the hook of a failed Redis call, and has a
+// cluster client reload its slot map when the failure says a node is
+// unwell.
+func (g *Group) reportRedisError(op string, err error) {
 	if h := g.opts.Hooks.RedisError; h != nil {
 		h(op, err)
 	}
@@ -138,5 +146,4 @@ func (g *Group) redisFailed(op string, err error) {
 		// The reload is asynchronous and go-redis coalesces bursts of them.
 		cc.ReloadState(context.Background())
 	}
-	g.br.Record(err, nil)
 }

@@ -30,6 +30,11 @@ import (
 // answered (cancel, deadline, panic, runtime.Goexit): the call that took the
 // probe defers release, which settles it whatever way the call ends, so the
 // Breaker can never be left waiting for a verdict nobody will give.
+//
+// With Probe set, no caller probes: the call that finds the cooldown
+// passed starts Probe, which tries Redis in the background, and is itself
+// answered as while the Breaker is open. So no call waits on a Redis that
+// may not answer (a frozen server costs the probe its whole timeout).
 type Breaker struct {
 	Threshold int
 	Cooldown  time.Duration
@@ -48,6 +53,11 @@ type Breaker struct {
 	// that a timeout says nothing about Redis: its reply may have waited
 	// in the socket for a goroutine to read it. Nil: never.
 	Starved func() bool
+	// Probe, when set, tries Redis for the Breaker in the background: it
+	// must start its work and return, then call verdict exactly once,
+	// with the error of its try (nil: Redis answered), or ErrNoVerdict if it
+	// could not try. Nil: the call that asks after the cooldown probes.
+	Probe func(verdict func(err error))
 
 	mu        sync.Mutex
 	fails     int
@@ -63,19 +73,38 @@ type Breaker struct {
 // is open. When the cooldown has passed and no probe is out, the call
 // becomes the probe: probe is its non-zero id, and the caller must defer
 // release(probe).
+//
+// With Probe set, ok is false while the breaker is open, and the call that
+// finds the cooldown passed starts Probe instead.
 func (b *Breaker) Allow() (probe uint64, ok bool) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if b.fails < b.Threshold {
+		b.mu.Unlock()
 		return 0, true
 	}
 	if b.probe != 0 || time.Now().Before(b.openUntil) {
+		b.mu.Unlock()
 		return 0, false
 	}
 	b.probes++
 	b.probe = b.probes
-	return b.probe, true
+	id := b.probe
+	b.mu.Unlock()
+	if b.Probe == nil {
+		return id, true
+	}
+	b.Probe(func(err error) {
+		if err != ErrNoVerdict {
+			b.Record(err, nil)
+		}
+		b.Release(id)
+	})
+	return 0, false
 }
+
+// ErrNoVerdict is what a background Probe gives when it could not try Redis
+// (its Group is closing): the next call that asks starts another.
+var ErrNoVerdict = errors.New("breaker: the probe did not try Redis")
 
 // Release ends probe if no verdict ended it: the next call probes. A no-op
 // once success or failure settled it.

@@ -202,6 +202,72 @@ func TestBreakerConcurrentProbe(t *testing.T) {
 	})
 }
 
+// TestBreakerBackgroundProbe: with Probe set, no caller is let through
+// while the breaker is open; of the callers that find the cooldown
+// passed, one starts the probe, and nothing more until its verdict:
+// Redis answered closes the breaker (Recovered and the hook told once);
+// a failure opens it for another cooldown; ErrNoVerdict lets the next call
+// start another at once.
+func TestBreakerBackgroundProbe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var verdicts []func(error)
+		var mu sync.Mutex
+		var recovered, closed int
+		b := &Breaker{Threshold: 1, Cooldown: time.Second,
+			Recovered: func() { recovered++ },
+			Hook: func(open bool) {
+				if !open {
+					closed++
+				}
+			},
+			Probe: func(v func(error)) { mu.Lock(); verdicts = append(verdicts, v); mu.Unlock() }}
+		asks := func() {
+			t.Helper()
+			var wg sync.WaitGroup
+			for range 32 {
+				wg.Go(func() {
+					if p, ok := b.Allow(); ok || p != 0 {
+						t.Errorf("a caller let through (probe %d) while the breaker is open", p)
+					}
+				})
+			}
+			wg.Wait()
+		}
+		probes := func(want int) {
+			t.Helper()
+			mu.Lock()
+			defer mu.Unlock()
+			if len(verdicts) != want {
+				t.Fatalf("%d probes started; want %d", len(verdicts), want)
+			}
+		}
+		b.Failure()
+		asks()
+		probes(0) // within the cooldown
+		time.Sleep(time.Second)
+		asks()
+		probes(1)
+		verdicts[0](errors.New("i/o timeout")) // still down
+		asks()
+		probes(1) // a new cooldown
+		time.Sleep(time.Second)
+		asks()
+		probes(2)
+		verdicts[1](ErrNoVerdict) // the Group is closing
+		asks()
+		probes(3) // no verdict: the next call starts another
+		verdicts[2](nil)
+		if p, ok := b.Allow(); !ok || p != 0 {
+			t.Fatalf("after the probe's success: Allow = %d, %v; want a plain call", p, ok)
+		}
+		if recovered != 1 || closed != 1 {
+			t.Fatalf("Recovered %d times, the hook told closed %d times; want 1 and 1", recovered, closed)
+		}
+		verdicts[2](nil) // a second verdict of one probe changes nothing
+		probes(3)
+	})
+}
+
 type proto string
 
 func (p proto) Error() string { return string(p) }

@@ -1,0 +1,85 @@
+package guard
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stampede-go/stampede/internal/redistest"
+)
+
+// TestFrozenRedisNoCallerProbes: Redis frozen (SIGSTOP: connections hang,
+// never refused). Once the breaker is open, no call waits on Redis: after
+// each cooldown the probe tries Redis in the background, and the call
+// that started it is served from memory like the others. Before, that
+// call was the probe and waited its RedisTimeout, once per cooldown.
+// When Redis thaws, the probe closes the breaker and calls read Redis
+// again, without any of them waiting either.
+func TestFrozenRedisNoCallerProbes(t *testing.T) {
+	srv := redistest.Start(t)
+	const timeout, cooldown = 200 * time.Millisecond, 50 * time.Millisecond
+	var openedAt atomic.Int64 // UnixNano; 0: not open
+	g := newGroup(t, srv.Client(t, func(o *redis.Options) { o.MaxRetries = -1 }), Options{
+		RedisTimeout: timeout, BreakerCooldown: cooldown, FreshFor: time.Minute,
+		Hooks: Hooks{Breaker: func(open bool) {
+			if open {
+				openedAt.Store(time.Now().UnixNano())
+			} else {
+				openedAt.Store(0)
+			}
+		}}})
+	key := redistest.Key(t)
+	load := func(context.Context) ([]byte, error) { return []byte("v"), nil }
+	if _, err := g.Do(ctxT(t), key, load); err != nil {
+		t.Fatal(err)
+	}
+	srv.Freeze(t)
+	defer srv.Thaw(t)
+	var mu sync.Mutex
+	var slow []time.Duration
+	calls := 0
+	call := func(ctx context.Context) (Result, error) {
+		start := time.Now()
+		r, err := g.Do(ctx, key, load)
+		if o := openedAt.Load(); o != 0 && start.UnixNano() > o {
+			mu.Lock()
+			calls++
+			if d := time.Since(start); d >= timeout {
+				slow = append(slow, d)
+			}
+			mu.Unlock()
+		}
+		return r, err
+	}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); {
+				if r, err := call(ctxT(t)); err != nil || string(r.Value) != "v" {
+					t.Errorf("while Redis is frozen: %q %v", r.Value, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if openedAt.Load() == 0 {
+		t.Fatal("the breaker did not open")
+	}
+	if len(slow) > 0 {
+		t.Fatalf("%d of %d calls made after the breaker opened waited RedisTimeout or more (%v); want none", len(slow), calls, slow)
+	}
+	srv.Thaw(t)
+	redistest.Eventually(t, 10*time.Second, "calls reading Redis again", func() bool {
+		r, err := call(ctxT(t))
+		return err == nil && r.Status == Hit
+	})
+	if len(slow) > 0 {
+		t.Fatalf("%d calls waited RedisTimeout or more once Redis thawed (%v); want none", len(slow), slow)
+	}
+	t.Logf("%d calls served while the breaker was open, none slow", calls)
+}
