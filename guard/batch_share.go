@@ -62,7 +62,7 @@ func (b *batch) readShared(idx []int, force []bool, probe, filled bool) *sharedR
 		return s
 	}
 	if probe {
-		p, ok := g.br.Allow()
+		p, ok := g.br.AllowKey(s.keys[ownJ[0]])
 		if !ok {
 			for _, j := range ownJ {
 				s.reads[j].err = errBreakerOpen

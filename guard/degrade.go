@@ -194,7 +194,7 @@ const coordinateRetry = 100 * time.Millisecond
 // filled; a lease held elsewhere is waited out (next: when to look
 // again). ok is false when Redis cannot be asked: load on this node.
 func (g *Group) refreshCoordinated(ctx context.Context, c *call) (next time.Time, ok bool) {
-	probe, allowed := g.br.Allow()
+	probe, allowed := g.br.AllowKey(c.key)
 	if !allowed {
 		return time.Time{}, false
 	}

@@ -41,7 +41,7 @@ func (g *Group) Do(ctx context.Context, key string, load LoadFunc, opts ...CallO
 	}
 	g.hot.call(key)
 	co := g.callOptions(opts)
-	probe, ok := g.br.Allow()
+	probe, ok := g.br.AllowKey(key)
 	if !ok {
 		return g.degraded(ctx, g.newCall(key, load, co))
 	}

@@ -107,7 +107,7 @@ func (g *Group) fastHit(ctx context.Context, key string) (e entry.Entry, now int
 	g.step(ctx, "hit")
 	k = g.keepOf(h.entry)
 	var s, tinv string
-	err = g.toMaster(ctx, h.entry, func() (err error) {
+	err = g.toMaster(ctx, key, h.entry, func() (err error) {
 		s, tinv, err = g.hits.For(ctx, h.entry).Get(ctx, h.entry, h.tinv)
 		return err
 	})

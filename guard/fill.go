@@ -147,7 +147,7 @@ func (g *Group) store(ctx context.Context, key string, nm names, f fillSpec) {
 	}
 	sent := g.clk.local()
 	var reply []any
-	err := g.toMaster(context.WithoutCancel(ctx), nm.keys[0], func() (err error) {
+	err := g.toMaster(context.WithoutCancel(ctx), nm.user, nm.keys[0], func() (err error) {
 		reply, err = g.fillQ.For(ctx, nm.keys[0]).Call(context.WithoutCancel(ctx), lua.Call{Keys: nm.keys, Args: []any{f.fence, f.value, ms(fresh), ms(f.stale),
 			f.loadDur.Microseconds(), string(f.flags), string(f.mode), ms(f.keepLease), nm.entry, g.keepArg, f.trim, f.expect,
 			g.capArg, f.backup}})

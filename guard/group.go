@@ -140,9 +140,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 	// comes back while calls succeed (a report connection lost alone).
 	g.br = breaker.Breaker{Threshold: o.BreakerFailures, Cooldown: o.BreakerCooldown,
 		Hook: o.Hooks.Breaker, Recovered: g.clearReserve, Starved: g.starved,
-		Probe: func(verdict func(error)) {
-			g.probe(verdict, func(ctx context.Context) error { return timeAny(ctx, rdb) })
-		}}
+		Probe: g.probe}
 	g.masters = g.masterBreakers(rdb, o)
 	switch rdb.(type) {
 	case *redis.ClusterClient, *redis.Ring:

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stampede-go/stampede/guard/internal/breaker"
 	"github.com/stampede-go/stampede/guard/internal/commit"
+	"github.com/stampede-go/stampede/internal/lua"
 )
 
 // One master down on a cluster. The Group's breaker opens only when no
@@ -35,12 +35,7 @@ func (g *Group) masterBreakers(rdb redis.UniversalClient, o Options) *commit.Sha
 	}
 	threshold, cooldown, report := o.BreakerFailures, o.BreakerCooldown, o.Hooks.RedisError
 	return commit.NewShards(rdb, true, func(master *redis.Client) *breaker.Breaker {
-		b := &breaker.Breaker{Threshold: threshold, Cooldown: cooldown, Recovered: g.clearReserve, Starved: g.starved}
-		if master != nil {
-			b.Probe = func(verdict func(error)) {
-				g.probe(verdict, func(ctx context.Context) error { return master.Time(ctx).Err() })
-			}
-		}
+		b := &breaker.Breaker{Threshold: threshold, Cooldown: cooldown, Recovered: g.clearReserve, Starved: g.starved, Probe: g.probe}
 		if master != nil && report != nil {
 			addr := master.Options().Addr
 			b.Hook = func(open bool) {
@@ -54,16 +49,16 @@ func (g *Group) masterBreakers(rdb redis.UniversalClient, o Options) *commit.Sha
 	})
 }
 
-// toMaster runs f, a Redis call of name's key, through the breaker of
-// name's master (on a cluster; on any other client it runs f): while that
-// breaker is open it returns errMasterDown without running f. ctx is the
-// call's: its own end is no verdict on the master.
-func (g *Group) toMaster(ctx context.Context, name string, f func() error) error {
+// toMaster runs f, a Redis call of key (whose entry is named name),
+// through the breaker of name's master (on a cluster; on any other client
+// it runs f): while that breaker is open it returns errMasterDown without
+// running f. ctx is the call's: its own end is no verdict on the master.
+func (g *Group) toMaster(ctx context.Context, key, name string, f func() error) error {
 	if g.masters == nil {
 		return f()
 	}
 	b := g.masters.For(ctx, name)
-	probe, ok := b.Allow()
+	probe, ok := b.AllowKey(key)
 	if !ok {
 		return errMasterDown
 	}
@@ -126,7 +121,7 @@ func (g *Group) gateMasters(ctx context.Context, nms []names) *masterGate {
 		b := g.masters.For(ctx, nms[i].entry)
 		gt.of[i] = b
 		if _, asked := gt.by[b]; !asked && !open[b] {
-			if probe, ok := b.Allow(); ok {
+			if probe, ok := b.AllowKey(nms[i].user); ok {
 				gt.by[b] = &gateState{probe: probe}
 			} else {
 				open[b] = true
@@ -177,14 +172,22 @@ func (gt *masterGate) release() {
 	}
 }
 
-// probe is a breaker's Probe: try, in a goroutine Close waits for, bounded
-// by RedisTimeout, then give the verdict (ErrNoVerdict once the Group is
-// closing).
-func (g *Group) probe(verdict func(error), try func(ctx context.Context) error) {
+// probe is a breaker's Probe: in a goroutine Close waits for, bounded by
+// RedisTimeout, it reads key's entry as Peek does (the read script, with
+// no lease and no waiter), then gives the verdict (ErrNoVerdict once the
+// Group is closing). A keyed script, not a PING or a TIME: a server that
+// answers those while it refuses the calls (LOADING a dataset,
+// CLUSTERDOWN, an ACL without the scripts) would close the breaker only
+// for the calls to open it again, each time emptying the reserve.
+func (g *Group) probe(key string, verdict func(error)) {
 	started := g.goBackground(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), g.redisTimeout())
 		defer cancel()
-		err := try(ctx)
+		nm := g.names(key)
+		err := lua.GuardRead.Run(ctx, g.rdb, nm.readKeys(), 0, "", 0, g.keepArg, "0").Err()
+		if errors.Is(err, redis.Nil) {
+			err = nil
+		}
 		if err != nil {
 			g.reportRedisError("probe", err)
 		}
@@ -193,31 +196,4 @@ func (g *Group) probe(verdict func(error), try func(ctx context.Context) error) 
 	if !started {
 		verdict(breaker.ErrNoVerdict)
 	}
-}
-
-// timeAny asks rdb for TIME, a command every ACL the guard runs under
-// allows (PING need not be): on a cluster or a Ring, of every master or
-// shard at once, nil if one answered.
-func timeAny(ctx context.Context, rdb redis.UniversalClient) error {
-	var each func(context.Context, func(context.Context, *redis.Client) error) error
-	switch c := rdb.(type) {
-	case *redis.ClusterClient:
-		each = c.ForEachMaster
-	case *redis.Ring:
-		each = c.ForEachShard
-	default:
-		return rdb.Time(ctx).Err()
-	}
-	var answered atomic.Bool
-	err := each(ctx, func(ctx context.Context, c *redis.Client) error {
-		err := c.Time(ctx).Err()
-		if err == nil {
-			answered.Store(true)
-		}
-		return err
-	})
-	if answered.Load() {
-		return nil
-	}
-	return err
 }

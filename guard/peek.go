@@ -18,7 +18,7 @@ func (g *Group) Peek(ctx context.Context, key string) (Result, error) {
 	if r, ok := g.localHit(key); ok {
 		return r, nil
 	}
-	probe, ok := g.br.Allow()
+	probe, ok := g.br.AllowKey(key)
 	if !ok {
 		return g.peekReserve(key, errors.New("the breaker is open: Redis unavailable"))
 	}

@@ -83,3 +83,55 @@ func TestFrozenRedisNoCallerProbes(t *testing.T) {
 	}
 	t.Logf("%d calls served while the breaker was open, none slow", calls)
 }
+
+// TestProbeAsksAsCallsDo: an ACL change takes the guard's commands from its
+// user (GET and the scripts), while the server still answers others
+// (TIME, PING). The breaker opens; its probe must ask as the calls do (a
+// keyed read script), so that it stays open until the commands are given
+// back: a probe any answer satisfies closed it every cooldown, only for
+// the next calls to open it again, each close emptying the node's
+// reserve and sending its keys to the origin. Then the ACL is restored,
+// and the breaker closes once.
+func TestProbeAsksAsCallsDo(t *testing.T) {
+	const user, pw = "app", "pw"
+	all := []string{"~*", "&*", "+@all"}
+	srv := redistest.Start(t, redistest.WithUser(user, pw, all...))
+	var opens, closes atomic.Int64
+	g := newGroup(t, srv.UserClient(t, user), Options{
+		RedisTimeout: 200 * time.Millisecond, BreakerCooldown: 20 * time.Millisecond, FreshFor: time.Minute, LocalEntries: 100,
+		Hooks: Hooks{Breaker: func(open bool) {
+			if open {
+				opens.Add(1)
+			} else {
+				closes.Add(1)
+			}
+		}}})
+	key := redistest.Key(t)
+	var loads atomic.Int64
+	load := func(context.Context) ([]byte, error) { loads.Add(1); return []byte("v"), nil }
+	if _, err := g.Do(ctxT(t), key, load); err != nil {
+		t.Fatal(err)
+	}
+	srv.SetUser(t, user, pw, append(all, "-get", "-mget", "-evalsha", "-eval")...)
+	redistest.Eventually(t, 10*time.Second, "the breaker to open", func() bool {
+		_, _ = g.Do(ctxT(t), key, load)
+		return opens.Load() > 0
+	})
+	before := loads.Load()
+	for end := time.Now().Add(500 * time.Millisecond); time.Now().Before(end); {
+		if r, err := g.Do(ctxT(t), key, load); err != nil || string(r.Value) != "v" {
+			t.Fatalf("while the scripts are refused: %q %v", r.Value, err)
+		}
+	}
+	if n := closes.Load(); n != 0 {
+		t.Fatalf("the breaker closed %d times in 0.5 s (cooldown 20ms) while every call would be refused; want 0", n)
+	}
+	if n := loads.Load() - before; n != 0 {
+		t.Errorf("%d loads of a key held in memory while the breaker was open; want 0", n)
+	}
+	srv.SetUser(t, user, pw, all...)
+	redistest.Eventually(t, 10*time.Second, "the breaker to close", func() bool {
+		_, _ = g.Do(ctxT(t), key, load)
+		return closes.Load() > 0
+	})
+}

@@ -55,7 +55,7 @@ func (g *Group) read(ctx context.Context, nm names, force bool) (readReply, erro
 	sent := g.clk.local()
 	keys := nm.readKeys()
 	var v []any
-	err := g.toMaster(ctx, keys[0], func() (err error) {
+	err := g.toMaster(ctx, nm.user, keys[0], func() (err error) {
 		v, err = g.readQ.For(ctx, keys[0]).Call(ctx, lua.Call{Keys: keys, Args: []any{g.leaseArg, g.chanArg, g.waitArg, g.leaseArg, forceArg, g.capArg}})
 		return err
 	})

@@ -53,11 +53,12 @@ type Breaker struct {
 	// that a timeout says nothing about Redis: its reply may have waited
 	// in the socket for a goroutine to read it. Nil: never.
 	Starved func() bool
-	// Probe, when set, tries Redis for the Breaker in the background: it
-	// must start its work and return, then call verdict exactly once,
-	// with the error of its try (nil: Redis answered), or ErrNoVerdict if it
-	// could not try. Nil: the call that asks after the cooldown probes.
-	Probe func(verdict func(err error))
+	// Probe, when set, tries Redis for the Breaker in the background, as
+	// the call of key (the one that asked, AllowKey) would use it: it must
+	// start its work and return, then call verdict exactly once, with the
+	// error of its try (nil: Redis answered), or ErrNoVerdict if it could
+	// not try. Nil: the call that asks after the cooldown probes.
+	Probe func(key string, verdict func(err error))
 
 	mu        sync.Mutex
 	fails     int
@@ -73,10 +74,12 @@ type Breaker struct {
 // is open. When the cooldown has passed and no probe is out, the call
 // becomes the probe: probe is its non-zero id, and the caller must defer
 // release(probe).
-//
-// With Probe set, ok is false while the breaker is open, and the call that
-// finds the cooldown passed starts Probe instead.
-func (b *Breaker) Allow() (probe uint64, ok bool) {
+func (b *Breaker) Allow() (probe uint64, ok bool) { return b.AllowKey("") }
+
+// AllowKey is Allow for a call of key. With Probe set, ok is false while
+// the breaker is open, and the call that finds the cooldown passed starts
+// Probe for its key instead.
+func (b *Breaker) AllowKey(key string) (probe uint64, ok bool) {
 	b.mu.Lock()
 	if b.fails < b.Threshold {
 		b.mu.Unlock()
@@ -93,7 +96,7 @@ func (b *Breaker) Allow() (probe uint64, ok bool) {
 	if b.Probe == nil {
 		return id, true
 	}
-	b.Probe(func(err error) {
+	b.Probe(key, func(err error) {
 		if err != ErrNoVerdict {
 			b.Record(err, nil)
 		}

@@ -220,13 +220,13 @@ func TestBreakerBackgroundProbe(t *testing.T) {
 					closed++
 				}
 			},
-			Probe: func(v func(error)) { mu.Lock(); verdicts = append(verdicts, v); mu.Unlock() }}
+			Probe: func(_ string, v func(error)) { mu.Lock(); verdicts = append(verdicts, v); mu.Unlock() }}
 		asks := func() {
 			t.Helper()
 			var wg sync.WaitGroup
 			for range 32 {
 				wg.Go(func() {
-					if p, ok := b.Allow(); ok || p != 0 {
+					if p, ok := b.AllowKey("k"); ok || p != 0 {
 						t.Errorf("a caller let through (probe %d) while the breaker is open", p)
 					}
 				})
