@@ -134,7 +134,9 @@ func (b *batch) fromReserveClaimed(idx []int, slots []*runningLoad) ([]int, []*r
 			keep, j = append(keep, slots[k]), j+1
 			continue
 		}
-		slots[k].o = outcome{v: b.res[i].v, err: b.res[i].err}
+		// Not a load: a call on Redis's path that joined the slot reads
+		// for itself (an end before any call began; see outcome.takes).
+		slots[k].o = outcome{v: b.res[i].v, err: b.res[i].err, end: time.Unix(0, 1)}
 		done = append(done, slots[k])
 		g.lmu.Lock()
 		delete(g.loads, b.keys[i])
@@ -285,6 +287,10 @@ func (b *batch) fromReserve(idx []int) []int {
 	for _, i := range idx {
 		k, ok := g.reserve.Get(b.keys[i])
 		if !ok || !now.Before(k.StaleUntil) {
+			if ok {
+				// Only that entry: another call may have kept a new one.
+				g.reserve.Expire(b.keys[i], now)
+			}
 			rest = append(rest, i)
 			continue
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stampede-go/stampede/guard/internal/tier"
 	"github.com/stampede-go/stampede/internal/redistest"
 )
 
@@ -262,4 +263,79 @@ func TestClusterMasterFrozenFailingOrigin(t *testing.T) {
 		}
 	}
 	t.Logf("loads of the frozen master's keys in %v: %d and %d", time.Since(start).Round(time.Millisecond), loads[0].Load(), loads[1].Load())
+}
+
+// TestDegradedKeptBeforeRelease: a load made without Redis keeps its value
+// or mark before its key stops counting as loading, so a call that finds
+// the key no longer loading finds what the load left. A GetMany run at
+// the very moment Do's failing load releases its key (the testStep seam)
+// must be answered by the mark, with no load of its own. Before, the mark
+// came after the release, and that GetMany loaded the key again.
+func TestDegradedKeptBeforeRelease(t *testing.T) {
+	srv := redistest.Start(t)
+	g := newGroup(t, srv.Client(t, func(o *redis.Options) { o.MaxRetries = -1; o.DialTimeout = 100 * time.Millisecond }),
+		Options{ErrorBackoff: time.Minute, NegativeFor: time.Minute, RedisTimeout: 100 * time.Millisecond, BreakerCooldown: time.Minute})
+	srv.Kill(t)
+	key := redistest.Key(t)
+	var batchLoads atomic.Int64
+	var batchErr error
+	batchLoad := func(context.Context, []string) (map[string][]byte, error) {
+		batchLoads.Add(1)
+		return nil, errors.New("the database refused")
+	}
+	var once sync.Once
+	g.testStep = func(_ context.Context, step string) {
+		if step == "load released" {
+			once.Do(func() { _, batchErr = g.GetMany(ctxT(t), []string{key}, batchLoad) })
+		}
+	}
+	_, err := g.Do(ctxT(t), key, func(context.Context) ([]byte, error) { return nil, errors.New("the database refused") })
+	if err == nil {
+		t.Fatal("a failing load answered a value")
+	}
+	if n := batchLoads.Load(); n != 0 || !errors.Is(batchErr, ErrBackoff) {
+		t.Fatalf("a GetMany as Do's load released the key: %d loads, %v; want none, and ErrBackoff", n, batchErr)
+	}
+}
+
+// TestBatchMarkBehindExpiredValue: a key whose value in the reserve is
+// past its windows, then whose load fails, backs off for GetMany as for
+// Do: the expired value is dropped, so the failure's mark is kept. Before,
+// GetMany left the expired value in place, the mark was refused (it never
+// replaces a value), and every call loaded the key.
+func TestBatchMarkBehindExpiredValue(t *testing.T) {
+	srv := redistest.Start(t)
+	g := newGroup(t, srv.Client(t, func(o *redis.Options) { o.MaxRetries = -1; o.DialTimeout = 100 * time.Millisecond }),
+		Options{FreshFor: 100 * time.Millisecond, StaleFor: 50 * time.Millisecond, Jitter: Disabled, ErrorBackoff: time.Minute,
+			RedisTimeout: 100 * time.Millisecond, BreakerCooldown: time.Minute})
+	srv.Kill(t)
+	key := redistest.Key(t)
+	var fail atomic.Bool
+	var loads atomic.Int64
+	load := func(_ context.Context, keys []string) (map[string][]byte, error) {
+		loads.Add(1)
+		if fail.Load() {
+			return nil, errors.New("the database refused")
+		}
+		return map[string][]byte{keys[0]: []byte("v")}, nil
+	}
+	redistest.Eventually(t, 10*time.Second, "the value kept", func() bool {
+		v, err := g.GetMany(ctxT(t), []string{key}, load)
+		k, ok := g.reserve.Get(key)
+		return err == nil && string(v[key]) == "v" && ok && k.Mark == tier.Value
+	})
+	redistest.Eventually(t, 10*time.Second, "the value past its windows", func() bool {
+		k, ok := g.reserve.Get(key)
+		return ok && !time.Now().Before(k.StaleUntil)
+	})
+	fail.Store(true)
+	before := loads.Load()
+	var answers []string
+	for range 10 {
+		_, err := g.GetMany(ctxT(t), []string{key}, load)
+		answers = append(answers, errClass(err))
+	}
+	if n := loads.Load() - before; n != 1 {
+		t.Fatalf("10 GetMany within ErrorBackoff loaded the failing key %d times (answers %q); want 1", n, answers)
+	}
 }

@@ -124,6 +124,13 @@ type runningLoad struct {
 //
 // own is false when the outcome is that of a load another caller started.
 func (g *Group) callLoader(ctx context.Context, key string, load LoadFunc, join bool, prev *entry.Entry) (o outcome, own bool) {
+	return g.callLoaderKeep(ctx, key, load, join, prev, nil)
+}
+
+// callLoaderKeep is callLoader; keep, when set, is given an own load's
+// outcome before the key's slot is released, so that what it keeps (in
+// the reserve) is there for whoever finds the key no longer loading.
+func (g *Group) callLoaderKeep(ctx context.Context, key string, load LoadFunc, join bool, prev *entry.Entry, keep func(outcome)) (o outcome, own bool) {
 	g.lmu.Lock()
 	for {
 		r := g.loads[key]
@@ -150,9 +157,13 @@ func (g *Group) callLoader(ctx context.Context, key string, load LoadFunc, join 
 		delete(g.loads, key)
 		g.lmu.Unlock()
 		close(r.done)
+		g.step(ctx, "load released")
 	}()
 	o = g.runLoader(ctx, key, load, prev)
 	r.o = o
+	if keep != nil {
+		keep(o)
+	}
 	return o, true
 }
 

@@ -135,3 +135,43 @@ func TestProbeAsksAsCallsDo(t *testing.T) {
 		return closes.Load() > 0
 	})
 }
+
+// TestRingAllShardsDownStaysOpen: a Ring whose one shard is dead. The
+// probe asks as a call does (a keyed read, which the Ring sends to its
+// shard and which fails), so the breaker stays open and the node keeps
+// serving its reserve. A probe that asked each live shard, when the Ring
+// had marked them all down, asked nobody and called that a success: the
+// breaker closed every cooldown and the reserve was emptied each time.
+func TestRingAllShardsDownStaysOpen(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": srv.Addr}, ContextTimeoutEnabled: true,
+		HeartbeatFrequency: 50 * time.Millisecond, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	var opened, closed atomic.Int64
+	g := newGroup(t, rdb, Options{RedisTimeout: 100 * time.Millisecond, BreakerCooldown: 50 * time.Millisecond,
+		FreshFor: time.Minute, Hooks: Hooks{Breaker: func(open bool) {
+			if open {
+				opened.Add(1)
+			} else {
+				closed.Add(1)
+			}
+		}}})
+	key := redistest.Key(t)
+	var loads atomic.Int64
+	load := func(context.Context) ([]byte, error) { loads.Add(1); return []byte("v"), nil }
+	if _, err := g.Do(ctxT(t), key, load); err != nil {
+		t.Fatal(err)
+	}
+	srv.Kill(t)
+	for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); {
+		if r, err := g.Do(ctxT(t), key, load); err != nil || string(r.Value) != "v" {
+			t.Fatalf("with the Ring's shard dead: %q %v", r.Value, err)
+		}
+	}
+	if opened.Load() != 1 || closed.Load() != 0 {
+		t.Fatalf("the breaker opened %d times and closed %d times with the only shard dead; want 1 and 0", opened.Load(), closed.Load())
+	}
+	if n := loads.Load(); n > 2 {
+		t.Fatalf("%d loads; want at most 2 (the fill, and one into the reserve)", n)
+	}
+}

@@ -86,15 +86,18 @@ func NewReserve(entries, bytes int) *Reserve {
 }
 
 // Put keeps k, in the place of what its key holds; a Failed mark never
-// replaces a value (a stale value is served while its refresh fails).
+// replaces a value still within its windows at the mark's Base (a stale
+// value is served while its refresh fails).
 func (r *Reserve) Put(k Kept) {
 	if r == nil || !r.fits(k) {
 		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if el := r.byKey[k.Key]; k.Mark == Failed && el != nil && el.Value.(*Kept).Mark == Value {
-		return
+	if el := r.byKey[k.Key]; k.Mark == Failed && el != nil {
+		if v := el.Value.(*Kept); v.Mark == Value && k.Base.Before(v.StaleUntil) {
+			return
+		}
 	}
 	r.putLocked(k)
 }

@@ -193,11 +193,16 @@ func TestReserveMarks(t *testing.T) {
 		// Bytes bind the values or the marks in some histories, entries
 		// in others.
 		r := NewReserve(4+rng.IntN(16), 2000+rng.IntN(20000))
-		kind := map[string]Mark{} // the model: what each key holds
+		kind := map[string]Mark{}         // the model: what each key holds
+		staleOf := map[string]time.Time{} // and, for a value, until when
 		var log []string
 		for range 400 {
 			key := "k" + strconv.Itoa(rng.IntN(40))
-			k := Kept{Key: key, Name: "n:" + key, Value: make([]byte, rng.IntN(300)), FreshUntil: time.Unix(1, 0)}
+			// Puts at random moments: a value past its windows at a
+			// Failed mark's Base is replaced by it, one within them not.
+			at := time.Unix(1000+int64(rng.IntN(4)), 0)
+			until := at.Add(time.Duration(1+rng.IntN(2)) * time.Second)
+			k := Kept{Key: key, Name: "n:" + key, Value: make([]byte, rng.IntN(300)), Base: at, FreshUntil: until, StaleUntil: until}
 			op := rng.IntN(6)
 			valuesBefore := 0
 			for _, m := range kind {
@@ -228,12 +233,13 @@ func TestReserveMarks(t *testing.T) {
 			}
 			log = append(log, fmt.Sprintf("put %s mark %d (%d bytes)", key, k.Mark, len(k.Value)))
 			before, had := kind[key]
+			staleBefore := staleOf[key]
 			r.Put(k)
 			got, ok := r.Get(key)
 			switch {
-			case k.Mark == Failed && had && before == Value:
+			case k.Mark == Failed && had && before == Value && at.Before(staleBefore):
 				if !ok || got.Mark != Value {
-					t.Fatalf("seed %d: a Failed mark replaced %s's value\n%v", seed, key, log)
+					t.Fatalf("seed %d: a Failed mark replaced %s's value within its windows\n%v", seed, key, log)
 				}
 			case r.fits(k) && (!ok || got.Mark != k.Mark):
 				t.Fatalf("seed %d: %s holds %v %v after a Put of %v\n%v", seed, key, got.Mark, ok, k.Mark, log)
@@ -250,6 +256,7 @@ func TestReserveMarks(t *testing.T) {
 			}
 			if ok {
 				kind[key] = got.Mark
+				staleOf[key] = got.StaleUntil
 			} else {
 				delete(kind, key)
 			}
@@ -258,7 +265,7 @@ func TestReserveMarks(t *testing.T) {
 					values++
 				}
 			}
-			if k.Mark != Value && values < valuesBefore-b2i(had && before == Value && k.Mark == NotFound) {
+			if k.Mark != Value && values < valuesBefore-b2i(had && before == Value && (k.Mark == NotFound || !at.Before(staleBefore))) {
 				t.Fatalf("seed %d: a mark pushed out a value (%d values, %d before)\n%v", seed, values, valuesBefore, log)
 			}
 			r.check(t)
