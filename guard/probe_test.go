@@ -99,13 +99,7 @@ func TestProbeAsksAsCallsDo(t *testing.T) {
 	var opens, closes atomic.Int64
 	g := newGroup(t, srv.UserClient(t, user), Options{
 		RedisTimeout: 200 * time.Millisecond, BreakerCooldown: 20 * time.Millisecond, FreshFor: time.Minute, LocalEntries: 100,
-		Hooks: Hooks{Breaker: func(open bool) {
-			if open {
-				opens.Add(1)
-			} else {
-				closes.Add(1)
-			}
-		}}})
+		Hooks: Hooks{Breaker: countBreaker(&opens, &closes)}})
 	key := redistest.Key(t)
 	var loads atomic.Int64
 	load := func(context.Context) ([]byte, error) { loads.Add(1); return []byte("v"), nil }
@@ -149,13 +143,7 @@ func TestRingAllShardsDownStaysOpen(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 	var opened, closed atomic.Int64
 	g := newGroup(t, rdb, Options{RedisTimeout: 100 * time.Millisecond, BreakerCooldown: 50 * time.Millisecond,
-		FreshFor: time.Minute, Hooks: Hooks{Breaker: func(open bool) {
-			if open {
-				opened.Add(1)
-			} else {
-				closed.Add(1)
-			}
-		}}})
+		FreshFor: time.Minute, Hooks: Hooks{Breaker: countBreaker(&opened, &closed)}})
 	key := redistest.Key(t)
 	var loads atomic.Int64
 	load := func(context.Context) ([]byte, error) { loads.Add(1); return []byte("v"), nil }
@@ -173,5 +161,16 @@ func TestRingAllShardsDownStaysOpen(t *testing.T) {
 	}
 	if n := loads.Load(); n > 2 {
 		t.Fatalf("%d loads; want at most 2 (the fill, and one into the reserve)", n)
+	}
+}
+
+// countBreaker returns a Breaker hook that counts the opens and closes.
+func countBreaker(opens, closes *atomic.Int64) func(open bool) {
+	return func(open bool) {
+		if open {
+			opens.Add(1)
+		} else {
+			closes.Add(1)
+		}
 	}
 }
