@@ -2,7 +2,6 @@ package guard
 
 import (
 	"context"
-	"errors"
 	"runtime/debug"
 	"time"
 
@@ -326,12 +325,12 @@ func (b *batch) keepDegraded(idx []int, vals map[string][]byte, errs []error) {
 		k := b.keys[i]
 		switch {
 		case errs[j] == nil:
-		case !b.refresh || errors.Is(errs[j], ErrNotFound) && g.opts.NegativeFor > 0:
-			// A mark, as Group.alone and refreshReserve leave one.
-			g.markDegraded(k, b.nms[i].entry, errs[j])
+		case b.refresh:
+			g.refreshFailedDegraded(k, b.nms[i].entry, errs[j])
 			continue
 		default:
-			g.reserve.RefreshFailed(k, now.Add(g.opts.ErrorBackoff))
+			// A mark, as Group.alone leaves one.
+			g.markDegraded(k, b.nms[i].entry, errs[j])
 			continue
 		}
 		fresh := g.jittered(b.co.freshFor)

@@ -123,6 +123,20 @@ func (g *Group) fromReserve(ctx context.Context, c *call) (Result, error, bool) 
 	return res, nil, true
 }
 
+// refreshFailedDegraded ends a refresh of key's stale value made without
+// Redis that kept nothing (err: the load's error): a key gone at the
+// origin is marked not found, so its stale value is served no longer (as
+// a negative entry would replace it in Redis), and it reports true; any
+// other end backs off ErrorBackoff, the stale value still served.
+func (g *Group) refreshFailedDegraded(key, name string, err error) (gone bool) {
+	if errors.Is(err, ErrNotFound) && g.opts.NegativeFor > 0 {
+		g.markDegraded(key, name, err)
+		return true
+	}
+	g.reserve.RefreshFailed(key, time.Now().Add(g.opts.ErrorBackoff))
+	return false
+}
+
 // markErr is the error a mark k of key answers with.
 func markErr(key string, k tier.Kept) error {
 	if k.Mark == tier.NotFound {
@@ -168,17 +182,10 @@ func (g *Group) refreshReserve(ctx context.Context, c *call, now time.Time) {
 			return
 		}
 		o, _ := g.callLoader(detached, c.key, c.load, true, nil)
-		switch {
-		case g.keepDegraded(c, o):
-		case errors.Is(o.err, ErrNotFound) && g.opts.NegativeFor > 0:
-			// Gone at the origin: not served stale any longer, as a
-			// negative entry would replace it in Redis.
-			g.markDegraded(c.key, c.nm.entry, o.err)
-		default:
+		if !g.keepDegraded(c, o) && !g.refreshFailedDegraded(c.key, c.nm.entry, o.err) {
 			if h := g.opts.Hooks.RefreshError; h != nil && o.err != nil {
 				h(c.key, o.err)
 			}
-			g.reserve.RefreshFailed(c.key, time.Now().Add(g.opts.ErrorBackoff))
 		}
 	})
 }

@@ -739,13 +739,8 @@ func TestClusterMasterBreakerFailover(t *testing.T) {
 			}
 		}}})
 	defer g.Close()
-	var keys []string
-	m := cl.MasterFor(t, g.names(redistest.Key(t, "0")).entry)
-	for j := 0; len(keys) < 4; j++ {
-		if key := redistest.Key(t, strconv.Itoa(j)); cl.MasterFor(t, g.names(key).entry) == m {
-			keys = append(keys, key)
-		}
-	}
+	masters, byMaster := keysOnTwoMasters(t, cl, g, 4)
+	m, keys := masters[0], byMaster[0]
 	all := func(want func(Result) bool) bool {
 		ok := true
 		for _, key := range keys {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/stampede-go/stampede/guard/internal/breaker"
 	"github.com/stampede-go/stampede/guard/internal/commit"
-	"github.com/stampede-go/stampede/internal/lua"
 )
 
 // One master down on a cluster. The Group's breaker opens only when no
@@ -19,8 +18,8 @@ import (
 // Redis at once and are served as while Redis is down (degrade.go: from
 // this node's reserve, else by one load of this node's), rather than each
 // waiting RedisTimeout for a master that will not answer; after
-// BreakerCooldown a probe tries it again, in the background. The other masters' keys are
-// coordinated as before. The reserve is emptied only when the Group's
+// BreakerCooldown a probe tries it again, in the background. The other
+// masters' keys are coordinated as before. The reserve is emptied only when the Group's
 // breaker and every master's are past their failures.
 
 // errMasterDown is what a Redis call of a key returns, without being sent,
@@ -181,13 +180,7 @@ func (gt *masterGate) release() {
 // for the calls to open it again, each time emptying the reserve.
 func (g *Group) probe(key string, verdict func(error)) {
 	started := g.goBackground(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), g.redisTimeout())
-		defer cancel()
-		nm := g.names(key)
-		err := lua.GuardRead.Run(ctx, g.rdb, nm.readKeys(), 0, "", 0, g.keepArg, "0").Err()
-		if errors.Is(err, redis.Nil) {
-			err = nil
-		}
+		_, err := g.peekScript(context.Background(), g.names(key))
 		if err != nil {
 			g.reportRedisError("probe", err)
 		}

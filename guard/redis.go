@@ -74,10 +74,8 @@ func (g *Group) read(ctx context.Context, nm names, force bool) (readReply, erro
 // peekRead reads the entry and Redis's clock, trying no lease and
 // registering no waiter.
 func (g *Group) peekRead(ctx context.Context, nm names) (readReply, error) {
-	rctx, cancel := context.WithTimeout(ctx, g.redisTimeout())
-	defer cancel()
 	sent := g.clk.local()
-	v, err := lua.GuardRead.Run(rctx, g.rdb, nm.readKeys(), 0, "", 0, g.keepArg, "0").Slice()
+	v, err := g.peekScript(ctx, nm)
 	if err != nil {
 		g.redisFailed("peek", err)
 		return readReply{}, err
@@ -88,6 +86,14 @@ func (g *Group) peekRead(ctx context.Context, nm names) (readReply, error) {
 		g.redisFailed("peek", err)
 	}
 	return rr, err
+}
+
+// peekScript sends the read script for nm with no lease and no waiter
+// (Peek's read, and the breaker's probe), bounded by RedisTimeout.
+func (g *Group) peekScript(ctx context.Context, nm names) ([]any, error) {
+	ctx, cancel := context.WithTimeout(ctx, g.redisTimeout())
+	defer cancel()
+	return lua.GuardRead.Run(ctx, g.rdb, nm.readKeys(), 0, "", 0, g.keepArg, "0").Slice()
 }
 
 // readReplyOf decodes a reply v of guard_read.lua for the key named nm,

@@ -29,15 +29,31 @@ import (
 // It is bounded as the tier is (entries and bytes, least recently used
 // out). A nil *Reserve keeps nothing.
 type Reserve struct {
-	maxEntries, maxBytes int
+	maxBytes int // a value (or all marks) may take an eighth of it
 
-	mu    sync.Mutex
-	byKey map[string]*list.Element // of *Kept, in lru or marks
-	keyOf map[string]string        // entry name → key
-	lru   list.List                // the values; front: the most recent
-	bytes int
-	marks list.List // the marks; front: the most recent
-	mbyte int       // the marks' bytes
+	mu     sync.Mutex
+	byKey  map[string]*list.Element // of *Kept, in values or marks
+	keyOf  map[string]string        // entry name → key
+	values shelf
+	marks  shelf
+}
+
+// shelf is one bounded list of the reserve: the values, or the marks.
+type shelf struct {
+	lru                  list.List // of *Kept; front: the most recent
+	bytes                int
+	maxEntries, maxBytes int
+}
+
+// over reports whether s holds more than its bounds.
+func (s *shelf) over() bool { return s.lru.Len() > s.maxEntries || s.bytes > s.maxBytes }
+
+// shelfOf returns the shelf a Kept of mark m goes on.
+func (r *Reserve) shelfOf(m Mark) *shelf {
+	if m == Value {
+		return &r.values
+	}
+	return &r.marks
 }
 
 // Mark says what a Kept is: a value, or a mark of a load that failed or
@@ -82,7 +98,9 @@ func (k *Kept) cost() int { return len(k.Key) + len(k.Value) + Overhead }
 
 // NewReserve returns a reserve of at most entries values and bytes bytes.
 func NewReserve(entries, bytes int) *Reserve {
-	return &Reserve{maxEntries: entries, maxBytes: bytes, byKey: map[string]*list.Element{}, keyOf: map[string]string{}}
+	return &Reserve{maxBytes: bytes, byKey: map[string]*list.Element{}, keyOf: map[string]string{},
+		values: shelf{maxEntries: entries, maxBytes: bytes},
+		marks:  shelf{maxEntries: max(entries/markEntriesShare, 1), maxBytes: bytes / markBytesShare}}
 }
 
 // Put keeps k, in the place of what its key holds; a Failed mark never
@@ -102,31 +120,19 @@ func (r *Reserve) Put(k Kept) {
 	r.putLocked(k)
 }
 
-// fits reports whether k is small enough to keep: a value an eighth of
-// the bytes at most, a mark the marks' bytes.
-func (r *Reserve) fits(k Kept) bool {
-	if k.Mark != Value {
-		return k.cost() <= r.maxBytes/markBytesShare
-	}
-	return k.cost() <= r.maxBytes/8
-}
+// fits reports whether k is small enough to keep: an eighth of the bytes
+// at most (for a mark, that is the marks' whole shelf).
+func (r *Reserve) fits(k Kept) bool { return k.cost() <= r.maxBytes/8 }
 
 // putLocked is Put, r.mu held.
 func (r *Reserve) putLocked(k Kept) {
 	r.removeLocked(k.Key)
 	r.keyOf[k.Name] = k.Key
-	if k.Mark != Value {
-		r.byKey[k.Key] = r.marks.PushFront(&k)
-		r.mbyte += k.cost()
-		for r.marks.Len() > max(r.maxEntries/markEntriesShare, 1) || r.mbyte > r.maxBytes/markBytesShare {
-			r.removeLocked(r.marks.Back().Value.(*Kept).Key)
-		}
-		return
-	}
-	r.byKey[k.Key] = r.lru.PushFront(&k)
-	r.bytes += k.cost()
-	for r.lru.Len() > r.maxEntries || r.bytes > r.maxBytes {
-		r.removeLocked(r.lru.Back().Value.(*Kept).Key)
+	s := r.shelfOf(k.Mark)
+	r.byKey[k.Key] = s.lru.PushFront(&k)
+	s.bytes += k.cost()
+	for s.over() {
+		r.removeLocked(s.lru.Back().Value.(*Kept).Key)
 	}
 }
 
@@ -157,11 +163,7 @@ func (r *Reserve) Get(key string) (Kept, bool) {
 		return Kept{}, false
 	}
 	k := el.Value.(*Kept)
-	if k.Mark == Value {
-		r.lru.MoveToFront(el)
-	} else {
-		r.marks.MoveToFront(el)
-	}
+	r.shelfOf(k.Mark).lru.MoveToFront(el)
 	return *k, true
 }
 
@@ -244,10 +246,10 @@ func (r *Reserve) Clear() {
 	r.mu.Lock()
 	clear(r.byKey)
 	clear(r.keyOf)
-	r.lru.Init()
-	r.bytes = 0
-	r.marks.Init()
-	r.mbyte = 0
+	for _, s := range []*shelf{&r.values, &r.marks} {
+		s.lru.Init()
+		s.bytes = 0
+	}
 	r.mu.Unlock()
 }
 
@@ -258,19 +260,15 @@ func (r *Reserve) Len() int {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.lru.Len() + r.marks.Len()
+	return r.values.lru.Len() + r.marks.lru.Len()
 }
 
 func (r *Reserve) removeLocked(key string) {
 	if el := r.byKey[key]; el != nil {
 		k := el.Value.(*Kept)
-		if k.Mark == Value {
-			r.bytes -= k.cost()
-			r.lru.Remove(el)
-		} else {
-			r.mbyte -= k.cost()
-			r.marks.Remove(el)
-		}
+		s := r.shelfOf(k.Mark)
+		s.bytes -= k.cost()
+		s.lru.Remove(el)
 		delete(r.byKey, key)
 		delete(r.keyOf, k.Name)
 	}

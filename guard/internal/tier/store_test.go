@@ -295,16 +295,17 @@ func (r *Reserve) check(t *testing.T) {
 		}
 		return n, b
 	}
-	vn, vb := sum(&r.lru, true)
-	mn, mb := sum(&r.marks, false)
+	vn, vb := sum(&r.values.lru, true)
+	mn, mb := sum(&r.marks.lru, false)
+	entries := r.values.maxEntries
 	switch {
-	case vb != r.bytes || mb != r.mbyte:
-		t.Fatalf("bytes booked %d and %d, held %d and %d", r.bytes, r.mbyte, vb, mb)
+	case vb != r.values.bytes || mb != r.marks.bytes:
+		t.Fatalf("bytes booked %d and %d, held %d and %d", r.values.bytes, r.marks.bytes, vb, mb)
 	case vn+mn != len(r.byKey) || len(r.keyOf) != len(r.byKey):
 		t.Fatalf("%d values and %d marks, %d keys and %d names booked", vn, mn, len(r.byKey), len(r.keyOf))
-	case vn > r.maxEntries || vb > r.maxBytes:
-		t.Fatalf("%d values of %d bytes, over %d and %d", vn, vb, r.maxEntries, r.maxBytes)
-	case mn > r.maxEntries/markEntriesShare || mb > r.maxBytes/markBytesShare:
-		t.Fatalf("%d marks of %d bytes, over %d and %d", mn, mb, r.maxEntries/markEntriesShare, r.maxBytes/markBytesShare)
+	case vn > entries || vb > r.maxBytes:
+		t.Fatalf("%d values of %d bytes, over %d and %d", vn, vb, entries, r.maxBytes)
+	case mn > max(entries/markEntriesShare, 1) || mb > r.maxBytes/markBytesShare:
+		t.Fatalf("%d marks of %d bytes, over %d and %d", mn, mb, max(entries/markEntriesShare, 1), r.maxBytes/markBytesShare)
 	}
 }
