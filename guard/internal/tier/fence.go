@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -21,8 +22,9 @@ import (
 //     waits in a Read that began after it applied every report it read
 //     (go-redis's buffered reader asks for more bytes only when those it
 //     holds do not make a whole message), after the kernel had no byte for
-//     it, and the socket still holds no byte and no close (a peek, which
-//     costs 60 % of asking for TCP_INFO). One kernel check serves the
+//     it, and the socket still holds no byte and no close (asked of an
+//     epoll instance of the fence's own, readyWatch, at a third of what
+//     TCP_INFO costs; or a peek). One kernel check serves the
 //     hits of the next Window, while the reader waits so: a hit
 //     costs a system call once per Window at most, and a report that
 //     reached the socket more than Window before a call began is never
@@ -54,6 +56,13 @@ type fenceConn struct {
 	rc      syscall.RawConn // nil: the kernel cannot be asked (the barrier holds)
 	watched bool
 	state   atomic.Uint64
+	// epfd is the socket's epoll instance of the fence's own (readyWatch),
+	// -1 for none (the peek is asked). It is closed when the fenceConn is
+	// collected, never while a check may use it; closed, set before the
+	// socket is, tells a check that an instance with nothing ready may
+	// have forgotten a socket that closed.
+	epfd   int
+	closed atomic.Bool
 	// The reader's own: its generation, and the Read in progress (read
 	// is made once, so a Read allocates nothing).
 	gen  uint64
@@ -71,14 +80,32 @@ type fenceConn struct {
 
 // watch returns cn wrapped for the fence.
 func watch(cn net.Conn) (net.Conn, *fenceConn) {
-	fc := &fenceConn{Conn: cn}
+	fc := &fenceConn{Conn: cn, epfd: -1}
 	if tc, ok := cn.(*net.TCPConn); ok && peekWorks {
 		if rc, err := tc.SyscallConn(); err == nil {
 			fc.rc, fc.watched = rc, true
 			fc.read = fc.readOnce
+			if fc.epfd = readyWatch(rc); fc.epfd >= 0 {
+				runtime.AddCleanup(fc, closeWatch, fc.epfd)
+			}
 		}
 	}
 	return fc, fc
+}
+
+// Close closes the connection, saying so to the checks first.
+func (c *fenceConn) Close() error {
+	c.closed.Store(true)
+	return c.Conn.Close()
+}
+
+// empty reports whether the socket holds nothing for the reader: no byte,
+// no close, no error.
+func (c *fenceConn) empty() bool {
+	if c.epfd >= 0 {
+		return readyEmpty(c.epfd) && !c.closed.Load()
+	}
+	return socketEmpty(c.rc)
 }
 
 func (c *fenceConn) Read(p []byte) (int, error) {
@@ -145,7 +172,7 @@ func (c *fenceConn) Quiet(now int64) bool {
 	// Waiting since the kernel had nothing; quiet if it still has nothing
 	// (no byte, no close) and the reader did not begin a read(2) since it
 	// was seen waiting (it says so before the call).
-	if !socketEmpty(c.rc) || c.state.Load() != st {
+	if !c.empty() || c.state.Load() != st {
 		return false
 	}
 	if s := c.seq.Load(); s&1 == 0 && c.seq.CompareAndSwap(s, s+1) {

@@ -13,3 +13,9 @@ func bytesReceived(syscall.RawConn) (uint64, bool) { return 0, false }
 const peekWorks = false
 
 func socketEmpty(syscall.RawConn) bool { return false }
+
+func readyWatch(syscall.RawConn) int { return -1 }
+
+func readyEmpty(int) bool { return false }
+
+func closeWatch(int) {}
