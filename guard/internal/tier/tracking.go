@@ -127,7 +127,13 @@ func newCoherence(rdb redis.UniversalClient, tier *Tier, o Config) *coherence {
 
 // add starts a tracker for the master at addr with options o, mu held.
 func (c *coherence) add(addr string, o *redis.Options) {
-	t := &tracker{addr: addr, quit: make(chan struct{}), opts: o, keeps: make(chan keepReq, 4*maxTrackBatch), resp3: ForceRESP3}
+	t := &tracker{addr: addr, quit: make(chan struct{}), opts: o, resp3: ForceRESP3}
+	if c.perKey {
+		// Only the tracked reader reads it (track.go); a nil queue drops
+		// every copy (track). Its buffer holds pointers the collector
+		// scans each cycle: a broadcasting tier does not carry it.
+		t.keeps = make(chan keepReq, 4*maxTrackBatch)
+	}
 	if t.raddr = o.Addr; ReportAddr != nil {
 		t.raddr = ReportAddr(o.Addr)
 	}
