@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/stampede-go/stampede/guard/internal/tier"
 	"github.com/stampede-go/stampede/internal/redistest"
 )
 
@@ -580,4 +581,30 @@ func TestCloseWhileScriptsQueue(t *testing.T) {
 		}
 		wg.Wait()
 	}
+}
+
+// TestCloseWhileReportConnectionSetsUp: Close does not wait on a report
+// connection that is being set up on a server that does not answer (its
+// HELLO unanswered, as a frozen server or a stalled path leaves it): the
+// tracker closes it, where go-redis would wait for its read timeout (3 s).
+func TestCloseWhileReportConnectionSetsUp(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := redistest.NewProxy(t, srv.Addr)
+	tier.ReportAddr = func(string) string { return proxy.Addr }
+	defer func() { tier.ReportAddr = nil }()
+	defer noLeaks(t)()
+	g := newLocalNode(t, srv.Client(t), Options{Namespace: redistest.Key(t) + ":", LocalEntries: 100})
+	waitLocal(t, g)
+	dialed := proxy.Dialed()
+	proxy.Stall()
+	proxy.Cut() // the tracker dials again, and waits for its HELLO's reply
+	redistest.Eventually(t, 10*time.Second, "the report connection dialled again", func() bool { return proxy.Dialed() > dialed })
+	start := time.Now()
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("Close took %v: it waited on the report connection being set up", took)
+	}
+	proxy.Resume()
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -27,6 +28,7 @@ type Proxy struct {
 	closed  bool
 	refuse  bool // REDIRECT turned into an option Redis refuses
 	wg      sync.WaitGroup
+	dialed  atomic.Int64 // connections accepted and joined to the server
 }
 
 // proxied is one connection through the proxy.
@@ -65,6 +67,10 @@ func (p *Proxy) Resume() { p.set(func() { p.stalled = false }) }
 // the server does not know (same length, so the command stays whole), and
 // the server answers an error.
 func (p *Proxy) RefuseRedirect() { p.set(func() { p.refuse = true }) }
+
+// Dialed returns how many connections the proxy has accepted and joined
+// to the server so far.
+func (p *Proxy) Dialed() int64 { return p.dialed.Load() }
 
 // Cut resets every connection through the proxy (new ones are accepted).
 func (p *Proxy) Cut() {
@@ -110,6 +116,7 @@ func (p *Proxy) accept() {
 		}
 		p.conns[c] = struct{}{}
 		p.wg.Add(2)
+		p.dialed.Add(1)
 		p.mu.Unlock()
 		go p.up(c)
 		go p.down(c)

@@ -339,6 +339,13 @@ func (t *tracker) stop() {
 	default:
 	}
 	close(t.quit)
+	// First the last connection dialled: one still being set up (its
+	// HELLO or CLIENT TRACKING unanswered, on a frozen server or a stalled
+	// path) holds the PubSub's lock until its read times out, and the
+	// PubSub's Close would wait for it.
+	if fc := t.fc.Load(); fc != nil {
+		_ = fc.Close()
+	}
 	if t.ps != nil {
 		_ = t.ps.Close() // unblocks its Receive
 	}
