@@ -56,12 +56,11 @@ type fenceConn struct {
 	rc      syscall.RawConn // nil: the kernel cannot be asked (the barrier holds)
 	watched bool
 	state   atomic.Uint64
-	// epfd is the socket's epoll instance of the fence's own (readyWatch),
-	// -1 for none (the peek is asked). It is closed when the fenceConn is
-	// collected, never while a check may use it; closed, set before the
-	// socket is, tells a check that an instance with nothing ready may
-	// have forgotten a socket that closed.
-	epfd   int
+	// ready is the socket's epoll instance of the fence's own (readyWatch),
+	// nil for none (the peek is asked). closed, set before the socket is
+	// closed, tells a check that an instance with nothing ready may have
+	// forgotten a socket that closed.
+	ready  *readyFD
 	closed atomic.Bool
 	// The reader's own: its generation, and the Read in progress (read
 	// is made once, so a Read allocates nothing).
@@ -80,33 +79,109 @@ type fenceConn struct {
 
 // watch returns cn wrapped for the fence.
 func watch(cn net.Conn) (net.Conn, *fenceConn) {
-	fc := &fenceConn{Conn: cn, epfd: -1}
+	fc := &fenceConn{Conn: cn}
 	if tc, ok := cn.(*net.TCPConn); ok && peekWorks {
 		if rc, err := tc.SyscallConn(); err == nil {
 			fc.rc, fc.watched = rc, true
 			fc.read = fc.readOnce
-			if fc.epfd = readyWatch(rc); fc.epfd >= 0 {
-				runtime.AddCleanup(fc, closeWatch, fc.epfd)
+			if fd := readyWatch(rc); fd >= 0 {
+				fc.ready = &readyFD{fd: fd}
+				// Should the connection be dropped unclosed.
+				runtime.AddCleanup(fc, (*readyFD).release, fc.ready)
 			}
 		}
 	}
 	return fc, fc
 }
 
-// Close closes the connection, saying so to the checks first.
+// Close closes the connection, saying so to the checks first, and its
+// epoll instance once no check uses it.
 func (c *fenceConn) Close() error {
 	c.closed.Store(true)
-	return c.Conn.Close()
+	err := c.Conn.Close()
+	c.ready.retire()
+	return err
+}
+
+// unwatch stops the fence's checks of a connection it will not be asked
+// of (the barrier alone bounds it), before the connection is used.
+func (c *fenceConn) unwatch() {
+	c.watched = false
+	c.ready.retire()
 }
 
 // empty reports whether the socket holds nothing for the reader: no byte,
 // no close, no error.
 func (c *fenceConn) empty() bool {
-	if c.epfd >= 0 {
-		return readyEmpty(c.epfd) && !c.closed.Load()
+	if c.ready != nil {
+		empty, asked := c.ready.empty()
+		return asked && empty && !c.closed.Load()
 	}
 	return socketEmpty(c.rc)
 }
+
+// readyFD is an epoll instance of readyWatch, closed once retired and no
+// check uses it: as soon as its connection closes (a reconnect storm
+// leaves no descriptors behind waiting for a collection), and never while
+// a check may still ask it (a number closed and reused meanwhile could be
+// another instance's, whose events the check would take).
+type readyFD struct {
+	fd   int
+	uses atomic.Int64 // checks asking it, plus retired once retired
+	done atomic.Bool  // closed
+}
+
+// retired marks a readyFD's uses once its connection is closed.
+const retired = 1 << 40
+
+// empty asks the instance whether nothing is ready; asked is false once
+// it is retired.
+func (r *readyFD) empty() (empty, asked bool) {
+	if r.uses.Add(1) >= retired {
+		r.leave()
+		return false, false
+	}
+	empty = readyEmpty(r.fd)
+	r.leave()
+	return empty, true
+}
+
+func (r *readyFD) leave() {
+	if r.uses.Add(-1) == retired {
+		r.release()
+	}
+}
+
+// retire closes the instance now or, if checks ask it, when the last is
+// done; none begins after. Nil: nothing to close.
+func (r *readyFD) retire() {
+	if r == nil {
+		return
+	}
+	for {
+		n := r.uses.Load()
+		if n >= retired {
+			return // retired already
+		}
+		if r.uses.CompareAndSwap(n, n+retired) {
+			if n == 0 {
+				r.release()
+			}
+			return
+		}
+	}
+}
+
+// release closes the instance, once.
+func (r *readyFD) release() {
+	if r.done.CompareAndSwap(false, true) {
+		closeWatch(r.fd)
+		readyClosed.Add(1)
+	}
+}
+
+// readyClosed counts the epoll instances closed, for the tests.
+var readyClosed atomic.Int64
 
 func (c *fenceConn) Read(p []byte) (int, error) {
 	if !c.watched || len(p) == 0 {

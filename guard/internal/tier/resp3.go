@@ -114,7 +114,7 @@ func resp3Options(o *redis.Options, ns string, perKey bool, t *tracker) *redis.O
 	ro.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		cn, err := dial(ctx, network, addr)
 		if fc, ok := cn.(*fenceConn); ok && err == nil {
-			fc.watched = false // the pushes wait for the next reply: the barrier alone bounds
+			fc.unwatch() // the pushes wait for the next reply: the barrier alone bounds
 		}
 		return cn, err
 	}
