@@ -64,12 +64,14 @@ func BenchmarkHTTPPeersPaired(b *testing.B) {
 
 var peerControl = flag.Bool("peers.control", false, "BenchmarkHTTPPeersPaired: also run the reference against itself each round (the noise)")
 
-// pairedSlice is how long the clients ask one fleet before switching.
-// Shorter slices weigh the machine's moments more evenly on both: two
-// reference fleets (-peers.control), 12 rounds each, gave ratios of
-// 0.97-1.06 with 50 ms slices, 0.98-1.04 with 10 ms and 0.95-1.04 with
-// 5 ms; rounds twice as long did no better (0.97-1.08). What is left
-// differs from one set of processes to the next, not within a run.
+// pairedSlice is how long the clients ask one fleet before switching:
+// more switches weigh the machine's moments more evenly on both. How much
+// that buys is hard to see here: two reference fleets (-peers.control),
+// 12 rounds a run, gave ratios of 0.97-1.06 in the one run with 50 ms
+// slices, 0.93-1.06 over four runs with 10 ms (0.98-1.04 in the best),
+// 0.95-1.04 with 5 ms, and 0.97-1.08 with rounds twice as long. Most of
+// what is left differs from one set of processes to the next, not within
+// a run.
 const pairedSlice = 10 * time.Millisecond
 
 // pairedRun is what one paired run measured.

@@ -60,9 +60,16 @@ type tracker struct {
 	moved  atomic.Bool
 	raddr  string // where the report connection dials (ReportAddr)
 
+	// life ends with stop (its dials are cancelled).
+	life context.Context
+	end  context.CancelFunc
+
 	mu sync.Mutex
 	ps *redis.PubSub // the current subscription, closed by stop
 }
+
+// errTrackerStopped ends a dial that completed after the tracker stopped.
+var errTrackerStopped = errors.New("guard: report connection stopped")
 
 // run keeps t's report connection, until t is stopped.
 func (c *coherence) run(t *tracker) {
@@ -339,6 +346,9 @@ func (t *tracker) stop() {
 	default:
 	}
 	close(t.quit)
+	if t.end != nil {
+		t.end()
+	}
 	// First the last connection dialled: one still being set up (its
 	// HELLO or CLIENT TRACKING unanswered, on a frozen server or a stalled
 	// path) holds the PubSub's lock until its read times out, and the
@@ -360,7 +370,7 @@ var ReportAddr func(addr string) string
 // the fence), credentials and TLS, RESP2 (reports on a subscribed
 // connection), one connection, and tracking turned on as it connects,
 // again after every reconnect.
-func trackerOptions(o *redis.Options, ns string, perKey bool, t *tracker) *redis.Options {
+func trackerOptions(o *redis.Options, ns string, perKey bool, t *tracker, kernel bool) *redis.Options {
 	dial := o.Dialer
 	if dial == nil {
 		dial = redis.NewDialer(o)
@@ -369,6 +379,11 @@ func trackerOptions(o *redis.Options, ns string, perKey bool, t *tracker) *redis
 	return &redis.Options{
 		Network: o.Network, Addr: addr,
 		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			// A dial the tracker's stop cancels: a blackholed address
+			// would hold Close for the dial timeout.
+			ctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			defer context.AfterFunc(t.life, cancel)()
 			cn, err := dial(ctx, network, addr)
 			if err != nil {
 				return nil, err
@@ -376,8 +391,16 @@ func trackerOptions(o *redis.Options, ns string, perKey bool, t *tracker) *redis
 			if ra := cn.RemoteAddr(); ra != nil && t.raddr == o.Addr { // not through a proxy of ReportAddr
 				t.reached(ra.String())
 			}
-			cn, fc := watch(cn)
+			cn, fc := watch(cn, kernel)
 			t.fc.Store(fc)
+			select {
+			case <-t.quit:
+				// stop closed the connection before, if it saw this one;
+				// if not, this closes it (stop closes quit, then looks).
+				_ = fc.Close()
+				return nil, errTrackerStopped
+			default:
+			}
 			t.dials.Add(1)
 			return cn, nil
 		},

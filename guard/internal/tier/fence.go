@@ -77,17 +77,18 @@ type fenceConn struct {
 	checkAt    atomic.Int64
 }
 
-// watch returns cn wrapped for the fence.
-func watch(cn net.Conn) (net.Conn, *fenceConn) {
+// watch returns cn wrapped for the fence; with kernel, the kernel is
+// asked of it where it can be (a plain TCP connection on Linux).
+func watch(cn net.Conn, kernel bool) (net.Conn, *fenceConn) {
 	fc := &fenceConn{Conn: cn}
-	if tc, ok := cn.(*net.TCPConn); ok && peekWorks {
+	if tc, ok := cn.(*net.TCPConn); ok && peekWorks && kernel {
 		if rc, err := tc.SyscallConn(); err == nil {
 			fc.rc, fc.watched = rc, true
 			fc.read = fc.readOnce
 			if fd := readyWatch(rc); fd >= 0 {
 				fc.ready = &readyFD{fd: fd}
 				// Should the connection be dropped unclosed.
-				runtime.AddCleanup(fc, (*readyFD).release, fc.ready)
+				runtime.AddCleanup(fc, (*readyFD).retire, fc.ready)
 			}
 		}
 	}
@@ -103,19 +104,21 @@ func (c *fenceConn) Close() error {
 	return err
 }
 
-// unwatch stops the fence's checks of a connection it will not be asked
-// of (the barrier alone bounds it), before the connection is used.
-func (c *fenceConn) unwatch() {
-	c.watched = false
-	c.ready.retire()
-}
-
 // empty reports whether the socket holds nothing for the reader: no byte,
-// no close, no error.
+// no close, no error. The epoll instance is asked by one check at a time:
+// the kernel answers a zero timeout from its ready list without a lock,
+// and a call that finds it while another is moving it (ep_start_scan,
+// ep_done_scan) may see nothing ready; a check that finds the instance
+// asked peeks instead.
 func (c *fenceConn) empty() bool {
 	if c.ready != nil {
-		empty, asked := c.ready.empty()
-		return asked && empty && !c.closed.Load()
+		if empty, asked := c.ready.empty(); asked {
+			// A socket closed under the check leaves the instance empty.
+			return empty && !c.closed.Load()
+		}
+		if c.closed.Load() {
+			return false
+		}
 	}
 	return socketEmpty(c.rc)
 }
@@ -135,13 +138,16 @@ type readyFD struct {
 const retired = 1 << 40
 
 // empty asks the instance whether nothing is ready; asked is false once
-// it is retired.
+// it is retired, or while another check asks it.
 func (r *readyFD) empty() (empty, asked bool) {
-	if r.uses.Add(1) >= retired {
+	if r.uses.Add(1) != 1 {
 		r.leave()
 		return false, false
 	}
 	empty = readyEmpty(r.fd)
+	if r.done.Load() {
+		readyAskedClosed.Add(1) // never: the tests count it
+	}
 	r.leave()
 	return empty, true
 }
@@ -180,8 +186,9 @@ func (r *readyFD) release() {
 	}
 }
 
-// readyClosed counts the epoll instances closed, for the tests.
-var readyClosed atomic.Int64
+// readyClosed counts the epoll instances closed, and readyAskedClosed the
+// checks that found theirs closed after asking it, for the tests.
+var readyClosed, readyAskedClosed atomic.Int64
 
 func (c *fenceConn) Read(p []byte) (int, error) {
 	if !c.watched || len(p) == 0 {

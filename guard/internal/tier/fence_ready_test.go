@@ -1,14 +1,18 @@
+//go:build linux
+
 package tier
 
 import (
 	"math/rand/v2"
 	"net"
-	"os"
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestReadyWatchAgreesWithPeek: the fence's epoll instance (readyWatch)
@@ -26,7 +30,7 @@ func TestReadyWatchAgreesWithPeek(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 0))
 	for h := range 60 {
 		raw, peer := tcpPair(t)
-		_, fc := watch(raw)
+		_, fc := watch(raw, true)
 		if fc.ready == nil {
 			t.Fatal("no epoll instance for a TCP connection on Linux")
 		}
@@ -95,53 +99,108 @@ func TestReadyWatchReleased(t *testing.T) {
 	if !peekWorks {
 		t.Skip("no peek here")
 	}
-	polls := func() int {
-		ents, err := os.ReadDir("/proc/self/fd")
-		if err != nil {
-			t.Skip("no /proc/self/fd")
-		}
-		n := 0
-		for _, e := range ents {
-			if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.Contains(l, "eventpoll") {
-				n++
-			}
-		}
-		return n
+	isOpen := func(fd int) bool {
+		_, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
+		return err == nil
 	}
-	before := polls()
-	held := make([]net.Conn, 20)
-	for i := range held {
+	fcs := make([]*fenceConn, 20)
+	for i := range fcs {
 		raw, _ := tcpPair(t)
-		held[i], _ = watch(raw)
+		_, fcs[i] = watch(raw, true)
+		if fcs[i].ready == nil || !isOpen(fcs[i].ready.fd) {
+			t.Fatal("no epoll instance open for a TCP connection on Linux")
+		}
 	}
-	if got := polls(); got != before+len(held) {
-		t.Fatalf("%d epoll instances, want %d", got, before+len(held))
+	for _, fc := range fcs {
+		_ = fc.Close()
 	}
-	for _, c := range held {
-		_ = c.Close()
+	// Nothing was opened since: a number found open would be one of
+	// these instances left open.
+	for i, fc := range fcs {
+		if !fc.ready.done.Load() || isOpen(fc.ready.fd) {
+			t.Errorf("connection %d closed, its epoll instance (fd %d) still open", i, fc.ready.fd)
+		}
 	}
-	if got := polls(); got != before {
-		t.Errorf("%d epoll instances once the connections closed, want %d", got, before)
-	}
-	runtime.KeepAlive(held)
 
+	var dropped []*readyFD
 	for range 5 {
 		raw, _ := tcpPair(t)
-		watch(raw) // dropped unclosed
+		_, fc := watch(raw, true)
+		dropped = append(dropped, fc.ready) // not the connection: it is dropped unclosed
 	}
-	eventually(t, func() bool { runtime.GC(); return polls() <= before }, "the epoll instances of connections dropped unclosed were never released")
+	eventually(t, func() bool {
+		runtime.GC()
+		for _, r := range dropped {
+			if !r.done.Load() {
+				return false
+			}
+		}
+		return true
+	}, "the epoll instances of connections dropped unclosed were never released")
 }
 
-// TestReadyWatchRetireWhileAsked: an instance retired while checks ask it
-// is closed once, when the last of them is done, and no check asks it
-// after: with checks, closes and second closes racing, every instance is
-// closed exactly once, and a number reused meanwhile is never closed.
+// TestReadyWatchClosedUnderCheck: a check that began before its
+// connection closed, and asks the instance after the socket is gone (which
+// leaves the instance with nothing ready), does not say empty.
+func TestReadyWatchClosedUnderCheck(t *testing.T) {
+	if !peekWorks {
+		t.Skip("no peek here")
+	}
+	raw, _ := tcpPair(t)
+	_, fc := watch(raw, true)
+	// What Close does before it retires the instance: the mark, then the
+	// socket.
+	fc.closed.Store(true)
+	_ = fc.Conn.Close()
+	if fc.empty() {
+		t.Error("a check between the socket's close and the instance's retirement says empty")
+	}
+	_ = fc.Close()
+}
+
+// TestReadyWatchConcurrentChecks: checks of many goroutines at once never
+// say empty while a byte waits unread. The kernel answers a zero timeout
+// from the instance's ready list without a lock, and a call finding it
+// while another moves it may see nothing: one check asks the instance at
+// a time, the others peek.
+func TestReadyWatchConcurrentChecks(t *testing.T) {
+	if !peekWorks {
+		t.Skip("no peek here")
+	}
+	raw, peer := tcpPair(t)
+	_, fc := watch(raw, true)
+	if _, err := peer.Write([]byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, func() bool { return !socketEmpty(fc.rc) }, "the byte never arrived")
+	var wg sync.WaitGroup
+	var wrong atomic.Int64
+	for range 8 {
+		wg.Go(func() {
+			for range 20000 {
+				if fc.empty() {
+					wrong.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := wrong.Load(); n != 0 {
+		t.Errorf("%d of 160,000 checks said empty with a byte unread", n)
+	}
+}
+
+// TestReadyWatchRetireWhileAsked: an instance retired while a check asks
+// it is closed once, when the check is done, and no check asks it after:
+// with checks, closes and second closes racing, every instance is closed
+// exactly once, no check finds its instance closed after asking it, and
+// none that began after Close returned says empty.
 func TestReadyWatchRetireWhileAsked(t *testing.T) {
 	if !peekWorks {
 		t.Skip("no peek here")
 	}
 	raw, _ := tcpPair(t)
-	_, fc := watch(raw)
+	_, fc := watch(raw, true)
 	r := fc.ready
 	r.uses.Add(1) // a check asking it
 	closed0 := readyClosed.Load()
@@ -156,13 +215,16 @@ func TestReadyWatchRetireWhileAsked(t *testing.T) {
 	if !r.done.Load() || readyClosed.Load() != closed0+1 {
 		t.Fatal("not closed when the last check was done")
 	}
+	runtime.KeepAlive(fc) // its cleanup is no part of this
 
 	const n = 200
-	closed0 = readyClosed.Load()
+	closed0, asked0 := readyClosed.Load(), readyAskedClosed.Load()
 	for range n {
 		raw, _ := tcpPair(t)
-		_, fc := watch(raw)
+		_, fc := watch(raw, true)
 		stop := make(chan struct{})
+		var closedAt atomic.Bool
+		var late atomic.Int64 // checks begun after Close returned that said empty
 		var wg sync.WaitGroup
 		for range 3 {
 			wg.Go(func() {
@@ -171,17 +233,21 @@ func TestReadyWatchRetireWhileAsked(t *testing.T) {
 					case <-stop:
 						return
 					default:
-						fc.empty()
+					}
+					after := closedAt.Load()
+					if fc.empty() && after {
+						late.Add(1)
 					}
 				}
 			})
 		}
 		wg.Go(func() { _ = fc.Close() })
 		_ = fc.Close()
+		closedAt.Store(true)
 		close(stop)
 		wg.Wait()
-		if fc.empty() {
-			t.Fatal("a closed connection counts as empty")
+		if late.Load() != 0 {
+			t.Fatalf("%d checks begun after Close returned said empty", late.Load())
 		}
 		if !fc.ready.done.Load() {
 			t.Fatal("an instance left open after its connection closed and its checks ended")
@@ -189,5 +255,8 @@ func TestReadyWatchRetireWhileAsked(t *testing.T) {
 	}
 	if got := readyClosed.Load() - closed0; got != n {
 		t.Errorf("%d instances closed, want %d: one closed twice or never", got, n)
+	}
+	if got := readyAskedClosed.Load() - asked0; got != 0 {
+		t.Errorf("%d checks asked an instance already closed", got)
 	}
 }

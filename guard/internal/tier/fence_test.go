@@ -49,7 +49,7 @@ func TestFenceConn(t *testing.T) {
 		t.Skip("no peek here: the barrier alone bounds the tier")
 	}
 	raw, peer := tcpPair(t)
-	cn, fc := watch(raw)
+	cn, fc := watch(raw, true)
 	if !fc.watched || cn != net.Conn(fc) {
 		t.Fatal("a TCP connection is not watched")
 	}
@@ -99,7 +99,7 @@ func TestFenceConn(t *testing.T) {
 	a, b := net.Pipe()
 	defer a.Close()
 	defer b.Close()
-	if cn, fc := watch(a); fc.watched || !fc.Quiet(nanotime()) || cn == nil {
+	if cn, fc := watch(a, true); fc.watched || !fc.Quiet(nanotime()) || cn == nil {
 		t.Error("a connection the kernel cannot be asked of is not always quiet")
 	}
 }
@@ -111,7 +111,7 @@ func TestFenceConnRead(t *testing.T) {
 		t.Skip("no peek here")
 	}
 	raw, peer := tcpPair(t)
-	cn, _ := watch(raw)
+	cn, _ := watch(raw, true)
 	if err := cn.SetReadDeadline(time.Now().Add(20 * time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +223,7 @@ func TestFencedNotWhileBarrierOut(t *testing.T) {
 		t.Skip("no peek here: the barrier alone bounds the tier")
 	}
 	raw, _ := tcpPair(t)
-	_, fc := watch(raw)
+	_, fc := watch(raw, true)
 	fc.state.Store(1) // the reader waits, nothing received: quiet
 	tr := &tracker{}
 	tr.fc.Store(fc)
@@ -271,7 +271,7 @@ func BenchmarkFenceCheck(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer raw.Close()
-	_, fc := watch(raw)
+	_, fc := watch(raw, true)
 	fc.state.Store(1) // the reader waits
 	b.Run("check", func(b *testing.B) {
 		if fc.ready == nil {

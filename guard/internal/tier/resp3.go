@@ -102,21 +102,14 @@ func (c *coherence) listenRESP3(t *tracker, ts *trackState) error {
 // o reaches: tracking on itself, broadcast on the Namespace or (perKey)
 // of the keys it reads.
 func resp3Options(o *redis.Options, ns string, perKey bool, t *tracker) *redis.Options {
-	ro := trackerOptions(o, ns, perKey, t)
+	// The pushes wait for the next reply: the barrier alone bounds.
+	ro := trackerOptions(o, ns, perKey, t, false)
 	ro.Protocol = 3
 	ro.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
 		if perKey {
 			return cn.Do(ctx, "CLIENT", "TRACKING", "on").Err()
 		}
 		return cn.Do(ctx, "CLIENT", "TRACKING", "on", "BCAST", "PREFIX", ns).Err()
-	}
-	dial := ro.Dialer
-	ro.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		cn, err := dial(ctx, network, addr)
-		if fc, ok := cn.(*fenceConn); ok && err == nil {
-			fc.unwatch() // the pushes wait for the next reply: the barrier alone bounds
-		}
-		return cn, err
 	}
 	return ro
 }

@@ -137,7 +137,8 @@ func (c *coherence) add(addr string, o *redis.Options) {
 	if t.raddr = o.Addr; ReportAddr != nil {
 		t.raddr = ReportAddr(o.Addr)
 	}
-	t.rdb = redis.NewClient(trackerOptions(o, c.ns, c.perKey, t))
+	t.life, t.end = context.WithCancel(context.Background())
+	t.rdb = redis.NewClient(trackerOptions(o, c.ns, c.perKey, t, true))
 	c.trackers[addr] = t
 	c.down++
 	c.update()
