@@ -584,65 +584,57 @@ func TestCloseWhileScriptsQueue(t *testing.T) {
 	}
 }
 
-// TestCloseWhileReportConnectionSetsUp: Close does not wait on a report
-// connection that is being set up on a server that does not answer (its
-// HELLO unanswered, as a frozen server or a stalled path leaves it): the
-// tracker closes it, where go-redis would wait for its dial timeout (5 s).
-func TestCloseWhileReportConnectionSetsUp(t *testing.T) {
-	srv := redistest.Start(t)
-	proxy := redistest.NewProxy(t, srv.Addr)
-	tier.ReportAddr = func(string) string { return proxy.Addr }
-	defer func() { tier.ReportAddr = nil }()
-	defer noLeaks(t)()
-	g := newLocalNode(t, srv.Client(t), Options{Namespace: redistest.Key(t) + ":", LocalEntries: 100})
-	waitLocal(t, g)
-	dialed := proxy.Dialed()
-	proxy.Stall()
-	proxy.Cut() // the tracker dials again, and waits for its HELLO's reply
-	redistest.Eventually(t, 10*time.Second, "the report connection dialled again", func() bool { return proxy.Dialed() > dialed })
-	start := time.Now()
-	if err := g.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if took := time.Since(start); took > time.Second {
-		t.Errorf("Close took %v: it waited on the report connection being set up", took)
-	}
-	proxy.Resume()
-}
-
-// TestCloseWhileReportConnectionDials: Close does not wait on a report
-// connection whose dial has not returned (a blackholed address): the
-// tracker's stop cancels it, where go-redis would wait for its dial
-// timeout.
-func TestCloseWhileReportConnectionDials(t *testing.T) {
-	srv := redistest.Start(t)
-	proxy := redistest.NewProxy(t, srv.Addr)
-	tier.ReportAddr = func(string) string { return proxy.Addr }
-	defer func() { tier.ReportAddr = nil }()
-	defer noLeaks(t)()
-	var blackhole atomic.Bool
-	var held atomic.Int64 // dials of the report connection held
-	rdb := srv.Client(t, func(o *redis.Options) {
-		var d net.Dialer
-		o.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			if addr == proxy.Addr && blackhole.Load() {
-				held.Add(1)
-				<-ctx.Done() // as a connect to a blackholed address, until its timeout
-				return nil, ctx.Err()
+// TestCloseWhileReportConnectionRedials: Close does not wait on a report
+// connection being made again to a server that does not answer: neither
+// on one being set up (its HELLO unanswered, as a frozen server or a
+// stalled path leaves it: the tracker closes it), nor on its dial to a
+// blackholed address (the tracker cancels it). go-redis would wait for
+// its dial timeout (5 s), or for good for a dialer that waits for its
+// context alone.
+func TestCloseWhileReportConnectionRedials(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		hang func(p *redistest.Proxy, blackhole *atomic.Bool)
+	}{
+		{"sets up", func(p *redistest.Proxy, _ *atomic.Bool) { p.Stall() }},
+		{"dials", func(_ *redistest.Proxy, blackhole *atomic.Bool) { blackhole.Store(true) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			proxy := redistest.NewProxy(t, srv.Addr)
+			tier.ReportAddr = func(string) string { return proxy.Addr }
+			defer func() { tier.ReportAddr = nil }()
+			defer noLeaks(t)()
+			var blackhole atomic.Bool
+			var dials atomic.Int64 // of the report connection
+			rdb := srv.Client(t, func(o *redis.Options) {
+				var d net.Dialer
+				o.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+					if addr != proxy.Addr {
+						return d.DialContext(ctx, network, addr)
+					}
+					dials.Add(1)
+					if blackhole.Load() {
+						<-ctx.Done() // as a connect to a blackholed address, until its timeout
+						return nil, ctx.Err()
+					}
+					return d.DialContext(ctx, network, addr)
+				}
+			})
+			g := newLocalNode(t, rdb, Options{Namespace: redistest.Key(t) + ":", LocalEntries: 100})
+			waitLocal(t, g)
+			before := dials.Load()
+			c.hang(proxy, &blackhole)
+			proxy.Cut() // the tracker dials again, and hangs
+			redistest.Eventually(t, 10*time.Second, "the report connection dialled again", func() bool { return dials.Load() > before })
+			start := time.Now()
+			if err := g.Close(); err != nil {
+				t.Fatal(err)
 			}
-			return d.DialContext(ctx, network, addr)
-		}
-	})
-	g := newLocalNode(t, rdb, Options{Namespace: redistest.Key(t) + ":", LocalEntries: 100})
-	waitLocal(t, g)
-	blackhole.Store(true)
-	proxy.Cut() // the tracker dials again, and the dial hangs
-	redistest.Eventually(t, 10*time.Second, "the report connection dialled again", func() bool { return held.Load() > 0 })
-	start := time.Now()
-	if err := g.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if took := time.Since(start); took > time.Second {
-		t.Errorf("Close took %v: it waited on the report connection's dial", took)
+			if took := time.Since(start); took > time.Second {
+				t.Errorf("Close took %v: it waited on the report connection being made again", took)
+			}
+			proxy.Resume()
+		})
 	}
 }
