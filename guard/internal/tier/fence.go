@@ -140,8 +140,7 @@ const retired = 1 << 40
 // empty asks the instance whether nothing is ready; asked is false once
 // it is retired, or while another check asks it.
 func (r *readyFD) empty() (empty, asked bool) {
-	if r.uses.Add(1) != 1 {
-		r.leave()
+	if !r.enter() {
 		return false, false
 	}
 	empty = readyEmpty(r.fd)
@@ -150,6 +149,16 @@ func (r *readyFD) empty() (empty, asked bool) {
 	}
 	r.leave()
 	return empty, true
+}
+
+// enter makes the caller the instance's one asker, until its leave; false
+// (nothing to leave) once retired, or while another asks it.
+func (r *readyFD) enter() bool {
+	if r.uses.Add(1) != 1 {
+		r.leave()
+		return false
+	}
+	return true
 }
 
 func (r *readyFD) leave() {

@@ -3,9 +3,11 @@
 package tier
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -258,5 +260,76 @@ func TestReadyWatchRetireWhileAsked(t *testing.T) {
 	}
 	if got := readyAskedClosed.Load() - asked0; got != 0 {
 		t.Errorf("%d checks asked an instance already closed", got)
+	}
+}
+
+// TestReadyFDModel checks a readyFD against a model over random histories
+// of checks entering and leaving, retirements (a Close, a second Close)
+// and the collector's cleanup (only once no check holds the connection):
+// a check enters only while it would be the one asker of an instance not
+// retired; the instance is closed exactly when it is retired and nobody
+// asks it, and once.
+func TestReadyFDModel(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	for h := range 300 {
+		fd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &readyFD{fd: fd}
+		closed0 := readyClosed.Load()
+		asking := make([]bool, 1+rng.IntN(4))
+		retiredM := false
+		var ops []string
+		fail := func(format string, args ...any) {
+			t.Helper()
+			t.Fatalf("history %d (seed %d) after %v: %s", h, seed, ops, fmt.Sprintf(format, args...))
+		}
+		for range 1 + rng.IntN(40) {
+			i := rng.IntN(len(asking))
+			someone := slices.Contains(asking, true)
+			switch k := rng.IntN(10); {
+			case k < 4 && !asking[i]:
+				ops = append(ops, fmt.Sprintf("enter%d", i))
+				want := !retiredM && !someone
+				if got := r.enter(); got != want {
+					fail("enter = %v, want %v", got, want)
+				}
+				asking[i] = want
+			case k < 7 && asking[i]:
+				ops = append(ops, fmt.Sprintf("leave%d", i))
+				r.leave()
+				asking[i] = false
+			case k < 9:
+				ops = append(ops, "retire")
+				r.retire()
+				retiredM = true
+			case !someone:
+				ops = append(ops, "cleanup")
+				r.retire()
+				retiredM = true
+			default:
+				continue
+			}
+			want := retiredM && !slices.Contains(asking, true)
+			if r.done.Load() != want {
+				fail("closed = %v, want %v", r.done.Load(), want)
+			}
+			isOpen := func() bool { _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); return err == nil }
+			if want == isOpen() {
+				fail("descriptor open = %v with the instance closed = %v", !want, want)
+			}
+		}
+		for i := range asking {
+			if asking[i] {
+				r.leave()
+			}
+		}
+		r.retire()
+		if !r.done.Load() || readyClosed.Load()-closed0 != 1 {
+			fail("closed %d times at the end, want once", readyClosed.Load()-closed0)
+		}
 	}
 }
