@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"net"
 	"runtime"
 	"strconv"
@@ -588,23 +589,37 @@ func TestCloseWhileScriptsQueue(t *testing.T) {
 // connection being made again to a server that does not answer: neither
 // on one being set up (its HELLO unanswered, as a frozen server or a
 // stalled path leaves it: the tracker closes it), nor on its dial to a
-// blackholed address (the tracker cancels it). go-redis would wait for
-// its dial timeout (5 s), or for good for a dialer that waits for its
-// context alone.
+// blackholed address (the tracker cancels it), in RESP2 and in RESP3 (a
+// server that refuses a REDIRECT, as miniredis does). go-redis would wait
+// for its dial timeout (5 s), or for good for a dialer that waits for its
+// context alone. And nothing of the connection outlives Close: a cancelled
+// dial that failed in a pool still open would leave go-redis probing the
+// pool, a second between dials.
 func TestCloseWhileReportConnectionRedials(t *testing.T) {
 	for _, c := range []struct {
-		name string
-		hang func(p *redistest.Proxy, blackhole *atomic.Bool)
+		name  string
+		resp3 bool
+		hang  func(p *redistest.Proxy, blackhole *atomic.Bool)
 	}{
-		{"sets up", func(p *redistest.Proxy, _ *atomic.Bool) { p.Stall() }},
-		{"dials", func(_ *redistest.Proxy, blackhole *atomic.Bool) { blackhole.Store(true) }},
+		{"sets up", false, func(p *redistest.Proxy, _ *atomic.Bool) { p.Stall() }},
+		{"dials", false, func(_ *redistest.Proxy, blackhole *atomic.Bool) { blackhole.Store(true) }},
+		{"sets up RESP3", true, func(p *redistest.Proxy, _ *atomic.Bool) { p.Stall() }},
+		{"dials RESP3", true, func(_ *redistest.Proxy, blackhole *atomic.Bool) { blackhole.Store(true) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			srv := redistest.Start(t)
 			proxy := redistest.NewProxy(t, srv.Addr)
-			tier.ReportAddr = func(string) string { return proxy.Addr }
-			defer func() { tier.ReportAddr = nil }()
+			tier.ReportAddr, tier.ForceRESP3 = func(string) string { return proxy.Addr }, c.resp3
+			defer func() { tier.ReportAddr, tier.ForceRESP3 = nil, false }()
 			defer noLeaks(t)()
+			// Stricter than noLeaks, right after Close: go-redis's probe
+			// of a pool and its dials are not forgiven.
+			strict := []goleak.Option{goleak.IgnoreCurrent(),
+				goleak.IgnoreTopFunction("github.com/redis/go-redis/v9/maintnotifications.(*CircuitBreakerManager).cleanupLoop"),
+				// the proxy's own, holding the stalled path until Resume
+				goleak.IgnoreAnyFunction("github.com/stampede-go/stampede/internal/redistest.(*Proxy).up"),
+				goleak.IgnoreAnyFunction("github.com/stampede-go/stampede/internal/redistest.(*Proxy).down"),
+				goleak.IgnoreAnyFunction("github.com/stampede-go/stampede/internal/redistest.(*Proxy).down.func1")}
 			var blackhole atomic.Bool
 			var dials atomic.Int64 // of the report connection
 			rdb := srv.Client(t, func(o *redis.Options) {
@@ -631,10 +646,75 @@ func TestCloseWhileReportConnectionRedials(t *testing.T) {
 			if err := g.Close(); err != nil {
 				t.Fatal(err)
 			}
-			if took := time.Since(start); took > time.Second {
+			if took := time.Since(start); took > 250*time.Millisecond {
 				t.Errorf("Close took %v: it waited on the report connection being made again", took)
 			}
+			// A dial of a closed tracker ends at once: its one attempt was
+			// cancelled, and the pool it failed in is closed (go-redis
+			// would try 5 times, 100 ms apart, then probe the pool).
+			redistest.Eventually(t, 100*time.Millisecond, "go-redis's dials and probes of the tracker's pools ended", func() bool {
+				return len(poolDials()) == 0
+			})
+			goleak.VerifyNone(t, strict...)
 			proxy.Resume()
 		})
 	}
+}
+
+// poolDials returns the stacks of the goroutines go-redis dials a pool's
+// connection on, or probes a pool whose dials failed.
+func poolDials() []string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	var out []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "pool.(*ConnPool).queuedNewConn") || strings.Contains(g, "pool.(*ConnPool).tryDial") {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// TestCloseAtRandomMomentsOfTheReportConnection: Groups closed at random
+// moments of their report connections' start (dialling, subscribing,
+// turning tracking on, confirming), in RESP2 and RESP3 on redis-server,
+// and on miniredis (the embedded default, which refuses a REDIRECT: the
+// tier falls back to RESP3): each Close is prompt, and no dial or probe
+// of go-redis's is left behind for a moment after it.
+func TestCloseAtRandomMomentsOfTheReportConnection(t *testing.T) {
+	srv := redistest.Start(t)
+	_, mini := redistest.Mini(t)
+	defer noLeaks(t)()
+	for _, c := range []struct {
+		name  string
+		rdb   redis.UniversalClient
+		resp3 bool
+	}{{"RESP2", srv.Client(t), false}, {"RESP3", srv.Client(t), true}, {"miniredis", mini, false}} {
+		tier.ForceRESP3 = c.resp3
+		for i := range 40 {
+			g, err := New(c.rdb, Options{Namespace: redistest.Key(t) + ":" + strconv.Itoa(i) + ":", LocalEntries: 100})
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond) // the moment the caller leaves
+			start := time.Now()
+			if err := g.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if took := time.Since(start); took > 250*time.Millisecond {
+				t.Errorf("%s: Close took %v", c.name, took)
+			}
+			redistest.Eventually(t, 100*time.Millisecond, c.name+": go-redis's dials and probes of the tracker's pools ended", func() bool {
+				return len(poolDials()) == 0
+			})
+		}
+	}
+	tier.ForceRESP3 = false
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,7 +35,6 @@ const maxTrackBackoff = 2 * time.Second
 type tracker struct {
 	addr string
 	rdb  *redis.Client
-	quit chan struct{}
 	up   bool // confirmed; guarded by coherence.mu
 	// fc watches the connection dialled last, for the fence (fence.go);
 	// nil before the first. dials counts the connections dialled: one
@@ -60,12 +60,39 @@ type tracker struct {
 	moved  atomic.Bool
 	raddr  string // where the report connection dials (ReportAddr)
 
-	// life ends with stop (its dials are cancelled).
-	life context.Context
-	end  context.CancelFunc
+	// life ends with stop: the context of the connection's commands. Its
+	// dials are cancelled after, once stop closed their pools (dialing).
+	life, dialing context.Context
+	end, endDials context.CancelFunc
 
 	mu sync.Mutex
 	ps *redis.PubSub // the current subscription, closed by stop
+	// owned are the clients of the report connection and of its reader,
+	// which stop closes before it cancels their dials: a dial that fails
+	// while its pool is open starts go-redis's probe of the pool, which
+	// sleeps a second between dials and would outlive Close.
+	owned []*redis.Client
+}
+
+// own records c as one of t's clients, for stop to close; false (and c
+// closed) when t was stopped.
+func (t *tracker) own(c *redis.Client) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.life.Err() != nil {
+		_ = c.Close()
+		return false
+	}
+	t.owned = append(t.owned, c)
+	return true
+}
+
+// disown closes c, one of t's clients, and forgets it.
+func (t *tracker) disown(c *redis.Client) {
+	t.mu.Lock()
+	t.owned = slices.DeleteFunc(t.owned, func(o *redis.Client) bool { return o == c })
+	t.mu.Unlock()
+	_ = c.Close()
 }
 
 // errTrackerStopped ends a dial that completed after the tracker stopped.
@@ -83,10 +110,8 @@ func (c *coherence) run(t *tracker) {
 		} else {
 			err = c.listen(t, &ts)
 		}
-		select {
-		case <-t.quit:
+		if t.life.Err() != nil {
 			return
-		default:
 		}
 		if !t.resp3 && whyLost(err) == WhyRefused {
 			// Refused in RESP2 (a REDIRECT some servers do not take, or
@@ -118,7 +143,7 @@ func (c *coherence) run(t *tracker) {
 		ts.reported = true
 		wait := time.NewTimer(ts.backoff)
 		select {
-		case <-t.quit:
+		case <-t.life.Done():
 			wait.Stop()
 			return
 		case <-wait.C:
@@ -156,7 +181,7 @@ var errSilent = errors.New("guard: report connection silent")
 // listen subscribes t's connection and applies its reports until it is
 // lost (the error) or t is stopped.
 func (c *coherence) listen(t *tracker, ts *trackState) error {
-	ctx := context.Background()
+	ctx := t.life
 	t.bar.reset()
 	t.moved.Store(false)
 	var ps *redis.PubSub
@@ -171,7 +196,10 @@ func (c *coherence) listen(t *tracker, ts *trackState) error {
 	go c.sendBarriers(t, ps, done)
 	if c.perKey {
 		reader := redis.NewClient(readerOptions(t.opts, t.id.Load(), c.readerDialed(t)))
-		defer reader.Close()
+		if !t.own(reader) {
+			return nil
+		}
+		defer t.disown(reader)
 		go c.readTracked(t, reader, done)
 	}
 	probed := false
@@ -261,7 +289,7 @@ func (c *coherence) sendBarriers(t *tracker, ps *redis.PubSub, done <-chan struc
 			c.readerLost(t) // once per barrier, as the tier is used
 		}
 		c.probeData()
-		if err := t.bar.send(func() error { return ps.Subscribe(context.Background(), invalidateChannel) }); err != nil {
+		if err := t.bar.send(func() error { return ps.Subscribe(t.life, invalidateChannel) }); err != nil {
 			return // the connection is gone; listen sees it too
 		}
 		timer.Reset(recheck)
@@ -327,10 +355,8 @@ func (c *coherence) setUpLocked(t *tracker, up bool) {
 func (t *tracker) setPubSub(ps *redis.PubSub) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	select {
-	case <-t.quit:
+	if t.life.Err() != nil {
 		return false
-	default:
 	}
 	t.ps = ps
 	return true
@@ -340,19 +366,21 @@ func (t *tracker) setPubSub(ps *redis.PubSub) bool {
 func (t *tracker) stop() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	select {
-	case <-t.quit:
+	if t.life.Err() != nil {
 		return
-	default:
 	}
-	close(t.quit)
-	if t.end != nil {
-		t.end()
+	t.end()
+	// Then the clients, before their dials are cancelled: a dial cancelled
+	// then fails in a closed pool, which go-redis does not probe again.
+	for _, c := range t.owned {
+		_ = c.Close()
 	}
-	// First the last connection dialled: one still being set up (its
-	// HELLO or CLIENT TRACKING unanswered, on a frozen server or a stalled
-	// path) holds the PubSub's lock until its read times out, and the
-	// PubSub's Close would wait for it.
+	t.owned = nil
+	t.endDials()
+	// Then the last connection dialled: one still being set up (its HELLO
+	// or CLIENT TRACKING unanswered, on a frozen server or a stalled path)
+	// holds the PubSub's lock until its read times out, and the PubSub's
+	// Close would wait for it.
 	if fc := t.fc.Load(); fc != nil {
 		_ = fc.Close()
 	}
@@ -383,7 +411,7 @@ func trackerOptions(o *redis.Options, ns string, perKey bool, t *tracker, kernel
 			// would hold Close for the dial timeout.
 			ctx, cancel := context.WithCancel(ctx)
 			defer cancel()
-			defer context.AfterFunc(t.life, cancel)()
+			defer context.AfterFunc(t.dialing, cancel)()
 			cn, err := dial(ctx, network, addr)
 			if err != nil {
 				return nil, err
@@ -393,13 +421,11 @@ func trackerOptions(o *redis.Options, ns string, perKey bool, t *tracker, kernel
 			}
 			cn, fc := watch(cn, kernel)
 			t.fc.Store(fc)
-			select {
-			case <-t.quit:
+			if t.dialing.Err() != nil {
 				// stop closed the connection before, if it saw this one;
-				// if not, this closes it (stop closes quit, then looks).
+				// if not, this closes it (stop cancels dials, then looks).
 				_ = fc.Close()
 				return nil, errTrackerStopped
-			default:
 			}
 			t.dials.Add(1)
 			return cn, nil
@@ -415,6 +441,10 @@ func trackerOptions(o *redis.Options, ns string, perKey bool, t *tracker, kernel
 		IdentitySuffix:  o.IdentitySuffix,
 		Protocol:        2, PoolSize: 1, MaxRetries: -1, ContextTimeoutEnabled: true,
 		PipelinePoolSize: -1, // one connection: a pipeline too runs on it
+		// One attempt per dial: the tracker has its own backoff, and
+		// go-redis goes on with a dial its caller gave up (a stop) for
+		// every attempt, 100 ms apart.
+		DialerRetries: 1,
 		OnConnect: func(ctx context.Context, cn *redis.Conn) error {
 			id, err := cn.ClientID(ctx).Result()
 			if err != nil {

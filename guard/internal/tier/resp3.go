@@ -50,7 +50,10 @@ func (h pushHandler) HandlePushNotification(_ context.Context, _ push.Notificati
 // error) or t is stopped.
 func (c *coherence) listenRESP3(t *tracker, ts *trackState) error {
 	rdb := redis.NewClient(resp3Options(t.opts, c.ns, c.perKey, t))
-	defer rdb.Close()
+	if !t.own(rdb) {
+		return nil
+	}
+	defer t.disown(rdb)
 	if err := rdb.RegisterPushNotificationHandler("invalidate", pushHandler{c}, true); err != nil {
 		return err
 	}
@@ -63,7 +66,7 @@ func (c *coherence) listenRESP3(t *tracker, ts *trackState) error {
 	}
 	tick := time.NewTicker(min(max(c.lag/2, time.Millisecond), healthEvery))
 	defer tick.Stop()
-	ctx := context.Background()
+	ctx := t.life
 	dials := int64(-1) // the connection's, once the first barrier made it
 	for {
 		err := t.bar.send(func() error {
@@ -90,7 +93,7 @@ func (c *coherence) listenRESP3(t *tracker, ts *trackState) error {
 		ts.backoff, ts.reported = time.Millisecond, false
 		c.setUp(t, true)
 		select {
-		case <-t.quit:
+		case <-t.life.Done():
 			return nil
 		case <-tick.C:
 		}

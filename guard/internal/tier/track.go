@@ -155,6 +155,7 @@ func readerOptions(o *redis.Options, id int64, dialed func(net.Conn)) *redis.Opt
 		// One connection, kept: another would track nothing read on it.
 		Protocol: 2, PoolSize: 1, MaxRetries: -1, ContextTimeoutEnabled: true, ConnMaxIdleTime: -1,
 		PipelinePoolSize: -1, // pipelines on that one connection too
+		DialerRetries:    1,  // as the report connection's (trackerOptions)
 		OnConnect: func(ctx context.Context, cn *redis.Conn) error {
 			return cn.Do(ctx, "CLIENT", "TRACKING", "on", "REDIRECT", id).Err()
 		},

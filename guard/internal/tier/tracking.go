@@ -127,7 +127,7 @@ func newCoherence(rdb redis.UniversalClient, tier *Tier, o Config) *coherence {
 
 // add starts a tracker for the master at addr with options o, mu held.
 func (c *coherence) add(addr string, o *redis.Options) {
-	t := &tracker{addr: addr, quit: make(chan struct{}), opts: o, resp3: ForceRESP3}
+	t := &tracker{addr: addr, opts: o, resp3: ForceRESP3}
 	if c.perKey {
 		// Only the tracked reader reads it (track.go); a nil queue drops
 		// every copy (track). Its buffer holds pointers the collector
@@ -138,7 +138,9 @@ func (c *coherence) add(addr string, o *redis.Options) {
 		t.raddr = ReportAddr(o.Addr)
 	}
 	t.life, t.end = context.WithCancel(context.Background())
+	t.dialing, t.endDials = context.WithCancel(context.Background())
 	t.rdb = redis.NewClient(trackerOptions(o, c.ns, c.perKey, t, true))
+	t.owned = []*redis.Client{t.rdb}
 	c.trackers[addr] = t
 	c.down++
 	c.update()
@@ -281,9 +283,8 @@ func (c *coherence) close() {
 	c.closed = true
 	c.why = WhyClosed
 	for _, t := range c.trackers {
-		t.stop()
+		t.stop() // and closes its clients
 	}
-	trackers := c.trackers
 	c.trackers = map[string]*tracker{}
 	c.update()
 	c.mu.Unlock()
@@ -293,9 +294,6 @@ func (c *coherence) close() {
 		c.unfollow()
 	}
 	c.wg.Wait()
-	for _, t := range trackers {
-		_ = t.rdb.Close()
-	}
 }
 
 // Reports returns how many names the report connections reported changed.
