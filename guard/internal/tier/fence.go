@@ -217,27 +217,6 @@ func (c *fenceConn) Read(p []byte) (int, error) {
 	return c.n, nil
 }
 
-// readOnce is one read(2) of the socket, for RawConn.Read. The reader's
-// state says "reading" before the system call, so a hit that saw it wait
-// and then found the socket empty knows no byte was taken meanwhile; and
-// "waiting" only after the kernel had nothing.
-func (c *fenceConn) readOnce(fd uintptr) bool {
-	for {
-		c.gen++
-		c.state.Store(c.gen << 1)
-		n, err := syscall.Read(int(fd), c.p)
-		switch err {
-		case syscall.EINTR:
-			continue
-		case syscall.EAGAIN:
-			c.state.Store(c.gen<<1 | 1)
-			return false
-		}
-		c.n, c.err = max(n, 0), err
-		return true
-	}
-}
-
 // unwrapOp returns the cause of an error of RawConn.Read.
 func unwrapOp(err error) error {
 	if oe, ok := err.(*net.OpError); ok {

@@ -118,3 +118,24 @@ func bytesReceived(rc syscall.RawConn) (uint64, bool) {
 	tcpInfoCalls.Put(c)
 	return got, ok
 }
+
+// readOnce is one read(2) of the socket, for RawConn.Read. The reader's
+// state says "reading" before the system call, so a hit that saw it wait
+// and then found the socket empty knows no byte was taken meanwhile; and
+// "waiting" only after the kernel had nothing.
+func (c *fenceConn) readOnce(fd uintptr) bool {
+	for {
+		c.gen++
+		c.state.Store(c.gen << 1)
+		n, err := syscall.Read(int(fd), c.p)
+		switch err {
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			c.state.Store(c.gen<<1 | 1)
+			return false
+		}
+		c.n, c.err = max(n, 0), err
+		return true
+	}
+}
