@@ -3,13 +3,13 @@ package conformance
 import (
 	"io"
 	"net/http"
-	"strings"
 	"sync"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stampede-go/stampede/guard"
+	"github.com/stampede-go/stampede/internal/redistest"
 )
 
 // coalesceCold: N clients on three servers (three Groups on one Redis) ask
@@ -64,7 +64,7 @@ func coalesceRevalidation(t *testing.T, a Adapter, rdb redis.UniversalClient) {
 // before, when set, runs first, on a fourth server of the fleet.
 func coalesce(t *testing.T, a Adapter, rdb redis.UniversalClient, origin *scripted, release chan struct{}, before func(string), want string) {
 	const servers, perServer = 3, 8
-	ns := guard.Options{Namespace: strings.ReplaceAll(t.Name(), "/", ":") + ":" + a.Name + ":"}
+	ns := guard.Options{Namespace: redistest.Key(t, a.Name) + ":"}
 	var bases []string
 	gate := newGate(servers * perServer)
 	for range servers {
