@@ -69,9 +69,9 @@ var peerControl = flag.Bool("peers.control", false, "BenchmarkHTTPPeersPaired: a
 // that buys is hard to see here: two reference fleets (-peers.control),
 // 12 rounds a run, gave ratios of 0.97-1.06 in the one run with 50 ms
 // slices, 0.93-1.06 over four runs with 10 ms (0.98-1.04 in the best),
-// 0.95-1.04 with 5 ms, and 0.97-1.08 with rounds twice as long. Most of
-// what is left differs from one set of processes to the next, not within
-// a run.
+// 0.95-1.04 with 5 ms, and 0.97-1.08 with rounds twice as long. What is
+// left is the load's own variance: both fleets served by the same
+// processes left it as it was (docs/benchmarks.md).
 const pairedSlice = 10 * time.Millisecond
 
 // pairedRun is what one paired run measured.
