@@ -30,7 +30,12 @@ func (g *Group) Do(ctx context.Context, key string, load LoadFunc, opts ...CallO
 			return Result{}, co.err
 		}
 	}
-	if it, now, ok := g.loc.Get(key); ok {
+	it, now, ok := g.loc.Get(key)
+	if !ok && g.loc.Await(ctx, key) {
+		// Held back by a barrier in flight, which came back.
+		it, now, ok = g.loc.Get(key)
+	}
+	if ok {
 		g.hot.tierHit(key, now)
 		if g.opts.EarlyRefreshBeta > 0 && !it.Stale {
 			if rnow, known := g.clk.at(now); known && g.earlyRefreshDue(it.Entry, rnow) {

@@ -1,6 +1,7 @@
 package tier
 
 import (
+	"context"
 	"hash/maphash"
 	"strings"
 	"sync"
@@ -215,6 +216,55 @@ func (t *Tier) Get(key string) (it *Item, now int64, ok bool) {
 	t.mu.Unlock()
 	return it, now, true
 }
+
+// Await waits, when Get found a copy of key held back only because a
+// barrier is in flight on a report connection (barriers.out), for that
+// barrier to come back, and reports whether it did: Get may then serve the
+// copy. A hit that waits for the barrier's reply rather than reading Redis
+// waits less than that read would take (the barrier was sent first), and
+// costs neither process a command. The wait is bounded by a few of the
+// barrier's recent round trips (maxAwait at most) and by ctx; past it, the
+// caller reads Redis as before.
+func (t *Tier) Await(ctx context.Context, key string) bool {
+	if t == nil || t.coh == nil || !t.Live.Load() {
+		return false
+	}
+	back, rtt := t.coh.outstanding()
+	if back == nil {
+		return false
+	}
+	t.mu.Lock()
+	it := t.byKey[key]
+	held := it != nil && !it.mark && nanotime() < it.until
+	t.mu.Unlock()
+	if !held {
+		return false
+	}
+	tm := awaitTimers.Get().(*time.Timer)
+	defer awaitTimers.Put(tm)
+	tm.Reset(min(max(3*rtt, minAwait), maxAwait))
+	defer tm.Stop()
+	select {
+	case <-back:
+		return true
+	case <-tm.C:
+	case <-ctx.Done():
+	}
+	return false
+}
+
+// minAwait and maxAwait bound a hit's wait for a barrier (Await).
+const (
+	minAwait = 200 * time.Microsecond
+	maxAwait = 5 * time.Millisecond
+)
+
+// awaitTimers are the timers of Await: a hit that waits allocates none.
+var awaitTimers = sync.Pool{New: func() any {
+	tm := time.NewTimer(time.Hour)
+	tm.Stop()
+	return tm
+}}
 
 // newer reports whether a is a later entry than b: a higher fence, or the
 // same fence written later (a refill under the same lease).
