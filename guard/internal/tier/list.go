@@ -26,9 +26,24 @@ func (t *Tier) insert(it *Item) {
 	}
 	t.byKey[it.key], t.byName[it.name] = it, it
 	t.bytes += it.cost
+	it.used.Store(true) // as if just served: kept, it is the most recent
 	t.link(it)
 	for len(t.byKey) > t.maxEntries || t.bytes > t.maxBytes {
-		t.evict(t.head.prev)
+		t.evict(t.last())
+	}
+}
+
+// last returns the item to evict, with mu held: the last of the list not
+// used since the eviction last passed it. Each used one passed over goes
+// to the front, unmarked, so the walk ends within one turn of the list.
+func (t *Tier) last() *Item {
+	for {
+		it := t.head.prev
+		if !it.used.Load() {
+			return it
+		}
+		it.used.Store(false)
+		t.toFront(it)
 	}
 }
 

@@ -96,7 +96,10 @@ type Tier struct {
 	redisNow func() (int64, bool)
 	onLive   func() // Config.OnLive
 
-	mu     sync.Mutex
+	// mu guards the indexes and the list; a hit reads them under the
+	// read lock (a hit does not move its copy in the list, it marks it
+	// used: many goroutines hitting at once do not queue on one lock).
+	mu     sync.RWMutex
 	byKey  map[string]*Item
 	byName map[string]*Item // the same items, by entry name
 	// byTag holds, for each hash tag base ("ns{T}") of keys with a tag of
@@ -124,6 +127,10 @@ type Item struct {
 	Stale        bool
 	prev, next   *Item
 	tprev, tnext *Item // the other items of its tag
+	// used: served since the eviction last passed it, or since it was
+	// kept; such a copy is passed over once (second chance), so the list
+	// evicts about as a least recently used one, without a hit moving it.
+	used atomic.Bool
 }
 
 // Ticket is what a read took before it was sent: the state it must find
@@ -201,19 +208,25 @@ func (t *Tier) Get(key string) (it *Item, now int64, ok bool) {
 	if t.fence != nil && !t.fence(now) {
 		return nil, now, false
 	}
-	t.mu.Lock()
+	t.mu.RLock()
 	it = t.byKey[key]
 	if it == nil || it.mark {
-		t.mu.Unlock()
+		t.mu.RUnlock()
 		return nil, now, false
 	}
 	if now >= it.until {
-		t.toMark(it)
+		t.mu.RUnlock()
+		t.mu.Lock()
+		if t.byKey[key] == it {
+			t.toMark(it)
+		}
 		t.mu.Unlock()
 		return nil, now, false
 	}
-	t.toFront(it)
-	t.mu.Unlock()
+	if !it.used.Load() {
+		it.used.Store(true)
+	}
+	t.mu.RUnlock()
 	return it, now, true
 }
 
