@@ -239,17 +239,17 @@ func (t *Tier) Get(key string) (it *Item, now int64, ok bool) {
 // barrier's recent round trips (maxAwait at most) and by ctx; past it, the
 // caller reads Redis as before.
 func (t *Tier) Await(ctx context.Context, key string) bool {
-	if t == nil || t.coh == nil || !t.Live.Load() {
+	if t == nil || t.coh == nil || !t.Live.Load() || NoAwait {
 		return false
 	}
 	back, rtt := t.coh.outstanding()
 	if back == nil {
 		return false
 	}
-	t.mu.Lock()
+	t.mu.RLock()
 	it := t.byKey[key]
 	held := it != nil && !it.mark && nanotime() < it.until
-	t.mu.Unlock()
+	t.mu.RUnlock()
 	if !held {
 		return false
 	}
@@ -265,6 +265,10 @@ func (t *Tier) Await(ctx context.Context, key string) bool {
 	}
 	return false
 }
+
+// NoAwait, set by tests, turns Await off: the control of a hit that reads
+// Redis while a barrier is in flight.
+var NoAwait bool
 
 // minAwait and maxAwait bound a hit's wait for a barrier (Await).
 const (
