@@ -30,12 +30,7 @@ func (g *Group) Do(ctx context.Context, key string, load LoadFunc, opts ...CallO
 			return Result{}, co.err
 		}
 	}
-	it, now, ok := g.loc.Get(key)
-	if !ok && g.loc.Await(ctx, key) {
-		// Held back by a barrier in flight, which came back.
-		it, now, ok = g.loc.Get(key)
-	}
-	if ok {
+	if it, now, ok := g.loc.Get(key); ok {
 		g.hot.tierHit(key, now)
 		if g.opts.EarlyRefreshBeta > 0 && !it.Stale {
 			if rnow, known := g.clk.at(now); known && g.earlyRefreshDue(it.Entry, rnow) {

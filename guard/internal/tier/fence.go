@@ -268,10 +268,6 @@ type barriers struct {
 	// latest, or less than a quarter below the one before, so a slow one
 	// weighs for a few barriers.
 	rtt atomic.Int64
-	// back is closed when the barriers in flight came back (or their
-	// connection went): what a hit that found one out waits for (Await);
-	// nil while none is out. Made per barrier, not per hit.
-	back atomic.Pointer[chan struct{}]
 }
 
 // clockBase is the origin of the fence's monotonic clock.
@@ -291,21 +287,8 @@ func (b *barriers) send(f func() error) error {
 	b.mu.Lock()
 	b.sent = append(b.sent, time.Now())
 	b.inflight.Store(int64(len(b.sent)))
-	if len(b.sent) == 1 {
-		ch := make(chan struct{})
-		b.back.Store(&ch)
-	}
 	b.mu.Unlock()
 	return f()
-}
-
-// settled closes back, mu held, once no barrier is in flight.
-func (b *barriers) settled() {
-	if len(b.sent) == 0 {
-		if ch := b.back.Swap(nil); ch != nil {
-			close(*ch)
-		}
-	}
 }
 
 // confirmed records that the oldest barrier in flight came back (its
@@ -322,7 +305,6 @@ func (b *barriers) confirmed() bool {
 	b.applied.Store(int64(at.Sub(clockBase)))
 	old := b.rtt.Load()
 	b.rtt.Store(max(int64(time.Since(at)), old-old/4))
-	b.settled()
 	return true
 }
 
@@ -347,7 +329,6 @@ func (b *barriers) reset() {
 	b.inflight.Store(0)
 	b.applied.Store(0)
 	b.rtt.Store(0)
-	b.settled()
 	b.mu.Unlock()
 }
 

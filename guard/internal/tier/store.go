@@ -1,7 +1,6 @@
 package tier
 
 import (
-	"context"
 	"hash/maphash"
 	"strings"
 	"sync"
@@ -229,59 +228,6 @@ func (t *Tier) Get(key string) (it *Item, now int64, ok bool) {
 	t.mu.RUnlock()
 	return it, now, true
 }
-
-// Await waits, when Get found a copy of key held back only because a
-// barrier is in flight on a report connection (barriers.out), for that
-// barrier to come back, and reports whether it did: Get may then serve the
-// copy. A hit that waits for the barrier's reply rather than reading Redis
-// waits less than that read would take (the barrier was sent first), and
-// costs neither process a command. The wait is bounded by a few of the
-// barrier's recent round trips (maxAwait at most) and by ctx; past it, the
-// caller reads Redis as before.
-func (t *Tier) Await(ctx context.Context, key string) bool {
-	if t == nil || t.coh == nil || !t.Live.Load() || NoAwait {
-		return false
-	}
-	back, rtt := t.coh.outstanding()
-	if back == nil {
-		return false
-	}
-	t.mu.RLock()
-	it := t.byKey[key]
-	held := it != nil && !it.mark && nanotime() < it.until
-	t.mu.RUnlock()
-	if !held {
-		return false
-	}
-	tm := awaitTimers.Get().(*time.Timer)
-	defer awaitTimers.Put(tm)
-	tm.Reset(min(max(3*rtt, minAwait), maxAwait))
-	defer tm.Stop()
-	select {
-	case <-back:
-		return true
-	case <-tm.C:
-	case <-ctx.Done():
-	}
-	return false
-}
-
-// NoAwait, set by tests, turns Await off: the control of a hit that reads
-// Redis while a barrier is in flight.
-var NoAwait bool
-
-// minAwait and maxAwait bound a hit's wait for a barrier (Await).
-const (
-	minAwait = 200 * time.Microsecond
-	maxAwait = 5 * time.Millisecond
-)
-
-// awaitTimers are the timers of Await: a hit that waits allocates none.
-var awaitTimers = sync.Pool{New: func() any {
-	tm := time.NewTimer(time.Hour)
-	tm.Stop()
-	return tm
-}}
 
 // newer reports whether a is a later entry than b: a higher fence, or the
 // same fence written later (a refill under the same lease).

@@ -207,26 +207,6 @@ func (c *coherence) fenced(now int64) bool {
 	return true
 }
 
-// outstanding returns the channel a barrier in flight closes when it
-// comes back, and how long it is expected to take still (from its round
-// trips), for a report connection the fence would otherwise hear from; nil
-// when no barrier holds the hits back.
-func (c *coherence) outstanding() (<-chan struct{}, time.Duration) {
-	all := c.all.Load()
-	if all == nil {
-		return nil, 0
-	}
-	for _, t := range *all {
-		if fc := t.fc.Load(); fc == nil || !fc.watched {
-			continue
-		}
-		if ch := t.bar.back.Load(); ch != nil {
-			return *ch, time.Duration(t.bar.rtt.Load())
-		}
-	}
-	return nil, 0
-}
-
 // newNode: go-redis met a node of the cluster; the tier stops until the
 // masters are listened to again.
 func (c *coherence) newNode() {
