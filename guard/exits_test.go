@@ -692,6 +692,7 @@ func TestCloseAtRandomMomentsOfTheReportConnection(t *testing.T) {
 	srv := redistest.Start(t)
 	_, mini := redistest.Mini(t)
 	defer noLeaks(t)()
+	defer func() { tier.ForceRESP3 = false }() // however the test ends
 	for _, c := range []struct {
 		name  string
 		rdb   redis.UniversalClient
@@ -716,5 +717,4 @@ func TestCloseAtRandomMomentsOfTheReportConnection(t *testing.T) {
 			})
 		}
 	}
-	tier.ForceRESP3 = false
 }
