@@ -31,7 +31,9 @@ import (
 //	          report's goroutine to be scheduled); "paced" call it every
 //	          20µs each, as request handlers that wait on their clients do
 //
-// Reported: p50, p99 and max of that window (change-p50-ms...), B's calls
+// Reported: how many changes were read stale (changes-read-stale: a call
+// begun after the change returned got the value it replaced), p50, p99
+// and max of that window (change-p50-ms...), B's calls
 // per change and the share served from its tier, and the report traffic:
 // messages and key names per change that reach one listening Group
 // (counted on a tracking connection of the benchmark's own).
@@ -44,25 +46,34 @@ func BenchmarkLocalCoherence(b *testing.B) {
 				b.Run(topo+"/"+readers, func(b *testing.B) {
 					var r coherenceRun
 					for b.Loop() {
-						r = runCoherence(b, topo, readers, change, 2000)
+						r = runCoherence(b, topo, readers, change, coherenceChanges)
 					}
 					ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 					b.ReportMetric(ms(r.p50), "change-p50-ms")
 					b.ReportMetric(ms(r.p99), "change-p99-ms")
 					b.ReportMetric(ms(r.max), "change-max-ms")
+					b.ReportMetric(float64(r.stale), "changes-read-stale")
 					b.ReportMetric(r.callsPer, "B-calls/change")
 					b.ReportMetric(r.localShare, "B-local-share")
 					b.ReportMetric(r.msgs, "msgs/change")
 					b.ReportMetric(r.names, "names/change")
-					b.Logf("| %s | %s | %s | %.3f ms | %.3f ms | %.3f ms | %.0f | %.1f%% | %.2f | %.2f |", topo, readers, change,
-						ms(r.p50), ms(r.p99), ms(r.max), r.callsPer, 100*r.localShare, r.msgs, r.names)
+					b.Logf("| %s | %s | %s | %d of %d | %.3f ms | %.3f ms | %.3f ms | %.0f | %.1f%% | %.2f | %.2f |", topo, readers, change,
+						r.stale, coherenceChanges, ms(r.p50), ms(r.p99), ms(r.max), r.callsPer, 100*r.localShare, r.msgs, r.names)
 				})
 			}
 		}
 	}
 }
 
+// coherenceChanges is how many changes a run of BenchmarkLocalCoherence
+// makes.
+const coherenceChanges = 2000
+
 type coherenceRun struct {
+	// stale: the changes of which a call that began after the change
+	// returned got the replaced value (a window above 0, however short:
+	// the windows print in µs).
+	stale                int
 	p50, p99, max        time.Duration
 	callsPer, localShare float64
 	msgs, names          float64
@@ -213,9 +224,15 @@ func runCoherence(b *testing.B, topo, readers, change string, changes int) coher
 		}
 	}
 	window = window[1:]
+	stale := 0
+	for _, w := range window {
+		if w > 0 {
+			stale++
+		}
+	}
 	nc := calls.Load() - c0
 	return coherenceRun{
-		p50: quantile(window, 0.5), p99: quantile(window, 0.99), max: quantile(window, 1),
+		stale: stale, p50: quantile(window, 0.5), p99: quantile(window, 0.99), max: quantile(window, 1),
 		callsPer:   float64(nc) / float64(changes),
 		localShare: float64(localHits.Load()-l0) / float64(max(nc, 1)),
 		msgs:       float64(msgs.Load()-nm0) / float64(changes),

@@ -44,8 +44,19 @@ import (
 // that begins after t + Window. A connection the kernel cannot be asked of
 // (TLS, a Unix socket, another OS) keeps the barrier's bound alone.
 
-// Window is how long one kernel check of a report socket serves hits.
-const Window = 20 * time.Microsecond
+// Window is how long one kernel check of a report socket serves hits. It
+// is meant to be shorter than the time a writer on this host takes to
+// learn that its change is done once the report is on the socket (Redis
+// writes the writer's reply after the report, and the writer's goroutine
+// must be woken, read it and return), so that a call that begins after
+// the writer's call returned is not served by a check made before the
+// report arrived. With four readers spinning on two cores, 20 µs let 1
+// to 12 of 2,000 changes be read stale, up to 12 µs after they returned;
+// 2 µs none, in six runs (BenchmarkLocalCoherence, standalone and
+// cluster). A shorter window costs more checks: with 64 goroutines on two
+// cores a hit cost 76-78 ns at 20 µs, 83-92 ns at 2 µs, 103-110 ns at
+// 1 µs (BenchmarkTierPeers, 2026-11-29; rueidis DoCache 260-287 ns).
+const Window = 2 * time.Microsecond
 
 // fenceConn is a report connection's socket, watched for the fence. Its
 // reader reads through the socket itself (RawConn.Read), so that the hits

@@ -25,6 +25,7 @@ func (t *Tier) insert(it *Item) {
 		it.tag = b
 	}
 	t.byKey[it.key], t.byName[it.name] = it, it
+	t.view.Store(it.key, it)
 	t.bytes += it.cost
 	it.used.Store(true) // as if just served: kept, it is the most recent
 	t.link(it)
@@ -79,6 +80,7 @@ func (t *Tier) flushAll() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	clear(t.byKey)
+	t.view.Clear()
 	clear(t.byName)
 	clear(t.byTag)
 	t.head.next, t.head.prev = &t.head, &t.head
@@ -134,6 +136,7 @@ func (t *Tier) unlink(it *Item) {
 	}
 	if t.byKey[it.key] == it {
 		delete(t.byKey, it.key)
+		t.view.Delete(it.key)
 	}
 	if t.byName[it.name] == it {
 		delete(t.byName, it.name)
