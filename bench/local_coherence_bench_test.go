@@ -26,9 +26,11 @@ import (
 // redis-server and on the 3-master cluster, each Group with its own
 // client, as two processes would be.
 //
-//	readers   B's goroutines: "spin" call Get back to back (every core
-//	          busy with hits from the tier, the worst case for the
-//	          report's goroutine to be scheduled); "paced" call it every
+//	readers   B's goroutines: "spin", four, call Get back to back (every
+//	          core busy with hits from the tier, the worst case for the
+//	          report's goroutine to be scheduled); "saturate", the same
+//	          with 64 goroutines, so that the report's goroutine waits
+//	          behind 32 of them a core; "paced", four, call it every
 //	          20µs each, as request handlers that wait on their clients do
 //
 // Reported: how many changes were read stale (changes-read-stale: a call
@@ -41,7 +43,7 @@ import (
 //	cd bench && go test -run '^$' -bench LocalCoherence -benchtime 1x -v .
 func BenchmarkLocalCoherence(b *testing.B) {
 	for _, topo := range []string{"standalone", "cluster"} {
-		for _, readers := range []string{"spin", "paced"} {
+		for _, readers := range []string{"spin", "saturate", "paced"} {
 			for _, change := range []string{"invalidate+fill"} {
 				b.Run(topo+"/"+readers, func(b *testing.B) {
 					var r coherenceRun
@@ -175,6 +177,9 @@ func runCoherence(b *testing.B, topo, readers, change string, changes int) coher
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	seen := make([][]obs, 4)
+	if readers == "saturate" {
+		seen = make([][]obs, 64)
+	}
 	for w := range seen {
 		wg.Go(func() {
 			for {

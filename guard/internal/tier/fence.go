@@ -52,7 +52,7 @@ import (
 // the writer's call returned is not served by a check made before the
 // report arrived. With four readers spinning on two cores, 20 µs let 1
 // to 12 of 2,000 changes be read stale, up to 12 µs after they returned;
-// 2 µs none, in six runs (BenchmarkLocalCoherence, standalone and
+// 2 µs none, in eight runs (BenchmarkLocalCoherence, standalone and
 // cluster). A shorter window costs more checks: with 64 goroutines on two
 // cores a hit cost 76-78 ns at 20 µs, 83-92 ns at 2 µs, 103-110 ns at
 // 1 µs (BenchmarkTierPeers, 2026-11-29; rueidis DoCache 260-287 ns).
