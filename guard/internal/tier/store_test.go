@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -405,4 +407,74 @@ func TestLocalTierEvictsLeastRecent(t *testing.T) {
 			t.Errorf("seed %d: hits served: the tier %d, an exact LRU list %d, the control %d", seed, tier, lru, control)
 		}
 	}
+}
+
+// TestLocalTierHitsAfterChange: hits on several goroutines, with no lock,
+// while one goroutine keeps each key's next version and drops it (a
+// report), another evicts by keeping other keys, and the tier is flushed
+// now and then: a hit that begins after the drop of version v returned
+// never gets v or older, and never a copy of another key. Run with -race,
+// it also checks that a hit reads nothing a writer changes.
+func TestLocalTierHitsAfterChange(t *testing.T) {
+	lt := newStore(Config{Namespace: "ns:", Entries: 6, Bytes: 1 << 20, TTL: time.Hour})
+	lt.SetLive(true)
+	keys := []string{"a", "b", "{t}c"}
+	var dropped [3]atomic.Int64 // the newest version of each key dropped
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var hits, bad atomic.Int64
+	for r := range 4 {
+		wg.Go(func() {
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				i := (r + n) % len(keys)
+				floor := dropped[i].Load()
+				it, _, ok := lt.Get(keys[i])
+				if !ok {
+					continue
+				}
+				hits.Add(1)
+				if it.key != keys[i] || it.Entry.Fence <= floor || string(it.value) != strconv.FormatInt(it.Entry.Fence, 10) {
+					if bad.Add(1) <= 5 {
+						t.Errorf("hit of %q got %q version %d (value %q) after version %d was dropped", keys[i], it.key, it.Entry.Fence, it.value, floor)
+					}
+				}
+			}
+		})
+	}
+	wg.Go(func() { // evictions: other keys kept, past the tier's 6 entries
+		for n := 0; ; n++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			k := "other" + strconv.Itoa(n%8)
+			e := entry.Entry{Fence: 1, Written: int64(n), Value: []byte("1")}
+			lt.Keep(k, entryName(k), lt.Ticket(entryName(k)), &e, time.Hour, 0, false)
+			if n%500 == 0 {
+				lt.Flush()
+			}
+		}
+	})
+	for v := int64(1); v <= 20000; v++ {
+		i := int(v) % len(keys)
+		name := entryName(keys[i])
+		e := entry.Entry{Fence: v, Written: v, Value: []byte(strconv.FormatInt(v, 10))}
+		lt.Keep(keys[i], name, lt.Ticket(name), &e, time.Hour, 0, false)
+		if (v/3)%2 == 0 {
+			lt.Changed(name)
+			dropped[i].Store(v)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if hits.Load() == 0 {
+		t.Fatal("no hit was served: the check saw nothing")
+	}
+	t.Logf("%d hits", hits.Load())
 }
