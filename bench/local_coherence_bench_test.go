@@ -176,10 +176,11 @@ func runCoherence(b *testing.B, topo, readers, change string, changes int) coher
 	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	seen := make([][]obs, 4)
+	goroutines := 4
 	if readers == "saturate" {
-		seen = make([][]obs, 64)
+		goroutines = 64
 	}
+	seen := make([][]obs, goroutines)
 	for w := range seen {
 		wg.Go(func() {
 			for {

@@ -193,17 +193,17 @@ func testLocalTierCoherent(t *testing.T, mode Tracking, paced bool) {
 		if late > 0 {
 			t.Errorf("%d of %d reads of B served a version older than one whose Invalidate had returned on A before the read began", late, len(reads))
 		}
-		read := 0 // the changes read stale after they returned
+		readStale := 0 // the changes read stale after they returned
 		for _, d := range stale {
 			if d > 0 {
-				read++
+				readStale++
 			}
 		}
 		slices.Sort(stale)
 		t.Logf("%d reads of B, %d from its tier; %d of %d changes read stale after they returned, up to p50 %v, p99 %v, max %v after A's Invalidate returned",
-			len(reads), b.local.Load(), read, changes, stale[changes/2], stale[changes*99/100], stale[changes])
-		if read > 0 && mode == TrackAll {
-			t.Errorf("%d of %d changes read stale after they returned (up to %v after): the quiet check does not hold", read, changes, stale[changes])
+			len(reads), b.local.Load(), readStale, changes, stale[changes/2], stale[changes*99/100], stale[changes])
+		if readStale > 0 && mode == TrackAll {
+			t.Errorf("%d of %d changes read stale after they returned (up to %v after): the quiet check does not hold", readStale, changes, stale[changes])
 		}
 		if b.local.Load() < int64(len(reads)/4) {
 			t.Errorf("B served %d of %d reads from its tier, want most", b.local.Load(), len(reads))
