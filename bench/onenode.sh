@@ -17,7 +17,15 @@ rounds=${1:-6}
 secs=${2:-4}
 work=$(mktemp -d)
 pids=()
+nodes=()
+fds=()
 cleanup() {
+	# Close the nodes' stdin first, so that they stop on their own (and
+	# write their STAMPEDE_BENCH_PEER_PROFILE), then stop what is left.
+	for f in "${fds[@]}"; do exec {f}>&-; done
+	for p in "${nodes[@]}"; do
+		for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+	done
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
 	redis-cli -p "$rport" shutdown nosave >/dev/null 2>&1 || true
 	rm -rf "$work"
@@ -76,7 +84,9 @@ start() {
 		taskset -c 0 "$work/bench.test" -test.run '^$' <"$work/$1.in" >"$work/$1.out" &
 	pid[$1]=$!
 	pids+=($!)
+	nodes+=($!)
 	exec {fd}>"$work/$1.in"
+	fds+=("$fd")
 	read -r a <"$work/$1.out"
 	addr[$1]=$a
 }

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"flag"
 	"io"
 	"net/http"
@@ -56,7 +57,9 @@ func BenchmarkHTTPPeersPaired(b *testing.B) {
 				b.ReportMetric(float64(r.served[1]), "reference-requests")
 				b.ReportMetric(r.perExpiry, "origin-calls/expiry")
 				b.ReportMetric(float64(r.errors), "errors")
-				b.Logf("| %d | %s | %d | %d | %.2f | %.2f | %d |", round+1, p.name, r.served[0], r.served[1], ratio, r.perExpiry, r.errors)
+				perRequest := float64(r.redisCmds) / float64(max(r.served[0], 1))
+				b.ReportMetric(perRequest, "redis-cmds/contender-request")
+				b.Logf("| %d | %s | %d | %d | %.2f | %.2f | %d | %.4f |", round+1, p.name, r.served[0], r.served[1], ratio, r.perExpiry, r.errors, perRequest)
 			})
 		}
 	}
@@ -79,6 +82,10 @@ type pairedRun struct {
 	served    [2]int64 // requests answered by each fleet
 	errors    int64
 	perExpiry float64 // the first fleet's origin calls per expiry
+	// redisCmds is how many commands the fleets' redis-server processed
+	// while the clients asked (barriers, reads, fills); only guardhttp's
+	// fleet uses it.
+	redisCmds int64
 }
 
 // runPaired starts fleets a and b (three instances each, in front of one
@@ -132,6 +139,11 @@ func runPaired(tb testing.TB, a, b httpPeer, d time.Duration, clients int, bFirs
 	origins[0].spans = nil
 	origins[0].mu.Unlock()
 
+	obs := observer(tb, server(tb))
+	before, err := readStats(context.Background(), obs)
+	if err != nil {
+		tb.Fatal(err)
+	}
 	var r pairedRun
 	var served [2]atomic.Int64
 	var errs atomic.Int64
@@ -155,6 +167,11 @@ func runPaired(tb testing.TB, a, b httpPeer, d time.Duration, clients int, bFirs
 		})
 	}
 	wg.Wait()
+	after, err := readStats(context.Background(), obs)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	r.redisCmds = after.minus(before).minus(infoCost).cmds
 	_, expiries := origins[0].refreshes()
 	r.served = [2]int64{served[0].Load(), served[1].Load()}
 	r.errors = errs.Load()
