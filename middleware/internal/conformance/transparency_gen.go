@@ -35,6 +35,16 @@ func (tc *TCase) sanitize() {
 	if len(tc.Requests) > 6 {
 		tc.Requests = tc.Requests[:6]
 	}
+	for i := range tc.Requests {
+		switch tc.Requests[i].Method {
+		case "", http.MethodGet, http.MethodHead:
+		default:
+			// The oracle models GET and HEAD, the methods a cache
+			// answers (the rules cover the others), and a method that
+			// is not a token cannot be sent: one meaning for both.
+			tc.Requests[i].Method = ""
+		}
+	}
 	for _, r := range []*tResponse{&tc.Behaviour.Base, &tc.Behaviour.Trigger} {
 		if r.Status < 100 || r.Status > 599 || (r.Status < 200 && r.Status != 0) {
 			r.Status = 200
