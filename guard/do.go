@@ -8,7 +8,30 @@ import (
 	"github.com/stampede-go/stampede/guard/internal/tier"
 
 	"github.com/stampede-go/stampede/guard/internal/entry"
+	"github.com/stampede-go/stampede/internal/tierhit"
 )
+
+func init() {
+	tierhit.Hit = func(g any, ctx context.Context, key string) ([]byte, bool, time.Duration, time.Duration, bool) {
+		res, ok := g.(*Group).tierHit(ctx, key)
+		return res.Value, res.Status == Stale, res.Age, res.Fresh, ok
+	}
+}
+
+// tierHit is Do's answer from the in-process tier, for a load Do would
+// not call (see package internal/tierhit): ok is false where Do would
+// go further than the tier, or fail.
+func (g *Group) tierHit(ctx context.Context, key string) (Result, bool) {
+	if g.check(ctx, key, noLoad) != nil || g.opts.EarlyRefreshBeta > 0 {
+		return Result{}, false
+	}
+	it, now, ok := g.loc.Get(key)
+	if !ok {
+		return Result{}, false
+	}
+	g.hot.tierHit(key, now)
+	return g.localResult(key, it, now), true
+}
 
 // Get returns the value of key, loading it with load when no usable value
 // exists. See Do.

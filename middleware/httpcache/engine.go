@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stampede-go/stampede/guard"
+	"github.com/stampede-go/stampede/internal/tierhit"
 	"github.com/stampede-go/stampede/middleware/cachestatus"
 )
 
@@ -100,7 +101,60 @@ func (e *engine) serve(w http.ResponseWriter, r *http.Request, key string, direc
 	if len(r.Header["Range"]) > 0 {
 		return e.serveRange(w, r, key, direct, h)
 	}
+	if handled, err := e.fromTier(w, r, key, direct, h); handled {
+		return err
+	}
 	return e.serveCall(w, r, &call{e: e, key: key, w: w, r: r, h: h}, direct, again)
+}
+
+// fromTier serves a GET whose answer the guard's in-process tier holds,
+// as serveCall would serve the same answer from Do, without the call
+// record and load Do must be handed first: a hit from memory allocates
+// nothing here. handled is false when the tier has no answer, or one
+// serveCall handles otherwise (garbage under the key); serveCall then
+// calls Do. A URL that varies takes its record and its variant from the
+// tier too, or serves the variant through serveCall.
+func (e *engine) fromTier(w http.ResponseWriter, r *http.Request, key string, direct func() error, h Handler) (handled bool, err error) {
+	res, ok := e.tierHit(r, key)
+	if !ok {
+		return false, nil
+	}
+	if isRecord(res.Value) {
+		rec, derr := decodeRecord(res.Value)
+		if derr != nil {
+			return false, nil
+		}
+		vkey := variantKey(key, rec, r)
+		if res, ok = e.tierHit(r, vkey); !ok || isRecord(res.Value) {
+			v := &call{e: e, key: vkey, w: w, r: r, h: h, vary: rec.names, primary: key}
+			return true, e.serveCall(w, r, v, direct, true)
+		}
+		key = vkey
+	}
+	sr, derr := e.decoded(key, res.Value)
+	if derr != nil {
+		return false, nil
+	}
+	if !e.usable(r, &sr, res) {
+		w.Header().Set("Cache-Status", cachestatus.Request)
+		return true, runDirect(direct, h, w, r)
+	}
+	e.write(w, r, &sr, res, cachestatus.Of(res.Status))
+	return true, nil
+}
+
+// tierHit is the guard's answer for key from its in-process tier alone,
+// if it has one (see package internal/tierhit).
+func (e *engine) tierHit(r *http.Request, key string) (guard.Result, bool) {
+	val, stale, age, fresh, ok := tierhit.Hit(e.g, r.Context(), key)
+	if !ok {
+		return guard.Result{}, false
+	}
+	res := guard.Result{Value: val, Status: guard.Hit, Age: age, Fresh: fresh}
+	if stale {
+		res.Status = guard.Stale
+	}
+	return res, true
 }
 
 // peek serves r from what is stored under key, loading nothing: a HEAD,
