@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -77,6 +78,7 @@ type call struct {
 	done      chan struct{}       // closed when load ends
 	panicked  bool
 	panicVal  any      // what the handler panicked with
+	goexited  bool     // the handler called runtime.Goexit
 	cur       *capture // the capture of the handler run in progress
 	err       error    // the handler's error
 	held      *capture // the unshared response load ended with, not streamed
@@ -129,6 +131,17 @@ func (c *call) load(ctx context.Context) (val []byte, err error) {
 		old = nil
 		cw, sent, herr = c.run(ctx, nil)
 	}
+	if herr == errGoexit {
+		// As a panic: this call's request alone, which Serve ends the
+		// way the handler would have ended it (outcome).
+		c.mu.Lock()
+		c.goexited = true
+		c.mu.Unlock()
+		if cw.wroteHeader {
+			cw.hold("handler goexit")
+		}
+		return nil, guard.Private(&notShared{reason: "handler called runtime.Goexit"})
+	}
 	if herr != nil {
 		c.mu.Lock()
 		c.err = herr
@@ -154,6 +167,44 @@ func (c *call) load(ctx context.Context) (val []byte, err error) {
 	return c.store(ctx, cw, f)
 }
 
+// errGoexit is what runHandler returns for a handler that called
+// runtime.Goexit.
+var errGoexit = errors.New("httpcache: handler called runtime.Goexit")
+
+// runHandler calls h(w, r) on a goroutine of its own and waits for it. A
+// handler that calls runtime.Goexit (a helper giving up as t.FailNow
+// does) ends that goroutine, not the load's, so the load can answer the
+// guard that the failure is its request's alone, as it does for a panic:
+// run inline, the Goexit would end the load, and the guard would hand
+// every caller of the flight guard.ErrGoexit and back the key off. A
+// panic is panicked again here, with its value.
+func runHandler(h Handler, w http.ResponseWriter, r *http.Request) error {
+	var (
+		err      error
+		returned bool
+		p        any
+	)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer func() {
+			if !returned {
+				p = recover() // nil: runtime.Goexit
+			}
+		}()
+		err = h(w, r)
+		returned = true
+	}()
+	<-done
+	switch {
+	case returned:
+		return err
+	case p != nil:
+		panic(p)
+	}
+	return errGoexit
+}
+
 // run calls the handler on a detached copy of the request, asking
 // conditionally when old is the stored response it refreshes.
 func (c *call) run(ctx context.Context, old *storedResponse) (cw *capture, sent time.Time, err error) {
@@ -172,7 +223,7 @@ func (c *call) run(ctx context.Context, old *storedResponse) (cw *capture, sent 
 		cw.revalidating = true
 	}
 	sent = time.Now()
-	err = c.h(cw, req)
+	err = runHandler(c.h, cw, req)
 	if err == nil && !cw.wroteHeader {
 		cw.WriteHeader(http.StatusOK)
 	}
@@ -300,9 +351,19 @@ func (c *call) loaded() bool {
 // written to w. It returns the handler's error.
 func (c *call) outcome(w http.ResponseWriter) error {
 	c.mu.Lock()
-	panicked, streaming, err, held := c.panicked, c.streaming, c.err, c.held
+	panicked, goexited, streaming, err, held := c.panicked, c.goexited, c.streaming, c.err, c.held
 	c.held = nil
 	c.mu.Unlock()
+	if goexited {
+		// As the handler would have on this goroutine: what it wrote
+		// reaches the client (a truncated response, when it streamed),
+		// then the request's goroutine ends, and net/http closes the
+		// connection.
+		if held != nil {
+			held.writeFlushed(w, c.r.Method != http.MethodHead)
+		}
+		runtime.Goexit()
+	}
 	if panicked && streaming {
 		// Part of the response is out: abort the connection so the client
 		// sees a truncated response, not a complete one.

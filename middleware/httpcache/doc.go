@@ -89,11 +89,14 @@
 //
 // A failure is a response with a 5xx status, a body shorter or longer than
 // the Content-Length its handler declared (an upstream that broke off), a
-// handler that panicked, or (echo, gin) one that returned or recorded an
-// error. A failure answers only the request whose handler call it was: that
-// client gets it as it would without the middleware (a panic is panicked
-// again on the request's own goroutine, with its value, so net/http aborts
-// the connection or a framework's recover middleware answers). Nothing is
+// handler that panicked or called runtime.Goexit, or (echo, gin) one that
+// returned or recorded an error. A failure answers only the request whose
+// handler call it was: that client gets it as it would without the
+// middleware (a panic is panicked again on the request's own goroutine,
+// with its value, so net/http aborts the connection or a framework's
+// recover middleware answers; a Goexit ends that goroutine, after what
+// the handler wrote). The handler runs on a goroutine of its own for this,
+// the load waiting for it. Nothing is
 // stored, no error marker decides another request's answer, and the other
 // requests of the URL take turns at the handler through the guard's
 // fleet-wide lease: while the URL fails, the origin sees one call for it

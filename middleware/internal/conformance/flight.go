@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -222,6 +223,63 @@ func handlerPanic(t *testing.T, a Adapter, top topology) {
 	}
 	if got := o.calls.Load(); got != 3 {
 		t.Errorf("handler calls %d, want 3", got)
+	}
+}
+
+// handlerGoexit: a handler that calls runtime.Goexit (a helper giving up
+// as t.FailNow does) ends its own request as it would without the
+// middleware, its goroutine ending, and no other: the requests coalesced
+// with its call take their turn at the handler and share the next answer
+// (2 handler calls), and a later request is served (no back-off decided
+// by another request's Goexit).
+func handlerGoexit(t *testing.T, a Adapter, top topology) {
+	noLeaks(t)
+	const n = 8
+	gt := newGate(n)
+	g := NewGroup(t, top.client(t), guard.Options{ErrorBackoff: time.Hour, WaitTimeout: time.Minute})
+	o := &origin{serve: func(w http.ResponseWriter, r *http.Request, call int64) {
+		if r.URL.Path == "/a" {
+			gt.wait(t)
+		}
+		if call == 1 || r.Header.Get("X-Bad") != "" {
+			runtime.Goexit()
+		}
+		fmt.Fprintf(w, "call %d", call)
+	}}
+	h := gt.in(a.New(g, Config{}, o))
+	ended := make([]bool, n)
+	recs := make([]*httptest.ResponseRecorder, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			recs[i] = httptest.NewRecorder()
+			ended[i] = goexited(h, get("/a"), recs[i])
+		})
+	}
+	wg.Wait()
+	var out, served int
+	for i := range n {
+		switch {
+		case ended[i]:
+			out++
+		case recs[i].Code == http.StatusOK && recs[i].Body.String() == "call 2":
+			served++
+		default:
+			t.Errorf("request %d: %d %q, want the second call's 200", i, recs[i].Code, recs[i].Body)
+		}
+	}
+	if out != 1 || served != n-1 {
+		t.Errorf("%d requests ended by Goexit and %d served the second call, want 1 and %d", out, served, n-1)
+	}
+	if got := o.calls.Load(); got != 2 {
+		t.Errorf("handler calls %d, want 2", got)
+	}
+	rec := httptest.NewRecorder()
+	if goexited(h, with(get("/b"), header("X-Bad", "1")), rec) != true {
+		t.Errorf("a request whose handler calls Goexit: %d %q, want its goroutine ended", rec.Code, rec.Body)
+	}
+	if rec := serve(h, get("/b")); rec.Code != http.StatusOK || rec.Body.String() != "call 4" {
+		t.Errorf("the next request: %d %q [%s], want its own handler's 200", rec.Code, rec.Body, rec.Header().Get("Cache-Status"))
 	}
 }
 

@@ -145,6 +145,22 @@ func serve(h http.Handler, r *http.Request) *httptest.ResponseRecorder {
 	return rec
 }
 
+// goexited serves r on h, writing to rec, on a goroutine of its own, and
+// reports whether h ended it with runtime.Goexit.
+func goexited(h http.Handler, r *http.Request, rec http.ResponseWriter) bool {
+	var ended bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		returned := false
+		defer func() { ended = !returned && recover() == nil }()
+		h.ServeHTTP(rec, r)
+		returned = true
+	}()
+	<-done
+	return ended
+}
+
 // recovered serves r on h and returns what h panicked with, or nil.
 func recovered(h http.Handler, r *http.Request) (p any) {
 	defer func() { p = recover() }()

@@ -24,6 +24,7 @@ func Rules(t *testing.T, a Adapter) {
 			t.Run("leader disconnect", func(t *testing.T) { leaderDisconnect(t, a, top) })
 			t.Run("handler panic", func(t *testing.T) { handlerPanic(t, a, top) })
 			t.Run("panic followers", func(t *testing.T) { panicFollowers(t, a, top) })
+			t.Run("handler goexit", func(t *testing.T) { handlerGoexit(t, a, top) })
 			t.Run("large body streams", func(t *testing.T) { largeBodyStreams(t, a, top) })
 			t.Run("panic while streaming", func(t *testing.T) { panicWhileStreaming(t, a, top) })
 			t.Run("event stream", func(t *testing.T) { eventStream(t, a, top) })
