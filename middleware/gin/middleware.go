@@ -24,7 +24,10 @@ func Middleware(g *guard.Group, cfg Config) gin.HandlerFunc {
 		panic("guardgin: " + err.Error())
 	}
 	return func(c *gin.Context) {
-		if eng.Skip(c) {
+		if eng.Skip(c) || c.FullPath() == "" {
+			// No route matched: the handler ending this chain is this
+			// middleware, or another, not a route's (see the package
+			// documentation).
 			c.Next()
 			return
 		}

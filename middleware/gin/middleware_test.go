@@ -216,3 +216,51 @@ func TestValuesReachEveryRun(t *testing.T) {
 		t.Errorf("the detached refresh got %q", got)
 	}
 }
+
+// TestUnroutedRequestPassesThrough: a request no route matches runs gin's
+// NoRoute or NoMethod chain, whose last handler is this middleware (or one
+// registered after it), not a route's. It goes on down the chain, so gin
+// (or the app's NoRoute handler) answers as without the middleware, and
+// nothing is stored. Before, the detached run called the middleware
+// itself: the request waited LoadTimeout, then a 200 with no body was
+// stored and served to every later request of the path.
+func TestUnroutedRequestPassesThrough(t *testing.T) {
+	for _, row := range []struct {
+		name  string
+		setup func(r *gin.Engine)
+		req   *http.Request
+		code  int
+		body  string
+		after bool // a middleware registered after guardgin
+	}{
+		{name: "no route", req: get("/nope"), code: http.StatusNotFound, body: "404 page not found"},
+		{name: "no route, a middleware after", req: get("/nope"), code: http.StatusNotFound, body: "404 page not found", after: true},
+		{name: "NoRoute handler", setup: func(r *gin.Engine) {
+			r.NoRoute(func(c *gin.Context) { c.String(http.StatusNotFound, "custom 404") })
+		}, req: get("/nope"), code: http.StatusNotFound, body: "custom 404"},
+		{name: "no method", setup: func(r *gin.Engine) {
+			r.HandleMethodNotAllowed = true
+			r.POST("/only-post", func(c *gin.Context) {})
+		}, req: get("/only-post"), code: http.StatusMethodNotAllowed, body: "405 method not allowed"},
+	} {
+		t.Run(row.name, func(t *testing.T) {
+			g := conformance.MiniGroup(t, guard.Options{FreshFor: time.Hour, LoadTimeout: 2 * time.Second, WaitTimeout: time.Second})
+			r := gin.New()
+			r.Use(guardgin.Middleware(g, guardgin.Config{}))
+			if row.after {
+				r.Use(func(c *gin.Context) { c.Next() })
+			}
+			r.GET("/items/:id", func(c *gin.Context) { c.String(http.StatusOK, "item") })
+			if row.setup != nil {
+				row.setup(r)
+			}
+			for i := range 2 {
+				rec := do(r, row.req.Clone(t.Context()))
+				if rec.Code != row.code || rec.Body.String() != row.body || rec.Header().Get("Cache-Status") != "" {
+					t.Errorf("request %d: %d %q [%s], want %d %q as without the middleware, no Cache-Status",
+						i, rec.Code, rec.Body, rec.Header().Get("Cache-Status"), row.code, row.body)
+				}
+			}
+		})
+	}
+}
