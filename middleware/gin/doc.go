@@ -38,9 +38,9 @@
 //
 // A request no route matches (gin's NoRoute and NoMethod chains, with or
 // without handlers of their own) has no route's handler to run: it goes on
-// down the chain with c.Next, as a skipped one does, so gin answers its
-// 404 or 405 (or the app's NoRoute handler does) as without the
-// middleware, and nothing is stored for it.
+// down the chain with c.Next, so gin answers its 404 or 405 (or the app's
+// NoRoute handler does) as without the middleware, and nothing is stored
+// for it; an unsafe method's 2xx or 3xx there still invalidates its URL.
 //
 // Errors the handler records with c.Error (or c.AbortWithError) mean the
 // response is never cached: the request that ran the handler gets its

@@ -24,10 +24,7 @@ func Middleware(g *guard.Group, cfg Config) gin.HandlerFunc {
 		panic("guardgin: " + err.Error())
 	}
 	return func(c *gin.Context) {
-		if eng.Skip(c) || c.FullPath() == "" {
-			// No route matched: the handler ending this chain is this
-			// middleware, or another, not a route's (see the package
-			// documentation).
+		if eng.Skip(c) {
 			c.Next()
 			return
 		}
@@ -39,6 +36,13 @@ func Middleware(g *guard.Group, cfg Config) gin.HandlerFunc {
 			c.Next()
 			c.Writer = uw.ResponseWriter
 			uw.header()
+			return
+		}
+		if c.FullPath() == "" {
+			// No route matched: the handler ending this chain is this
+			// middleware, or another, not a route's (see the package
+			// documentation).
+			c.Next()
 			return
 		}
 		// A run may outlive this request, and c goes back to gin's pool
