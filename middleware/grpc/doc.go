@@ -204,7 +204,11 @@
 //     alone (none, if it runs as a background refresh) and are not cached.
 //   - A handler panic answers codes.Internal to the call whose run
 //     panicked, as any other error; it is not cached, and the process
-//     survives.
+//     survives. So does a handler's runtime.Goexit (the handler runs on a
+//     goroutine of its own, which it ends), where a bare server would
+//     leave the call unanswered.
 //   - The server sets the response header "cache-status" (HeaderCacheStatus)
-//     on every cacheable call; it never carries the key.
+//     on every cacheable call; it never carries the key, and neither does
+//     a status message: a guard error reaches the client as its kind
+//     (guard.ErrBackoff's text, say), the rest going to hooks.
 package guardgrpc

@@ -65,14 +65,39 @@ func (o *options) loadError(err error) error {
 	return guard.Private(he)
 }
 
-// safely runs f, turning a panic into a handlerError with status Internal.
-func safely(f func() error) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = &handlerError{err: errPanic, panicked: p, stack: debug.Stack()}
-		}
+// errGoexit is what the call of a handler (or invoker) that called
+// runtime.Goexit gets.
+var errGoexit = status.Error(codes.Internal, "guardgrpc: handler called runtime.Goexit")
+
+// safely runs f, turning a panic into a handlerError with status Internal,
+// and a runtime.Goexit too: f runs on a goroutine of its own, which a
+// Goexit ends, so that the load survives to answer the guard that the
+// failure is its call's alone. Run inline, the Goexit would end the load,
+// and the guard would hand every caller of the flight guard.ErrGoexit and
+// back the key off.
+func safely(f func() error) error {
+	var (
+		err      error
+		returned bool
+	)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer func() {
+			if returned {
+				return
+			}
+			if p := recover(); p != nil {
+				err = &handlerError{err: errPanic, panicked: p, stack: debug.Stack()}
+				return
+			}
+			err = &handlerError{err: errGoexit}
+		}()
+		err = f()
+		returned = true
 	}()
-	return f()
+	<-done
+	return err
 }
 
 // notFoundCached is the answer of a negative-cached NotFound.

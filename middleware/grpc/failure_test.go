@@ -3,19 +3,21 @@ package guardgrpc_test
 import (
 	"context"
 	"fmt"
-	"github.com/stampede-go/stampede/guard"
-	"google.golang.org/grpc"
+	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/stampede-go/stampede/guard"
 	guardgrpc "github.com/stampede-go/stampede/middleware/grpc"
 )
 
@@ -61,6 +63,22 @@ func TestFailureNotShared(t *testing.T) {
 			},
 			wantHandler: 2,
 			want:        append([]string{"Internal guardgrpc: handler panicked"}, repeat("OK run 2", n-1)...),
+		},
+		{
+			// A helper giving up as t.FailNow does: it ends the run's
+			// goroutine, not the load, so it is that call's own failure,
+			// as a panic is (before, all n got guard.ErrGoexit, and the
+			// key backed off).
+			name:  "goexit, then success",
+			sides: []string{"server"}, // a bare server never answers it
+			run: func(k int64) (proto.Message, error) {
+				if k == 1 {
+					runtime.Goexit()
+				}
+				return wrapperspb.String(fmt.Sprintf("run %d", k)), nil
+			},
+			wantHandler: 2,
+			want:        append([]string{"Internal guardgrpc: handler called runtime.Goexit"}, repeat("OK run 2", n-1)...),
 		},
 		{
 			name: "every run fails",
@@ -246,5 +264,51 @@ func TestSlowRunOneAtATime(t *testing.T) {
 	wg.Wait()
 	if got := most.Load(); got != 1 {
 		t.Errorf("%d handler runs at once across the servers (%d in all), want 1", got, b.calls.Load())
+	}
+}
+
+// TestStatusMessageNamesNoKey: a server KeyFunc may key by what the server
+// knows of the caller (here an internal account id). Callers that wait
+// past WaitTimeout for another call's failing run get Unavailable, whose
+// message names the kind of failure, never the key (before, the guard's
+// error text, with the key, was the message).
+func TestStatusMessageNamesNoKey(t *testing.T) {
+	rdb := setup(t)
+	g, err := guard.New(rdb, guard.Options{Namespace: namespace(t), RedisTimeout: 10 * time.Second, WaitTimeout: 150 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Close() })
+	b := &backend{fn: func(context.Context, string, proto.Message, int64) (proto.Message, error) {
+		time.Sleep(400 * time.Millisecond)
+		return nil, status.Error(codes.Unavailable, "backend down")
+	}}
+	kf := func(ctx context.Context, method string, req proto.Message) (string, bool) {
+		return "internal-acct:4711:" + method + ":" + req.(*wrapperspb.StringValue).GetValue(), true
+	}
+	conn := sides[0].conn(t, g, b, guardgrpc.WithMethods(methodGet), guardgrpc.WithKeyFunc(kf))
+	var mu sync.Mutex
+	var msgs []string
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			err := conn.Invoke(t.Context(), methodGet, wrapperspb.String("a"), new(wrapperspb.StringValue))
+			mu.Lock()
+			msgs = append(msgs, status.Convert(err).Message())
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	guardErrors := 0
+	for _, m := range msgs {
+		if strings.Contains(m, "internal-acct:4711") {
+			t.Errorf("the guard key reached the client: %q", m)
+		}
+		if strings.HasPrefix(m, "guardgrpc: guard: ") {
+			guardErrors++
+		}
+	}
+	if guardErrors == 0 {
+		t.Errorf("messages %q: no caller got the guard's error, the case this test is about", msgs)
 	}
 }

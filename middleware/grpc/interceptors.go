@@ -137,8 +137,19 @@ func failure(ctx context.Context, err error) error {
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		return status.FromContextError(err).Err()
 	}
-	return status.Error(codes.Unavailable, "guardgrpc: "+err.Error())
+	// The guard's errors name the key, which may hold what the server
+	// knows of the caller (a KeyFunc's account id): the client gets the
+	// kind of failure only; hooks and logs have the rest.
+	for _, kind := range publicErrors {
+		if errors.Is(err, kind) {
+			return status.Error(codes.Unavailable, "guardgrpc: "+kind.Error())
+		}
+	}
+	return status.Error(codes.Unavailable, "guardgrpc: the cache could not answer")
 }
+
+// publicErrors are the guard's errors whose text a client may read.
+var publicErrors = []error{guard.ErrWaitTimeout, guard.ErrBackoff, guard.ErrLoadTimeout, guard.ErrGoexit, guard.ErrClosed}
 
 // UnaryServerInterceptor caches the OK answers of the methods listed with
 // WithMethods in g, so that one handler call in the fleet answers every
