@@ -31,8 +31,9 @@ const (
 	// own handler runs.
 	BypassUnstorable BypassReason = "unstorable-answer"
 	// BypassUndecodable: the stored answer is of a type this binary does
-	// not have or does not answer the method with, or does not decode; it
-	// expires on its own.
+	// not have or does not answer the method with (another build's); it
+	// expires on its own. Garbage is dropped and refilled once first: it
+	// is bypassed only if the refill is garbage too.
 	BypassUndecodable BypassReason = "undecodable-entry"
 	// BypassClosed: the Group is closed (the process is shutting down).
 	BypassClosed BypassReason = "group-closed"

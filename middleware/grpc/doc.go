@@ -161,8 +161,13 @@
 // one protoregistry.GlobalTypes holds under that name: every generated
 // message registers itself there. (Method descriptors would not do:
 // services registered from a hand-written grpc.ServiceDesc have none.) An
-// entry whose type the binary lacks or that does not decode is bypassed:
-// the handler answers, and the entry expires on its own. The client
+// entry whose type the binary lacks, or that this process answers the
+// method with another type, is another build's (a rolling deploy): it is
+// bypassed, the handler answers, and the entry expires on its own.
+// Garbage (not an answer, or an answer of its type that does not
+// unmarshal) is dropped by the calls that find it, which share one run to
+// refill it, as a miss does; if the refill is garbage too, it is bypassed.
+// The client
 // interceptor unmarshals into the caller's reply after proto.Reset, if the
 // stored type is the reply's.
 //

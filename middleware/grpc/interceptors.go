@@ -1,12 +1,14 @@
 package guardgrpc
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 
+	"golang.org/x/sync/singleflight"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -47,6 +49,9 @@ type cache struct {
 	// (dynamicpb, say) and rejects an entry of another type (written by an
 	// older build whose method answered differently).
 	types sync.Map // full method → protoreflect.MessageType
+	// drops coalesces, per key, the calls that found garbage under it
+	// (dropGarbage).
+	drops singleflight.Group
 }
 
 func newCache(g *guard.Group, opts []Option) *cache {
@@ -122,9 +127,38 @@ func (c *cache) decode(method string, v []byte) (proto.Message, error) {
 	}
 	m := mt.New().Interface()
 	if err := proto.Unmarshal(b, m); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %v", errBadValue, err)
 	}
 	return m, nil
+}
+
+// dropGarbage drops the entry under key when err says the answer seen
+// there is garbage (not an answer, or one of its type that does not
+// unmarshal), and reports whether the caller should ask the guard once
+// more: the calls that found the garbage then share one run that stores a
+// good answer, instead of each running its own until the entry expires.
+// The calls of this process that found it share one drop, which drops
+// the entry only if it still holds what was seen: a call that read the
+// garbage before another dropped it and a run refilled it must not drop
+// the refill. An answer of a type this binary lacks, or does not answer
+// the method with, is another build's, not garbage: it stays (two builds
+// would otherwise drop each other's answers for as long as a rolling
+// deploy lasts).
+func (c *cache) dropGarbage(ctx context.Context, key string, seen []byte, err error) bool {
+	if !errors.Is(err, errBadValue) {
+		return false
+	}
+	again, _, _ := c.drops.Do(key, func() (any, error) {
+		res, err := c.g.Peek(ctx, key)
+		switch {
+		case err == nil && bytes.Equal(res.Value, seen):
+			return c.g.Invalidate(ctx, key) == nil, nil
+		case err == nil || errors.Is(err, guard.ErrNotCached):
+			return true, nil // dropped, or refilled, meanwhile
+		}
+		return false, nil // Redis or the guard in trouble: bypass
+	})
+	return again.(bool)
 }
 
 // failure maps an error of guard.Do that is not the handler's own.
@@ -178,49 +212,55 @@ func UnaryServerInterceptor(g *guard.Group, opts ...Option) grpc.UnaryServerInte
 			return handler(ctx, req)
 		}
 
-		res, own, err := c.do(ctx, key, func(own *atomic.Pointer[answer]) guard.LoadFunc {
-			return c.serverLoad(method, handler, req, own)
-		})
-		if err != nil {
-			f := c.failed(ctx, own, err)
-			if f.status != "" {
-				setStatus(ctx, f.status)
+		for again := true; ; again = false {
+			res, own, err := c.do(ctx, key, func(own *atomic.Pointer[answer]) guard.LoadFunc {
+				return c.serverLoad(method, handler, req, own)
+			})
+			if err != nil {
+				f := c.failed(ctx, own, err)
+				if f.status != "" {
+					setStatus(ctx, f.status)
+				}
+				if !f.direct {
+					return nil, f.err
+				}
+				c.bypassed(ctx, method, f.reason, "")
+				if own != nil && own.err == nil {
+					return own.resp, nil // this call's own run, not storable
+				}
+				return handler(ctx, req)
 			}
-			if !f.direct {
-				return nil, f.err
+			// The answer of this call's own handler run needs no decoding. A
+			// hit or stale answer comes from the cache even if this call's
+			// load runs in the background meanwhile.
+			if a := own; a != nil && res.Status != guard.Hit && res.Status != guard.Stale {
+				// This call's own run answered: stored (whoever claimed the
+				// flight's Miss), unless Redis was out of the picture.
+				st := cachestatus.Stored
+				if res.Status == guard.Degraded {
+					st = cachestatus.Degraded
+				}
+				setStatus(ctx, st)
+				return a.resp, nil
 			}
-			c.bypassed(ctx, method, f.reason, "")
-			if own != nil && own.err == nil {
-				return own.resp, nil // this call's own run, not storable
+			resp, err := c.decode(method, res.Value)
+			if err != nil {
+				if again && c.dropGarbage(ctx, key, res.Value, err) {
+					continue // the calls that found it share one refill
+				}
+				// An entry of a type this binary does not know (another
+				// build's), or garbage again: answer from the handler;
+				// the entry expires on its own.
+				c.pass(ctx, method, BypassUndecodable, "")
+				return handler(ctx, req)
 			}
-			return handler(ctx, req)
-		}
-		// The answer of this call's own handler run needs no decoding. A
-		// hit or stale answer comes from the cache even if this call's
-		// load runs in the background meanwhile.
-		if a := own; a != nil && res.Status != guard.Hit && res.Status != guard.Stale {
-			// This call's own run answered: stored (whoever claimed the
-			// flight's Miss), unless Redis was out of the picture.
-			st := cachestatus.Stored
-			if res.Status == guard.Degraded {
-				st = cachestatus.Degraded
+			st := res.Status
+			if st == guard.Miss {
+				st = guard.Shared // the flight's load was another caller's
 			}
-			setStatus(ctx, st)
-			return a.resp, nil
+			setStatus(ctx, cachestatus.Of(st))
+			return resp, nil
 		}
-		resp, err := c.decode(method, res.Value)
-		if err != nil {
-			// An entry of a type this binary does not know (or garbage):
-			// answer from the handler; the entry expires on its own.
-			c.pass(ctx, method, BypassUndecodable, "")
-			return handler(ctx, req)
-		}
-		st := res.Status
-		if st == guard.Miss {
-			st = guard.Shared // the flight's load was another caller's
-		}
-		setStatus(ctx, cachestatus.Of(st))
-		return resp, nil
 	}
 }
 
@@ -303,31 +343,36 @@ func UnaryClientInterceptor(g *guard.Group, opts ...Option) grpc.UnaryClientInte
 			return pass(reason, "")
 		}
 		reqType, replyType := in.ProtoReflect().Type(), out.ProtoReflect().Type()
-		res, own, err := c.do(ctx, key, func(own *atomic.Pointer[answer]) guard.LoadFunc {
-			return c.clientLoad(method, cc, invoker, reqType, replyType, reqBytes, loadOpts, own)
-		})
-		if err != nil {
-			f := c.failed(ctx, own, err)
-			if !f.direct {
-				if f.status != "" {
-					setHeaderOptions(callOpts, f.status)
+		for again := true; ; again = false {
+			res, own, err := c.do(ctx, key, func(own *atomic.Pointer[answer]) guard.LoadFunc {
+				return c.clientLoad(method, cc, invoker, reqType, replyType, reqBytes, loadOpts, own)
+			})
+			if err != nil {
+				f := c.failed(ctx, own, err)
+				if !f.direct {
+					if f.status != "" {
+						setHeaderOptions(callOpts, f.status)
+					}
+					return f.err
 				}
-				return f.err
+				if own != nil && own.err == nil {
+					// This call's own run, not storable: its reply as it is.
+					c.bypassed(ctx, method, f.reason, "")
+					proto.Reset(out)
+					proto.Merge(out, own.resp.(proto.Message))
+					return nil
+				}
+				return direct(f.reason)
 			}
-			if own != nil && own.err == nil {
-				// This call's own run, not storable: its reply as it is.
-				c.bypassed(ctx, method, f.reason, "")
-				proto.Reset(out)
-				proto.Merge(out, own.resp.(proto.Message))
-				return nil
+			if err := fillReply(out, res.Value, replyType.Descriptor().FullName()); err != nil {
+				if again && c.dropGarbage(ctx, key, res.Value, err) {
+					continue // the calls that found it share one refill
+				}
+				return direct(BypassUndecodable)
 			}
-			return direct(f.reason)
+			setHeaderOptions(callOpts, cachestatus.Of(res.Status))
+			return nil
 		}
-		if err := fillReply(out, res.Value, replyType.Descriptor().FullName()); err != nil {
-			return direct(BypassUndecodable)
-		}
-		setHeaderOptions(callOpts, cachestatus.Of(res.Status))
-		return nil
 	}
 }
 
@@ -340,7 +385,9 @@ func fillReply(out proto.Message, v []byte, want protoreflect.FullName) error {
 	}
 	if err == nil {
 		proto.Reset(out)
-		err = proto.Unmarshal(b, out)
+		if err = proto.Unmarshal(b, out); err != nil {
+			err = fmt.Errorf("%w: %v", errBadValue, err)
+		}
 	}
 	if err != nil {
 		proto.Reset(out)

@@ -408,4 +408,64 @@ func TestBypassHookReasons(t *testing.T) {
 		}
 		check(t, got(), guardgrpc.BypassUndecodable)
 	})
+	// Garbage under a key (not an answer, or an answer of its own type that
+	// does not unmarshal: a truncated write, a stray SET) is dropped by the
+	// calls that find it, which share one run to refill it: 1 handler run
+	// for 16 calls, none bypassed. Before, each call ran its own handler
+	// until the entry expired.
+	for _, garbage := range []struct {
+		name string
+		v    []byte
+	}{
+		{"not an answer", []byte("\xffjunk")},
+		{"truncated answer", append([]byte{1, byte(len("google.protobuf.StringValue"))},
+			append([]byte("google.protobuf.StringValue"), 0x0a, 0x05, 'a')...)},
+	} {
+		for _, s := range sides {
+			t.Run("garbage entry refilled once/"+garbage.name+"/"+s.name, func(t *testing.T) {
+				hook, got := record()
+				ns := namespace(t)
+				var key atomic.Pointer[string]
+				g := newGroup(t, rdb, ns, guard.Hooks{Miss: func(k string) { key.CompareAndSwap(nil, &k) }})
+				b := &backend{fn: echo}
+				conn := s.conn(t, g, b, guardgrpc.WithMethods(methodGet), hook)
+				if r, _ := call(t, conn, "a"); r != "a#1" {
+					t.Fatalf("first call: %q, want a#1", r)
+				}
+				// Another node writes garbage under the key.
+				other := newGroup(t, rdb, ns, guard.Hooks{})
+				k := *key.Load()
+				if err := other.Invalidate(t.Context(), k); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := other.Get(t.Context(), k, func(context.Context) ([]byte, error) { return garbage.v, nil }); err != nil {
+					t.Fatal(err)
+				}
+				const n = 16
+				replies := make([]string, n)
+				var wg sync.WaitGroup
+				for i := range n {
+					wg.Go(func() {
+						r := new(wrapperspb.StringValue)
+						if _, err := invoke(t.Context(), conn, methodGet, wrapperspb.String("a"), r); err != nil {
+							t.Errorf("call %d: %v", i, err)
+						}
+						replies[i] = r.GetValue()
+					})
+				}
+				wg.Wait()
+				if runs := b.calls.Load(); runs != 2 {
+					t.Errorf("%d handler runs, want 2 (the first call, one refill)", runs)
+				}
+				for i, r := range replies {
+					if r != "a#2" {
+						t.Errorf("call %d: %q, want the refill's a#2", i, r)
+					}
+				}
+				if bp := got(); len(bp) != 0 {
+					t.Errorf("bypasses %+v, want none", bp)
+				}
+			})
+		}
+	}
 }
