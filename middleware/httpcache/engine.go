@@ -1,11 +1,15 @@
 package httpcache
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"net/http"
 	"slices"
 	"strings"
 	"time"
+
+	"golang.org/x/sync/singleflight"
 
 	"github.com/stampede-go/stampede/guard"
 	"github.com/stampede-go/stampede/internal/tierhit"
@@ -34,8 +38,9 @@ type engine struct {
 	heuristic    bool
 	storeCookies bool
 	keyHost      string
-	keys         *memo[keyEntry] // derived keys (key_memo.go)
-	hits         *memo[hitEntry] // decoded stored responses (hit.go)
+	keys         *memo[keyEntry]    // derived keys (key_memo.go)
+	hits         *memo[hitEntry]    // decoded stored responses (hit.go)
+	drops        singleflight.Group // per key: requests that found garbage
 }
 
 // newEngine returns the engine of cfg, its defaults filled in: the one
@@ -242,7 +247,7 @@ func (e *engine) serveCall(w http.ResponseWriter, r *http.Request, c *call, dire
 		}
 		// Garbage under the key: drop it and try once more; the guard
 		// coalesces the retries, so a corrupt entry is not a stampede.
-		if again && e.g.Invalidate(ctx, c.key) == nil {
+		if again && e.dropGarbage(ctx, c.key, res.Value) {
 			c2 := &call{e: e, key: c.key, w: w, r: r, h: c.h, vary: c.vary, primary: c.primary}
 			return e.serveCall(w, r, c2, direct, false)
 		}
@@ -250,6 +255,26 @@ func (e *engine) serveCall(w http.ResponseWriter, r *http.Request, c *call, dire
 		return runDirect(direct, c.h, w, r)
 	}
 	return e.failed(w, r, c, err, direct)
+}
+
+// dropGarbage drops the garbage seen under key, and reports whether the
+// caller should ask the guard once more. The requests of this process that
+// found it share one drop, which drops the entry only if it still holds
+// what was seen: a request that read the garbage before another dropped
+// it and a call refilled it must not drop the refill (and run the handler
+// again).
+func (e *engine) dropGarbage(ctx context.Context, key string, seen []byte) bool {
+	again, _, _ := e.drops.Do(key, func() (any, error) {
+		res, err := e.g.Peek(ctx, key)
+		switch {
+		case err == nil && bytes.Equal(res.Value, seen):
+			return e.g.Invalidate(ctx, key) == nil, nil
+		case err == nil || errors.Is(err, guard.ErrNotCached):
+			return true, nil // dropped, or refilled, meanwhile
+		}
+		return false, nil
+	})
+	return again.(bool)
 }
 
 // failed answers c's request when the guard returned err.

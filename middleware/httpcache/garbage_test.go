@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stampede-go/stampede/guard"
@@ -53,6 +55,54 @@ func TestGarbageEntry(t *testing.T) {
 		}
 		if calls != 1 {
 			t.Errorf("garbage %q: handler calls %d, want 1", garbage, calls)
+		}
+	}
+}
+
+// TestGarbageEntryConcurrent: requests that find garbage under their key
+// at once share one drop and one handler call: a request that read the
+// garbage before another dropped it, and a call refilled it, does not drop
+// the refill (which would run the handler again).
+func TestGarbageEntryConcurrent(t *testing.T) {
+	_, rdb := redistest.Mini(t)
+	g, err := guard.New(rdb, guard.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Close() })
+	key := defaultKey(httptest.NewRequest(http.MethodGet, "/a", nil), nil)
+	for round := range 20 {
+		if err := g.Invalidate(context.Background(), key); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := g.Do(context.Background(), key, func(context.Context) ([]byte, error) { return []byte("garbage"), nil }); err != nil {
+			t.Fatal(err)
+		}
+		eng, err := New(g, Config[*http.Request]{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var calls atomic.Int64
+		run := func(w http.ResponseWriter, r *http.Request) error {
+			fmt.Fprintf(w, "call %d", calls.Add(1))
+			return nil
+		}
+		const n = 16
+		var wg sync.WaitGroup
+		for range n {
+			wg.Go(func() {
+				rec, r := httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/a", nil)
+				if err := eng.Serve(r, rec, r, nil, run); err != nil {
+					t.Error(err)
+				}
+				if rec.Code != 200 || rec.Body.String() != "call 1" {
+					t.Errorf("round %d: %d %q, want the one call's 200", round, rec.Code, rec.Body)
+				}
+			})
+		}
+		wg.Wait()
+		if got := calls.Load(); got != 1 {
+			t.Fatalf("round %d: %d handler calls for %d requests, want 1", round, got, n)
 		}
 	}
 }
