@@ -30,7 +30,12 @@ type Client struct {
 	handoffArg any // ms(opts.HandoffTimeout)
 	trustArg   any // "1": PUBLISH receiver counts are reliable (not a cluster)
 
-	wg        sync.WaitGroup // best-effort cleanups still running
+	// mu orders background's wg.Add and the start of a watchdog with Close:
+	// once closed is closed (under mu), no cleanup joins wg, so Close's Wait
+	// never races an Add, and no watchdog starts that Close would not stop.
+	mu        sync.Mutex
+	wg        sync.WaitGroup     // best-effort cleanups still running
+	dogs      map[*Lock]struct{} // locks whose watchdog runs; under mu
 	closeOnce sync.Once
 	closed    chan struct{}
 }
@@ -65,7 +70,8 @@ func New(rdb redis.UniversalClient, opts Options) *Client {
 // Redlock tolerates the loss of a minority of masters; it does not make a
 // lock safe against a paused holder. Use Fence, checked by the resource, for
 // that. The fencing number of a Redlock lock is the largest any master
-// minted, and numbers increase only as far as the masters' clocks agree.
+// minted (Lock.Fence says how a reentrant owner's holds share it), and
+// numbers increase only as far as the masters' clocks agree.
 //
 // NewRedlock panics on the programmer errors of New, for any of clients,
 // and when clients is empty.
@@ -127,19 +133,56 @@ func newClient(rdbs []redis.UniversalClient, opts Options) *Client {
 	return c
 }
 
-// Close stops the Client's Pub/Sub connections and waits for its background
-// cleanups. It does not release held locks (their leases run out) and does
-// not close the Redis clients. Obtain fails with ErrClosed afterwards.
+// Close stops the Client's Pub/Sub connections and the watchdogs of the
+// locks obtained through it (AutoRenew), ends the waits of callers blocked
+// in Obtain (WaitFor), and waits for its background cleanups. A waiter
+// returns ErrClosed, having left the wait queue; one whose last attempt
+// obtained the lock while Close ran gives it back. Close does not release
+// held locks: no renewal is sent after it returns, so their leases run out
+// (Lost closes when a lease's known validity ends), unless their holders
+// release or refresh them, which still works. It does not close the Redis
+// clients. Obtain fails with ErrClosed afterwards. Cleanups that callers
+// still in Obtain need once Close has begun run in those callers'
+// goroutines.
 func (c *Client) Close() error {
 	var errs []error
 	c.closeOnce.Do(func() {
+		c.mu.Lock()
 		close(c.closed)
+		dogs := c.dogs
+		c.dogs = nil
+		c.mu.Unlock()
+		for l := range dogs {
+			l.stopWatchdog()
+		}
 		for _, n := range c.nodes {
 			errs = append(errs, n.hub.Close())
 		}
 		c.wg.Wait()
 	})
 	return errors.Join(errs...)
+}
+
+// watch records that l's watchdog is about to start, so that Close stops
+// it; it reports false, and records nothing, once Close has begun.
+func (c *Client) watch(l *Lock) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.isClosed() {
+		return false
+	}
+	if c.dogs == nil {
+		c.dogs = map[*Lock]struct{}{}
+	}
+	c.dogs[l] = struct{}{}
+	return true
+}
+
+// unwatch forgets l once its watchdog ended.
+func (c *Client) unwatch(l *Lock) {
+	c.mu.Lock()
+	delete(c.dogs, l)
+	c.mu.Unlock()
 }
 
 func (c *Client) isClosed() bool {
@@ -174,16 +217,28 @@ func modeArg(mode string) any {
 	return "l"
 }
 
-// background runs f with a fresh context bounded by CleanupTimeout; Close
-// waits for it.
+// background runs f with a fresh context bounded by CleanupTimeout, in a
+// goroutine that Close waits for. Once Close has begun, f runs inline
+// instead: Close's Wait may be under way, and an Add then would race it.
 func (c *Client) background(f func(context.Context)) {
+	c.mu.Lock()
+	if c.isClosed() {
+		c.mu.Unlock()
+		runCleanup(c.opts.CleanupTimeout, f)
+		return
+	}
 	c.wg.Add(1)
+	c.mu.Unlock()
 	go func() {
 		defer c.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), c.opts.CleanupTimeout)
-		defer cancel()
-		f(ctx)
+		runCleanup(c.opts.CleanupTimeout, f)
 	}()
+}
+
+func runCleanup(timeout time.Duration, f func(context.Context)) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	f(ctx)
 }
 
 func (c *Client) drift(ttl time.Duration) time.Duration {

@@ -20,10 +20,12 @@
 //     sent, whatever becomes of the call; and a Refresh that failed without
 //     a reply may still run in Redis later, after a Refresh that succeeded,
 //     so the handle trusts no later renewal for longer than the lease that
-//     call asked for. Renewals of one handle run one at a time, so that
-//     their replies arrive in the order Redis ran them. So Lost closes before the lock
-//     can pass to another owner, unless Redis itself loses data (a restart
-//     without persistence, a failover to a replica that missed the write).
+//     call asked for. Renewals and releases of one handle run one at a
+//     time, so that their replies arrive in the order Redis ran them (and a
+//     renewal that Redis runs after the release does not report a released
+//     lock lost). So Lost closes before the lock can pass to another
+//     owner, unless Redis itself loses data (a restart without
+//     persistence, a failover to a replica that missed the write).
 //   - Fencing: a holder's first Lock.Fence call mints a number larger than
 //     every number minted for the key before, in a script that mints only
 //     while the lock is held; so numbers rise in the order of the holds
@@ -45,6 +47,8 @@
 //     nothing: waiters then retry when the holder's remaining lease ends.
 //   - Watchdog (AutoRenew): renews every ttl/3; Release stops it and waits
 //     for it; when a renewal finds the lock gone it stops and closes Lost.
+//     Client.Close stops the watchdogs of the Client's locks too: no
+//     renewal is sent after Close returns, and leases not released run out.
 //   - Redis Cluster: the lock key, its fence counter and its wait queue
 //     share one hash tag derived from the key (any bytes, braces included),
 //     so each script touches one slot. Wake channels are classic Pub/Sub,
@@ -132,7 +136,8 @@
 //     their cause. Whatever the call may have taken is released in the
 //     background. A context already done before the call is such an error
 //     too: nothing was asked of Redis.
-//   - ErrClosed after Client.Close, and an error naming the problem for bad
+//   - ErrClosed after Client.Close, also to a caller that was waiting
+//     (WaitFor) when Close ran, and an error naming the problem for bad
 //     arguments (an empty key or owner, a key over MaxKeyBytes, a ttl below
 //     MinTTL, a negative WaitFor).
 //
@@ -185,8 +190,13 @@
 // a minority of masters down: a lock is busy when a majority of masters say
 // so (or when no master failed and none has a majority); when failures keep
 // both a grant and a busy majority out of reach, Obtain returns an error,
-// not ErrNotObtained. It is an efficiency tool: fencing numbers, not a
-// quorum, protect a resource from a paused holder.
+// not ErrNotObtained. A reentrant owner's first Fence takes a second round
+// trip, which gives every master the number reported, so that the owner's
+// later holds report it too (Lock.Fence has the exceptions). A waiter
+// (WaitFor) needs its Client's wake channel confirmed on a quorum of
+// masters only; on the others, until they confirm it, its fallback timer
+// stands in for the wake-up. It is an efficiency tool: fencing numbers,
+// not a quorum, protect a resource from a paused holder.
 //
 // # Testing
 //

@@ -20,6 +20,18 @@ import (
 // counter floored by the Redis clock in microseconds, so they keep
 // increasing even if Redis loses the counter.
 //
+// On a Redlock each master mints a number of its own, and the lock's is the
+// largest of a quorum. For a reentrant hold the first call then takes a
+// second round trip, which raises the number every master keeps for the
+// owner (and its fence counter) to that one; the number is returned once a
+// quorum has it, so a later hold of the owner, granted by a quorum, reports
+// it too, whichever minority of masters is down. Two cases still differ: a
+// hold obtained while that first call is under way may report a number
+// from before the raise; and a master that ran a mint whose reply was lost
+// keeps its own number if it was larger, and a later hold granted by it
+// reports that larger number. When the second round reaches no quorum,
+// FenceContext returns an error (Fence 0), and a later call tries again.
+//
 // Fence returns 0 when it cannot mint a number: the lock was lost or
 // released before the first call, or Redis did not answer within
 // Options.CleanupTimeout. 0 is below every fencing number, so a resource
@@ -65,10 +77,33 @@ func (l *Lock) knownFence() int64 {
 
 // mint runs lock_fence.lua on every node and returns the largest number of
 // a quorum that found the lock held.
+//
+// Each master of a Redlock mints (or keeps, for a reentrant owner) a
+// number of its own. A reentrant owner's later holds read the number from
+// the masters that grant them, which need not include the one that gave
+// the largest: so for a reentrant hold on several masters a second round
+// raises every master's stored number (and fence counter) to the one
+// reported, and the number is known only once a quorum has it. Any later
+// hold's quorum then includes a master that has it.
 func (l *Lock) mint(ctx context.Context) (int64, error) {
+	f, err := l.fenceRound(ctx, nil)
+	if err != nil || l.mode != "r" || len(l.c.nodes) == 1 {
+		return f, err
+	}
+	return l.fenceRound(ctx, f)
+}
+
+// fenceRound runs lock_fence.lua on every node, raising a reentrant
+// owner's stored number to raise when it is not nil, and returns the
+// largest number of a quorum that found the lock held.
+func (l *Lock) fenceRound(ctx context.Context, raise any) (int64, error) {
 	keys := []string{l.nm.lock, l.nm.fence()}
+	args := []any{l.id, ms(l.c.opts.FenceRetention)}
+	if raise != nil {
+		args = append(args, raise)
+	}
 	replies, errs := fanout(ctx, l.c.nodes, l.c.opts.CleanupTimeout, func(ctx context.Context, n *node) (int64, error) {
-		return lua.LockFence.Run(ctx, n.rdb, keys, l.id, ms(l.c.opts.FenceRetention)).Int64()
+		return lua.LockFence.Run(ctx, n.rdb, keys, args...).Int64()
 	})
 	var fence int64
 	held, notHeld, failures := 0, 0, []error(nil)
@@ -87,7 +122,7 @@ func (l *Lock) mint(ctx context.Context) (int64, error) {
 	case held >= l.c.quorum:
 		return fence, nil
 	case len(l.c.nodes)-notHeld < l.c.quorum:
-		l.markLost()
+		l.gone()
 		return 0, ErrNotHeld
 	default:
 		return 0, opError("fence", ctx, errors.Join(failures...))

@@ -25,15 +25,19 @@ type Lock struct {
 	fenceMu sync.Mutex // held while minting, so one handle mints once
 	fence   int64      // 0 until known
 
-	// renewing is held by the one renewal in flight (Refresh, watchdog).
-	// Concurrent renewals could run in Redis in another order than their
-	// replies arrive, and the handle would trust a lease Redis did not
-	// keep; one at a time, a reply's order is Redis's.
+	// renewing is held by the one renewal (Refresh, watchdog) or Release
+	// in flight. Concurrent renewals could run in Redis in another order
+	// than their replies arrive, and the handle would trust a lease Redis
+	// did not keep; one at a time, a reply's order is Redis's. A renewal or
+	// a second Release that Redis ran after a Release would find the lock
+	// gone and report a lock that was released as lost.
 	renewing chan struct{}
 
 	mu         sync.Mutex
 	ttl        time.Duration
 	released   bool
+	releasing  bool        // a Release is in flight: a "not held" may be its doing
+	goneSeen   bool        // TTL or Fence found the lock gone while releasing
 	validUntil time.Time   // the lease is known valid until then
 	expiry     *time.Timer // closes lost at validUntil; nil until armed
 	renewedAt  time.Time   // start of the call that set the lease validUntil counts on
@@ -164,6 +168,21 @@ func (l *Lock) closeLost(lost bool) {
 
 func (l *Lock) markLost() { l.closeLost(true) }
 
+// gone records that Redis answered that the handle does not hold the lock,
+// and closes Lost as a loss: unless the handle was released, or a Release
+// is in flight, which may have caused the answer (a TTL or Fence that Redis
+// ran after the release). Such a Release decides.
+func (l *Lock) gone() {
+	l.mu.Lock()
+	if l.released || l.releasing {
+		l.goneSeen = true
+		l.mu.Unlock()
+		return
+	}
+	l.mu.Unlock()
+	l.markLost()
+}
+
 func isClosed(ch <-chan struct{}) bool {
 	select {
 	case <-ch:
@@ -199,33 +218,52 @@ func (l *Lock) isLost() bool {
 // Release releases the lock (this hold, for a reentrant lock: the lock is
 // free, and one waiter woken, once no hold of the owner lives) and closes
 // Lost. It stops the watchdog first and waits for it, so no renewal runs
-// after Release returns. It returns ErrNotHeld, changing nothing in Redis,
-// when the lock (the hold) was no longer ours: released before, or its
-// lease over.
+// after Release returns, and it waits, up to ctx, for a Refresh or another
+// Release of the handle in flight: a lock released by one Release is not
+// reported lost (Hooks.Lost) by a concurrent call. It returns ErrNotHeld,
+// changing nothing in Redis, when the lock (the hold) was no longer ours:
+// released before, or its lease over.
 func (l *Lock) Release(ctx context.Context) error {
 	if ctx == nil {
 		return errors.New("lock: nil context")
 	}
 	l.stopWatchdog()
+	select {
+	case l.renewing <- struct{}{}:
+	case <-ctx.Done():
+		return opError("release", ctx, ctx.Err())
+	}
 	l.mu.Lock()
 	if l.released {
 		l.mu.Unlock()
+		<-l.renewing
 		return ErrNotHeld
 	}
+	l.releasing = true
 	l.mu.Unlock()
 
 	released, failures := l.releaseEverywhere(ctx)
-	if released < l.c.quorum && released+len(failures) >= l.c.quorum {
-		// Unknown outcome: the caller may retry Release.
-		return opError("release", ctx, errors.Join(failures...))
-	}
 	l.mu.Lock()
-	l.released = true
-	if l.expiry != nil {
-		l.expiry.Stop()
+	l.releasing = false
+	seen := l.goneSeen
+	l.goneSeen = false
+	unknown := released < l.c.quorum && released+len(failures) >= l.c.quorum
+	if !unknown {
+		l.released = true
+		if l.expiry != nil {
+			l.expiry.Stop()
+		}
 	}
 	l.mu.Unlock()
-	if released < l.c.quorum {
+	<-l.renewing // the hooks below may call the handle's methods
+	switch {
+	case unknown:
+		// Unknown outcome: the caller may retry Release.
+		if seen {
+			l.markLost() // Redis said, meanwhile, that the lock is gone
+		}
+		return opError("release", ctx, errors.Join(failures...))
+	case released < l.c.quorum:
 		l.markLost()
 		return ErrNotHeld
 	}
@@ -265,8 +303,9 @@ func (l *Lock) releaseEverywhere(ctx context.Context) (released int, failures []
 // Refresh sets the lease of a held lock (of this hold, for a reentrant
 // lock) to ttl from now; ttl may be shorter than the lease left, but not
 // below MinTTL. It returns ErrNotHeld, changing nothing, when the lock is
-// no longer ours. Renewals of one handle run one at a time: Refresh waits,
-// up to ctx, for a renewal in flight (another Refresh, the watchdog's).
+// no longer ours (also when a concurrent Release released it first).
+// Renewals of one handle run one at a time: Refresh waits, up to ctx, for a
+// renewal in flight (another Refresh, the watchdog's) or a Release.
 func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if ctx == nil {
 		return errors.New("lock: nil context")
@@ -296,6 +335,9 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration) error {
 		return opError("refresh", ctx, ctx.Err())
 	}
 	defer func() { <-l.renewing }()
+	if l.isReleased() {
+		return ErrNotHeld // by a Release that ran first
+	}
 	start := time.Now()
 	l.sending(start, ttl)
 	keys := []string{l.nm.lock, l.nm.fence()}
@@ -320,7 +362,7 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration) error {
 	case held >= l.c.quorum && l.extend(start, ttl):
 		return nil
 	case len(l.c.nodes)-notHeld < l.c.quorum:
-		l.markLost()
+		l.gone()
 		return ErrNotHeld
 	case len(failures) > 0:
 		return opError("refresh", ctx, errors.Join(failures...))
@@ -361,7 +403,7 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	case held >= l.c.quorum:
 		return ttl, nil
 	case len(l.c.nodes)-notHeld < l.c.quorum:
-		l.markLost()
+		l.gone()
 		return 0, ErrNotHeld
 	default:
 		return 0, opError("ttl", ctx, errors.Join(failures...))

@@ -523,3 +523,85 @@ func TestObtainLostReply(t *testing.T) {
 		}
 	}
 }
+
+// raceWithRelease runs, rounds times on a fresh lock, op concurrently with
+// the lock's Release, and fails the test if Hooks.Lost fires for a lock
+// whose Release returned nil, or if Release or op returns an error other
+// than ErrNotHeld. It returns how many Releases, and how many ops,
+// returned nil.
+func raceWithRelease(t *testing.T, rounds int, op func(l *Lock) error) (relNil, opNil int) {
+	t.Helper()
+	rdb := redistest.Shared(t).Client(t)
+	var lost, released atomic.Int32
+	c := newTestClient(t, rdb, Options{Hooks: Hooks{
+		Lost:     func(string) { lost.Add(1) },
+		Released: func(string, time.Duration) { released.Add(1) },
+	}})
+	for i := range rounds {
+		l, err := c.Obtain(ctxT(t), redistest.Key(t), time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		var relErr, opErr error
+		start := make(chan struct{})
+		wg.Go(func() { <-start; relErr = l.Release(context.Background()) })
+		wg.Go(func() { <-start; opErr = op(l) })
+		close(start)
+		wg.Wait()
+		if relErr != nil && !errors.Is(relErr, ErrNotHeld) {
+			t.Fatalf("round %d: Release: %v", i, relErr)
+		}
+		if opErr != nil && !errors.Is(opErr, ErrNotHeld) {
+			t.Fatalf("round %d: the call racing Release: %v, want nil or ErrNotHeld", i, opErr)
+		}
+		if relErr == nil {
+			relNil++
+		}
+		if opErr == nil {
+			opNil++
+		}
+		if n := lost.Load(); n > 0 {
+			t.Fatalf("round %d: Hooks.Lost fired for a lock that was released (Release: %v, the other call: %v)", i, relErr, opErr)
+		}
+		if !isClosed(l.Lost()) {
+			t.Fatalf("round %d: Lost open after Release", i)
+		}
+	}
+	if n := released.Load(); n != int32(rounds) {
+		t.Errorf("Hooks.Released fired %d times for %d locks released", n, rounds)
+	}
+	return relNil, opNil
+}
+
+// TestConcurrentReleasesNotLost: two Releases of one handle at once (a
+// deferred one and an explicit one in another goroutine): one releases the
+// lock, the other returns ErrNotHeld, and the lock is not reported lost.
+func TestConcurrentReleasesNotLost(t *testing.T) {
+	const rounds = 200
+	a, b := raceWithRelease(t, rounds, func(l *Lock) error { return l.Release(context.Background()) })
+	if a+b != rounds {
+		t.Errorf("%d Releases returned nil in %d rounds; want exactly one a round", a+b, rounds)
+	}
+}
+
+// TestRefreshRacingReleaseNotLost: a Refresh concurrent with Release runs
+// before or after it, never reports the lease "ran out" (ErrNotHeld when
+// the Release came first), and the released lock is not reported lost.
+func TestRefreshRacingReleaseNotLost(t *testing.T) {
+	raceWithRelease(t, 200, func(l *Lock) error { return l.Refresh(context.Background(), time.Minute) })
+}
+
+// TestTTLAndFenceRacingReleaseNotLost: a TTL or a first Fence that Redis
+// runs after a concurrent Release finds the lock gone; the released lock
+// is not reported lost for it.
+func TestTTLAndFenceRacingReleaseNotLost(t *testing.T) {
+	raceWithRelease(t, 200, func(l *Lock) error {
+		_, err := l.TTL(context.Background())
+		return err
+	})
+	raceWithRelease(t, 200, func(l *Lock) error {
+		_, err := l.FenceContext(context.Background())
+		return err
+	})
+}

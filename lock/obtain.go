@@ -355,7 +355,13 @@ func (c *Client) newLock(r *request, a attempt) *Lock {
 		l.wdStop, l.wdDone = make(chan struct{}), make(chan struct{})
 		ctx, cancel := context.WithCancel(context.Background())
 		l.wdCancel = cancel
-		go l.watchdog(ctx)
+		if c.watch(l) {
+			go l.watchdog(ctx)
+		} else {
+			// Close has begun and stops every watchdog: this one never
+			// starts, and the lease runs out.
+			close(l.wdDone)
+		}
 	}
 	return l
 }

@@ -53,7 +53,9 @@ type Hooks struct {
 	// Renewed is called after each watchdog renewal, err nil on success.
 	Renewed func(key string, err error)
 	// Lost is called once when a held lock is found lost or its lease ran out
-	// before Release.
+	// before Release; never for a lock that a Release released, also when
+	// a concurrent Release, Refresh, TTL or Fence of the handle then finds
+	// it gone.
 	Lost func(key string)
 	// Released is called after a successful Release with how long the handle
 	// held the lock.
@@ -119,7 +121,7 @@ func WaitFor(d time.Duration) ObtainOption {
 }
 
 // AutoRenew starts a watchdog that renews the lease (this hold's, for a
-// reentrant lock) every ttl/3 until Release. If a renewal finds the lock
+// reentrant lock) every ttl/3 until Release or the Client's Close. If a renewal finds the lock
 // gone, the watchdog stops and Lost is closed; it never renews a lock that
 // is not ours. Renewals that fail (Redis slow or down) leave the lease to
 // run out, and Lost closes when the last known validity ends.

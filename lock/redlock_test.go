@@ -163,3 +163,118 @@ func TestRedlock(t *testing.T) {
 		_ = l.Release(ctx)
 	})
 }
+
+// TestRedlockWaitWithMasterDown: a Redlock Client whose first wait comes
+// while one master of three is down (killed, or frozen: it never answers)
+// needs no wake channel there: it subscribes on a quorum of masters, and
+// obtains the lock once the holder releases it. It waited for every
+// master's confirmation instead, up to the end of WaitFor, and returned
+// ErrNotObtained though the lock was free.
+func TestRedlockWaitWithMasterDown(t *testing.T) {
+	for _, fault := range []string{"killed", "frozen"} {
+		t.Run(fault, func(t *testing.T) {
+			servers := redistest.StartMasters(t, 3)
+			// redlockClients', dialling a killed master once per call
+			// rather than five times 100ms apart.
+			clients := func() []redis.UniversalClient {
+				var out []redis.UniversalClient
+				for _, s := range servers {
+					out = append(out, s.Client(t, func(o *redis.Options) {
+						o.DialTimeout, o.ReadTimeout, o.WriteTimeout = 200*time.Millisecond, 200*time.Millisecond, 200*time.Millisecond
+						o.MaxRetries, o.DialerRetries = -1, 1
+					}))
+				}
+				return out
+			}
+			holder := NewRedlock(clients(), Options{})
+			t.Cleanup(func() { holder.Close() })
+			if fault == "killed" {
+				servers[2].Kill(t)
+			} else {
+				servers[2].Freeze(t)
+				t.Cleanup(func() { servers[2].Thaw(t) })
+			}
+			c := NewRedlock(clients(), Options{})
+			t.Cleanup(func() { c.Close() })
+			ctx, key := ctxT(t), redistest.Key(t)
+			for round := range 2 { // the second wait: the subscription on the down master still unconfirmed
+				h, err := holder.Obtain(ctx, key, 10*time.Second)
+				if err != nil {
+					t.Fatalf("holder with 2 of 3 masters: %v", err)
+				}
+				// Released once the waiter found the lock busy.
+				testHookAfterFirstAttempt = func() {
+					testHookAfterFirstAttempt = nil
+					if err := h.Release(ctx); err != nil {
+						t.Error(err)
+					}
+				}
+				t.Cleanup(func() { testHookAfterFirstAttempt = nil })
+				start := time.Now()
+				l, err := c.Obtain(ctx, key, 10*time.Second, WaitFor(2*time.Second))
+				if err != nil {
+					t.Fatalf("wait %d: %v after %v; the lock was free", round+1, err, time.Since(start).Round(time.Millisecond))
+				}
+				t.Logf("wait %d: obtained after %v", round+1, time.Since(start).Round(time.Millisecond))
+				if err := l.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestRedlockReentrantHoldsShareFence: every hold of one reentrant owner
+// reports the same fencing number on a Redlock too, also a hold taken
+// while the master that minted the largest number (the one the first hold
+// reports) is down: each master minted its own, and a later hold read the
+// largest of the others, a lower number.
+func TestRedlockReentrantHoldsShareFence(t *testing.T) {
+	servers := redistest.StartMasters(t, 3)
+	c := NewRedlock(redlockClients(t, servers), Options{})
+	t.Cleanup(func() { c.Close() })
+	ctx := ctxT(t)
+	for i := range 3 {
+		key := redistest.Key(t)
+		l1, err := c.ObtainReentrant(ctx, key, "job", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f1, err := l1.FenceContext(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Down: a master that holds the reported number (the one that minted it).
+		top := -1
+		for m, s := range servers {
+			v, err := s.Client(t).HGet(ctx, c.names(key).lock, "").Int64()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v > f1 {
+				t.Fatalf("key %d: master %d keeps %d, above the %d reported", i, m, v, f1)
+			}
+			if v == f1 && top < 0 {
+				top = m
+			}
+		}
+		if top < 0 {
+			t.Fatalf("key %d: no master keeps the reported number %d", i, f1)
+		}
+		servers[top].Freeze(t)
+		l2, err := c.ObtainReentrant(ctx, key, "job", time.Minute)
+		var f2 int64
+		if err == nil {
+			f2, err = l2.FenceContext(ctx)
+		}
+		servers[top].Thaw(t)
+		if err != nil {
+			t.Fatalf("key %d: second hold with 2 of 3 masters: %v", i, err)
+		}
+		if f2 != f1 {
+			t.Errorf("key %d: second hold's fence %d, first hold's %d", i, f2, f1)
+		}
+		_ = l2.Release(ctx)
+		_ = l1.Release(ctx)
+	}
+}

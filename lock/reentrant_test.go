@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -178,4 +179,110 @@ func TestReentrantRefreshAndTTLActOnOwnHold(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestForeignHashNeverTaken: a hash under a lock's name without an owner
+// field (another tool's, or an older layout's) is held by someone else,
+// also when its fields look like holds whose deadlines passed: no Obtain
+// (reentrant or not, waiting or not) takes it, and none prunes it, not even
+// on a second try after the first refused.
+func TestForeignHashNeverTaken(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	c := newTestClient(t, rdb, Options{})
+	ctx := ctxT(t)
+	key := redistest.Key(t)
+	name := c.names(key).lock
+	foreign := map[string]string{"hold:job-1": "done", "hold:job-2": "1", "other": "x"}
+	if err := rdb.HSet(ctx, name, foreign).Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rdb.Del(context.Background(), name) })
+	tries := []struct {
+		name   string
+		obtain func() (*Lock, error)
+	}{
+		{"reentrant", func() (*Lock, error) { return c.ObtainReentrant(ctx, key, "owner", time.Second) }},
+		{"reentrant again", func() (*Lock, error) { return c.ObtainReentrant(ctx, key, "owner", time.Second) }},
+		{"reentrant waiting", func() (*Lock, error) {
+			return c.ObtainReentrant(ctx, key, "owner", time.Second, WaitFor(30*time.Millisecond))
+		}},
+		{"token", func() (*Lock, error) { return c.Obtain(ctx, key, time.Second) }},
+		{"token waiting", func() (*Lock, error) { return c.Obtain(ctx, key, time.Second, WaitFor(30*time.Millisecond)) }},
+	}
+	for _, try := range tries {
+		l, err := try.obtain()
+		if l != nil {
+			_ = l.Release(ctx)
+		}
+		if !errors.Is(err, ErrNotObtained) {
+			t.Fatalf("%s: %v, want ErrNotObtained", try.name, err)
+		}
+		got, err := rdb.HGetAll(ctx, name).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(foreign) || got["hold:job-1"] != "done" || got["hold:job-2"] != "1" || got["other"] != "x" {
+			t.Fatalf("%s changed the foreign hash: %v, want %v", try.name, got, foreign)
+		}
+	}
+}
+
+// TestReentrantManyDeadHolds: an owner whose holds ended on their own,
+// more of them than Lua's unpack takes at once (about 8,000), while one
+// long hold keeps the lock: the next script to meet them prunes them all,
+// and the long hold's Refresh and Release, another hold of the owner and
+// another owner's refusal all work.
+func TestReentrantManyDeadHolds(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	c := newTestClient(t, rdb, Options{})
+	ctx := ctxT(t)
+	key := redistest.Key(t)
+	name := c.names(key).lock
+	long, err := c.ObtainReentrant(ctx, key, "job", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rdb.Del(context.Background(), name) })
+	const dead = 9000
+	bury := func() {
+		t.Helper()
+		now, err := rdb.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		args := make([]any, 0, 2*dead)
+		for i := range dead {
+			// As the scripts write holds: "hold:<id>" = deadline, Redis ms.
+			args = append(args, fmt.Sprintf("hold:dead%05d", i), now.UnixMilli()-1000)
+		}
+		if err := rdb.HSet(ctx, name, args...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bury()
+	if err := long.Refresh(ctx, time.Minute); err != nil {
+		t.Fatalf("Refresh: %v", err)
+	}
+	bury()
+	inner, err := c.ObtainReentrant(ctx, key, "job", time.Minute)
+	if err != nil {
+		t.Fatalf("another hold of the owner: %v", err)
+	}
+	if inner.Holds() != 2 {
+		t.Errorf("Holds %d, want 2", inner.Holds())
+	}
+	bury()
+	if _, err := c.ObtainReentrant(ctx, key, "other", time.Minute); !errors.Is(err, ErrNotObtained) {
+		t.Fatalf("another owner: %v, want ErrNotObtained", err)
+	}
+	bury()
+	if err := inner.Release(ctx); err != nil {
+		t.Fatalf("Release of the inner hold: %v", err)
+	}
+	if owner, holds := reentrantState(t, rdb, c, key); owner != "job" || holds != 1 {
+		t.Fatalf("after the inner Release: owner %q with %d hold fields, want job with 1", owner, holds)
+	}
+	if err := long.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
 }

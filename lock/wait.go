@@ -37,7 +37,7 @@ func (c *Client) wait(ctx context.Context, r *request) (*Lock, error) {
 	case err != nil:
 		return nil, c.failed(ctx, r, a.id, queued, err)
 	case a.ok:
-		return c.won(r, a, queued), nil
+		return c.won(r, a, queued)
 	}
 	if testHookAfterFirstAttempt != nil {
 		testHookAfterFirstAttempt()
@@ -74,6 +74,12 @@ func (c *Client) waitLoop(ctx context.Context, r *request, wake <-chan struct{},
 			}
 			return nil, ErrNotObtained
 		}
+		if c.isClosed() {
+			if queued {
+				c.leaveQueue(r)
+			}
+			return nil, ErrClosed
+		}
 		queued = true
 		a, err := c.attempt(ctx, r, remaining, now)
 		var qe *quorumError
@@ -84,7 +90,7 @@ func (c *Client) waitLoop(ctx context.Context, r *request, wake <-chan struct{},
 		case err != nil:
 			return nil, c.failed(ctx, r, a.id, true, err)
 		case a.ok:
-			return c.won(r, a, true), nil
+			return c.won(r, a, true)
 		default:
 			lastErr = nil // busy
 		}
@@ -95,18 +101,24 @@ func (c *Client) waitLoop(ctx context.Context, r *request, wake <-chan struct{},
 // won returns the lock a waiter obtained. A Redlock waiter may still be
 // queued on masters that said busy, where a later release would reserve
 // the lock for it: it leaves those queues (and passes on such
-// reservations) in the background.
-func (c *Client) won(r *request, a attempt, queued bool) *Lock {
+// reservations) in the background. A waiter whose Client was closed while
+// it waited gives the lock back and returns ErrClosed: the caller never
+// gets a lock from a closed Client's wait.
+func (c *Client) won(r *request, a attempt, queued bool) (*Lock, error) {
+	if c.isClosed() {
+		return nil, c.failed(context.Background(), r, a.id, queued, ErrClosed)
+	}
 	if queued && len(c.nodes) > 1 {
 		c.leaveQueue(r)
 	}
-	return c.newLock(r, a)
+	return c.newLock(r, a), nil
 }
 
 // pause waits for a wake-up, or for the fallback timer: a lock that expires
 // publishes nothing, and a message can be lost, so a queued waiter also
 // retries when the holder's lease (retry) ends. It returns the caller's
-// error when ctx ends first, having left the queue.
+// error when ctx ends first, and ErrClosed when the Client is closed,
+// having left the queue.
 func (c *Client) pause(ctx context.Context, r *request, timer *time.Timer, wake <-chan struct{}, retry time.Duration, deadline time.Time) error {
 	if retry <= 0 {
 		retry = max(r.ttl/4, time.Millisecond)
@@ -118,16 +130,20 @@ func (c *Client) pause(ctx context.Context, r *request, timer *time.Timer, wake 
 	case <-ctx.Done():
 		c.leaveQueue(r)
 		return errors.Join(ErrNotObtained, ctx.Err())
+	case <-c.closed:
+		c.leaveQueue(r)
+		return ErrClosed
 	}
 	return nil
 }
 
-// subscribeUntil confirms this Client's wake channel before a waiter first
-// queues. Unconfirmed by deadline is no error: the fallback timer still
-// serves. A closed Client, the caller's ctx ending during the subscription
-// (Redis did not confirm in time), or Redis refusing the channel (NOPERM:
-// no release could wake the waiter, so waiting would only turn a
-// misconfiguration into ErrNotObtained) are.
+// subscribeUntil confirms this Client's wake channel (on a quorum of the
+// masters of a Redlock) before a waiter first queues. Unconfirmed by
+// deadline is no error: the fallback timer still serves. A closed Client,
+// the caller's ctx ending during the subscription (Redis did not confirm
+// in time), or Redis refusing the channel (NOPERM: no release could wake
+// the waiter, so waiting would only turn a misconfiguration into
+// ErrNotObtained) are.
 func (c *Client) subscribeUntil(ctx context.Context, deadline time.Time) error {
 	subCtx, cancel := context.WithDeadline(ctx, deadline)
 	err := c.subscribe(subCtx)
@@ -179,11 +195,36 @@ func (c *Client) subscribed() bool {
 	return true
 }
 
-// subscribe subscribes the wake channel on every node and waits for the
-// confirmations, up to ctx.
+// subscribe subscribes the wake channel on every node and waits, up to
+// ctx, for the confirmations of a quorum of them: a waiter can obtain a
+// Redlock lock only from a quorum of masters, and one master down or
+// frozen (which may never confirm) must not hold every wait to its end.
+// The subscriptions of the others go on in the background; until they are
+// confirmed, a release on their master publishes to nobody, and the
+// waiter's fallback timer serves there.
 func (c *Client) subscribe(ctx context.Context) error {
-	_, errs := fanout(ctx, c.nodes, time.Hour, func(ctx context.Context, n *node) (struct{}, error) {
-		return struct{}{}, n.hub.Ready(ctx)
-	})
-	return errors.Join(errs...)
+	if len(c.nodes) == 1 {
+		return c.nodes[0].hub.Ready(ctx)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	replies := make(chan error, len(c.nodes)) // buffered: none blocks after we return
+	for _, n := range c.nodes {
+		go func() { replies <- n.hub.Ready(ctx) }()
+	}
+	confirmed := 0
+	var errs []error
+	for range c.nodes {
+		err := <-replies
+		if err == nil {
+			if confirmed++; confirmed >= c.quorum {
+				return nil
+			}
+			continue
+		}
+		if errs = append(errs, err); len(c.nodes)-len(errs) < c.quorum {
+			return errors.Join(errs...)
+		}
+	}
+	return errors.Join(errs...) // not reached: a quorum either confirmed or could not
 }

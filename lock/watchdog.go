@@ -6,11 +6,12 @@ import (
 	"time"
 )
 
-// watchdog renews the lease every ttl/3 until Release or loss.
-// ctx is cancelled by Release, so Release never waits for a renewal stuck
-// on a slow Redis.
+// watchdog renews the lease every ttl/3 until Release, loss or the
+// Client's Close. ctx is cancelled by Release and Close, so neither waits
+// for a renewal stuck on a slow Redis.
 func (l *Lock) watchdog(ctx context.Context) {
 	defer close(l.wdDone)
+	defer l.c.unwatch(l)
 	for {
 		l.mu.Lock()
 		ttl := l.ttl
@@ -30,7 +31,7 @@ func (l *Lock) watchdog(ctx context.Context) {
 		err := l.refresh(rctx, ttl)
 		rcancel()
 		if ctx.Err() != nil {
-			return // stopped by Release mid-renewal
+			return // stopped by Release or Close mid-renewal
 		}
 		if h := l.c.opts.Hooks.Renewed; h != nil {
 			h(l.key, err)

@@ -99,8 +99,10 @@ else
       -- Every hold of the last owner ended: the lock is free.
       redis.call('DEL', lock)
       kind = 'none'
-    elseif #dead > 0 then
-      redis.call('HDEL', lock, unpack(dead))
+    elseif holder and #dead > 0 then
+      -- Only a hash this script wrote is pruned: without an owner field,
+      -- "hold:" fields are someone else's, whatever their values.
+      hdel(lock, dead)
     end
   end
   if kind == 'none' then

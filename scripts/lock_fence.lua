@@ -5,6 +5,11 @@
 -- KEYS[2] fence key  (counter; never decreases, floored by the Redis clock)
 -- ARGV[1] id: the token (token lock) or the hold's id (reentrant lock)
 -- ARGV[2] fence retention in milliseconds (TTL of the fence key)
+-- ARGV[3] optional, reentrant lock only: the owner's number as the client
+--         settled it over a quorum of Redlock masters (the largest they
+--         gave). The number stored in the hash, and the fence counter, are
+--         raised to it (never lowered) and nothing is minted: every master
+--         then keeps the number the holds of the owner report.
 --
 -- Returns the fence (> 0), or 0 when the caller does not hold the lock
 -- (nothing is minted: a number is only ever minted while its holder holds
@@ -14,7 +19,7 @@
 -- lives: it is stored in the lock's hash under the field "" and goes with
 -- the key when the owner's last hold ends.
 local lock, fence = KEYS[1], KEYS[2]
-local id, keep = ARGV[1], ARGV[2]
+local id, keep, raise = ARGV[1], ARGV[2], tonumber(ARGV[3])
 
 local kind = redis.call('TYPE', lock).ok
 if kind == 'string' and redis.call('GET', lock) == id then
@@ -26,9 +31,20 @@ if kind == 'hash' then
   if not mine or mine <= tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) then
     return 0
   end
-  local f = redis.call('HGET', lock, '')
+  local f = tonumber(redis.call('HGET', lock, ''))
+  if raise then
+    if f and f >= raise then
+      return f
+    end
+    redis.call('HSET', lock, '', string.format('%d', raise))
+    if (tonumber(redis.call('GET', fence)) or 0) < raise then
+      redis.call('SET', fence, string.format('%d', raise))
+    end
+    redis.call('PEXPIRE', fence, keep)
+    return raise
+  end
   if f then
-    return tonumber(f)
+    return f
   end
   f = mint(fence, keep)
   redis.call('HSET', lock, '', string.format('%d', f))

@@ -44,7 +44,7 @@ elseif kind == 'hash' then
     end
   end
   if #dead > 0 then
-    redis.call('HDEL', lock, unpack(dead))
+    hdel(lock, dead)
   end
   redis.call('HSET', lock, 'hold:' .. id, string.format('%d', deadline))
   redis.call('PEXPIRE', lock, latest - now)

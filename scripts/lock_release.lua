@@ -113,7 +113,7 @@ elseif mode == 'r' then
     end
   end
   if live > 0 then
-    redis.call('HDEL', lock, unpack(dead))
+    hdel(lock, dead)
     redis.call('PEXPIRE', lock, latest - now)
     return live
   end

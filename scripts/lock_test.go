@@ -2,6 +2,7 @@ package scripts
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -248,6 +249,32 @@ func TestLockReentrantForeignHash(t *testing.T) {
 	})
 }
 
+// TestLockForeignHashHoldFieldsKept: a foreign hash (no owner field) whose
+// fields look like holds, with values that are not future deadlines, is
+// neither pruned nor taken: not by an acquire that waits or not, nor by
+// the next one once the first refused (pruning its last field would have
+// deleted the key and freed the lock).
+func TestLockForeignHashHoldFieldsKept(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		k := newLockKeys(t)
+		foreign := map[string]string{"hold:job-1": "done", "hold:job-2": "1"}
+		if err := rdb.HSet(ctx, k.lock, foreign).Err(); err != nil {
+			t.Fatal(err)
+		}
+		for i, wait := range []int64{0, 0, 50, 50} {
+			v, err := LockAcquire().Run(ctx, rdb, []string{k.lock, k.queue}, "h", 60000, "r", wait, "ch", "w", "job").Int64Slice()
+			if err != nil || len(v) != 3 || v[0] != 0 {
+				t.Fatalf("acquire %d (wait %d) on a foreign hash: %v (%v), want busy", i+1, wait, v, err)
+			}
+			got, err := rdb.HGetAll(ctx, k.lock).Result()
+			if err != nil || len(got) != len(foreign) || got["hold:job-1"] != "done" || got["hold:job-2"] != "1" {
+				t.Fatalf("acquire %d (wait %d) changed the foreign hash: %v (%v), want %v", i+1, wait, got, err, foreign)
+			}
+		}
+	})
+}
+
 // TestLockTokenRetriedAcquire: a token lock's acquire that the client
 // retries after a lost reply finds its own grant.
 func TestLockTokenRetriedAcquire(t *testing.T) {
@@ -287,6 +314,121 @@ func TestOneCounterBothPackages(t *testing.T) {
 				t.Fatalf("mint %d: %d after %d", i, f, prev)
 			}
 			prev = f
+		}
+	})
+}
+
+// TestLockManyDeadHolds: an owner may leave more holds to end on their own
+// than Lua's unpack takes at once (about 8,000). Each script that prunes
+// them (refresh, an acquire of the owner or of another, a release) works,
+// and deletes them all.
+func TestLockManyDeadHolds(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		k := newLockKeys(t)
+		if v := acquireHold(t, rdb, k, "long", "job", 60000); v[0] != 1 {
+			t.Fatalf("first hold: %v", v)
+		}
+		if v := acquireHold(t, rdb, k, "other", "job", 60000); v[0] != 1 {
+			t.Fatalf("second hold: %v", v)
+		}
+		const dead = 20000
+		bury := func() {
+			t.Helper()
+			past := serverMicros(t, rdb)/1000 - 1000
+			args := make([]any, 0, 2*dead)
+			for i := range dead {
+				args = append(args, fmt.Sprintf("hold:dead%05d", i), past)
+			}
+			if err := rdb.HSet(ctx, k.lock, args...).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		pruned := func(what string, want int64) {
+			t.Helper()
+			if n := rdb.HLen(ctx, k.lock).Val(); n != want {
+				t.Fatalf("after %s: %d fields, want %d (dead holds left)", what, n, want)
+			}
+		}
+		keys := []string{k.lock, k.fence}
+		bury()
+		if r := lockCall(t, rdb, LockRefresh(), keys, "long", 60000, retention); r != 1 {
+			t.Fatalf("refresh: %d, want 1", r)
+		}
+		pruned("refresh", 3) // owner, hold:long, hold:other
+		bury()
+		if v := acquireHold(t, rdb, k, "next", "job", 60000); v[0] != 1 || v[2] != 3 {
+			t.Fatalf("acquire of the owner: %v, want obtained with 3 holds", v)
+		}
+		pruned("an acquire of the owner", 4)
+		bury()
+		if v := acquireHold(t, rdb, k, "h", "someone", 60000); v[0] != 0 {
+			t.Fatalf("acquire of another owner: %v, want busy", v)
+		}
+		pruned("an acquire of another owner", 4)
+		bury()
+		rel := []string{k.lock, k.queue}
+		if r := lockCall(t, rdb, LockRelease(), rel, "next", "r", 250, "1"); r != 2 {
+			t.Fatalf("release: %d, want 2 holds left", r)
+		}
+		pruned("a release", 3)
+	})
+}
+
+// TestLockFenceRaise: with a number to raise to (the one a Redlock owner
+// reports), lock_fence.lua raises the owner's stored number and the fence
+// counter to it, never lowers them, mints nothing, and changes nothing for
+// a hold that is not live.
+func TestLockFenceRaise(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		k := newLockKeys(t)
+		keys := []string{k.lock, k.fence}
+		if v := acquireHold(t, rdb, k, "h1", "job", 60000); v[0] != 1 {
+			t.Fatalf("hold: %v", v)
+		}
+		// Before any number: the raise stores it.
+		f0 := serverMicros(t, rdb) + 1000000
+		if f := lockCall(t, rdb, LockFence(), keys, "h1", retention, f0); f != f0 {
+			t.Fatalf("raise with no number: %d, want %d", f, f0)
+		}
+		if f := lockFence(t, rdb, k, "h1"); f != f0 {
+			t.Fatalf("owner's number after the raise: %d, want %d", f, f0)
+		}
+		if v, err := rdb.Get(ctx, k.fence).Int64(); err != nil || v != f0 {
+			t.Fatalf("counter %d (%v), want %d", v, err, f0)
+		}
+		wantTTL(t, rdb, k.fence, retention)
+		// Higher: raised; lower: kept.
+		if f := lockCall(t, rdb, LockFence(), keys, "h1", retention, f0+5); f != f0+5 {
+			t.Fatalf("raise to %d: %d", f0+5, f)
+		}
+		if f := lockCall(t, rdb, LockFence(), keys, "h1", retention, f0-5); f != f0+5 {
+			t.Fatalf("raise to a lower %d: %d, want %d kept", f0-5, f, f0+5)
+		}
+		if v, err := rdb.Get(ctx, k.fence).Int64(); err != nil || v != f0+5 {
+			t.Fatalf("counter %d (%v), want %d", v, err, f0+5)
+		}
+		// Not a live hold: nothing changes.
+		endHold(t, rdb, k, "h2")
+		for _, id := range []string{"h2", "other"} {
+			if f := lockCall(t, rdb, LockFence(), keys, id, retention, f0+100); f != 0 {
+				t.Fatalf("raise by %q: %d, want 0", id, f)
+			}
+		}
+		if f := lockFence(t, rdb, k, "h1"); f != f0+5 {
+			t.Fatalf("owner's number %d, want %d", f, f0+5)
+		}
+		// The next mint after the owner's lock ends is above the raised
+		// counter.
+		if err := rdb.Del(ctx, k.lock).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := rdb.Set(ctx, k.lock, "tok", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if f := lockFence(t, rdb, k, "tok"); f <= f0+5 {
+			t.Fatalf("next holder's fence %d, not above the raised %d", f, f0+5)
 		}
 	})
 }

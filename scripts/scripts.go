@@ -12,7 +12,8 @@
 // Redis Lua has no includes: the functions several scripts share live in
 // preludes (files ending in _lib.lua) that are put in front of the scripts
 // that use them. fence_lib.lua holds the one fence-minting rule of both
-// packages: max(counter + 1, Redis time in microseconds).
+// packages: max(counter + 1, Redis time in microseconds); lock_lib.lua
+// what the reentrant lock's scripts share.
 package scripts
 
 import (
@@ -28,12 +29,16 @@ var files embed.FS
 const (
 	fenceLib = "fence_lib.lua"
 	guardLib = "guard_lib.lua"
+	lockLib  = "lock_lib.lua"
 )
 
 // preludes lists, for each script that needs any, the preludes put in front
 // of it, in order.
 var preludes = map[string][]string{
 	"lock_fence.lua":             {fenceLib},
+	"lock_acquire.lua":           {lockLib},
+	"lock_refresh.lua":           {lockLib},
+	"lock_release.lua":           {lockLib},
 	"guard_read.lua":             {fenceLib, guardLib},
 	"guard_fill.lua":             {fenceLib, guardLib},
 	"guard_invalidate.lua":       {fenceLib, guardLib},
