@@ -57,3 +57,74 @@ func waitTier(t *testing.T, g *Group) {
 		return g.loc != nil && g.loc.Live.Load()
 	})
 }
+
+// TestTierHitIsDosTierAnswer: tierHit (package internal/tierhit, for the
+// HTTP engine) answers as Do does from the tier, counting the hit in
+// Hooks.Hit as local, and declines (ok false, nothing counted) wherever
+// Do would go further or fail: no copy, a done ctx, a bad key, early
+// refresh on (which needs the load), a closed Group.
+func TestTierHitIsDosTierAnswer(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	var local int
+	hooks := Hooks{Hit: func(_ string, _ time.Duration, isLocal bool) {
+		if isLocal {
+			local++
+		}
+	}}
+	g := newGroup(t, rdb, Options{LocalEntries: 16, LocalTTL: time.Minute, Hooks: hooks})
+	waitTier(t, g)
+	key := redistest.Key(t)
+	if _, ok := g.tierHit(ctxT(t), key); ok {
+		t.Fatal("tierHit answered a key never filled")
+	}
+	if _, err := g.Do(ctxT(t), key, func(context.Context) ([]byte, error) { return []byte("v"), nil }); err != nil {
+		t.Fatal(err)
+	}
+	var res Result
+	redistest.Eventually(t, 10*time.Second, "the value in the tier", func() bool {
+		if _, err := g.Do(ctxT(t), key, nil2Loader(t)); err != nil {
+			t.Fatal(err)
+		}
+		var ok bool
+		res, ok = g.tierHit(ctxT(t), key)
+		return ok
+	})
+	if string(res.Value) != "v" || res.Status != Hit || res.Age < 0 || res.Fresh <= 0 {
+		t.Errorf("tierHit = %q %v age %v fresh %v, want v, a fresh Hit", res.Value, res.Status, res.Age, res.Fresh)
+	}
+	before := local
+	if _, ok := g.tierHit(ctxT(t), key); !ok || local != before+1 {
+		t.Errorf("a tier hit counted %d local hits, want 1", local-before)
+	}
+	done, cancel := context.WithCancel(ctxT(t))
+	cancel()
+	before = local
+	for name, call := range map[string]func() bool{
+		"done ctx":  func() bool { _, ok := g.tierHit(done, key); return ok },
+		"empty key": func() bool { _, ok := g.tierHit(ctxT(t), ""); return ok },
+	} {
+		if call() {
+			t.Errorf("%s: tierHit answered", name)
+		}
+	}
+	early := newGroup(t, rdb, Options{Namespace: g.opts.Namespace, LocalEntries: 16, LocalTTL: time.Minute, EarlyRefreshBeta: 1})
+	waitTier(t, early)
+	redistest.Eventually(t, 10*time.Second, "the value in the early-refresh Group's tier", func() bool {
+		if _, err := early.Do(ctxT(t), key, nil2Loader(t)); err != nil {
+			t.Fatal(err)
+		}
+		return early.loc.Len() == 1
+	})
+	if _, ok := early.tierHit(ctxT(t), key); ok {
+		t.Error("tierHit answered with EarlyRefreshBeta set")
+	}
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := g.tierHit(ctxT(t), key); ok {
+		t.Error("tierHit answered on a closed Group")
+	}
+	if local != before {
+		t.Errorf("declined calls counted %d hits", local-before)
+	}
+}
