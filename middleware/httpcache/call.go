@@ -131,25 +131,21 @@ func (c *call) load(ctx context.Context) (val []byte, err error) {
 		old = nil
 		cw, sent, herr = c.run(ctx, nil)
 	}
-	if herr == errGoexit {
-		// As a panic: this call's request alone, which Serve ends the
-		// way the handler would have ended it (outcome).
-		c.mu.Lock()
-		c.goexited = true
-		c.mu.Unlock()
-		if cw.wroteHeader {
-			cw.hold("handler goexit")
-		}
-		return nil, guard.Private(&notShared{reason: "handler called runtime.Goexit"})
-	}
 	if herr != nil {
+		// This call's request alone: Serve answers it with the handler's
+		// error, or ends it as the handler's Goexit would have (outcome).
+		why := "handler error"
 		c.mu.Lock()
-		c.err = herr
+		if herr == errGoexit {
+			c.goexited, why = true, "handler called runtime.Goexit"
+		} else {
+			c.err = herr
+		}
 		c.mu.Unlock()
 		if cw.wroteHeader {
-			cw.hold("handler error")
+			cw.hold(why)
 		}
-		return nil, guard.Private(&notShared{reason: "handler error"})
+		return nil, guard.Private(&notShared{reason: why})
 	}
 	if old != nil && cw.status == http.StatusNotModified {
 		return c.revalidated(ctx, cw, old, sent)

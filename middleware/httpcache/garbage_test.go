@@ -16,13 +16,7 @@ import (
 // TestGarbageEntry: an entry that does not decode is a miss: the handler
 // runs, and its response replaces the garbage.
 func TestGarbageEntry(t *testing.T) {
-	_, rdb := redistest.Mini(t)
-	g, err := guard.New(rdb, guard.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = g.Close() })
-	key := defaultKey(httptest.NewRequest(http.MethodGet, "/a", nil), nil)
+	g, key := garbageGroup(t)
 	for _, garbage := range []string{"", "garbage", "shr\x01\xc8\x01", "shr\x01\xc8\x01\x01\x0aSet-Cookie\x01\x01x\x00"} {
 		if err := g.Invalidate(context.Background(), key); err != nil {
 			t.Fatal(err)
@@ -64,13 +58,7 @@ func TestGarbageEntry(t *testing.T) {
 // garbage before another dropped it, and a call refilled it, does not drop
 // the refill (which would run the handler again).
 func TestGarbageEntryConcurrent(t *testing.T) {
-	_, rdb := redistest.Mini(t)
-	g, err := guard.New(rdb, guard.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = g.Close() })
-	key := defaultKey(httptest.NewRequest(http.MethodGet, "/a", nil), nil)
+	g, key := garbageGroup(t)
 	for round := range 20 {
 		if err := g.Invalidate(context.Background(), key); err != nil {
 			t.Fatal(err)
@@ -105,4 +93,15 @@ func TestGarbageEntryConcurrent(t *testing.T) {
 			t.Fatalf("round %d: %d handler calls for %d requests, want 1", round, got, n)
 		}
 	}
+}
+
+// garbageGroup returns a Group on miniredis and the key of GET /a.
+func garbageGroup(t *testing.T) (*guard.Group, string) {
+	_, rdb := redistest.Mini(t)
+	g, err := guard.New(rdb, guard.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Close() })
+	return g, defaultKey(httptest.NewRequest(http.MethodGet, "/a", nil), nil)
 }
