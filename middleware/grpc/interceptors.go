@@ -148,6 +148,10 @@ func (c *cache) dropGarbage(ctx context.Context, key string, seen []byte, err er
 	if !errors.Is(err, errBadValue) {
 		return false
 	}
+	// The first call's context without its cancellation (the guard bounds
+	// each Redis call by RedisTimeout): that caller leaving must not
+	// decide the answer of the calls that joined its drop.
+	ctx = context.WithoutCancel(ctx)
 	again, _, _ := c.drops.Do(key, func() (any, error) {
 		res, err := c.g.Peek(ctx, key)
 		switch {

@@ -1,12 +1,17 @@
 package guardgrpc
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/stampede-go/stampede/guard"
+	"github.com/stampede-go/stampede/internal/redistest"
 )
 
 // TestFillReply: the client interceptor fills the caller's reply from an
@@ -40,5 +45,32 @@ func TestFillReply(t *testing.T) {
 				t.Errorf("reply %q, want %q", got, wantValue)
 			}
 		})
+	}
+}
+
+// TestGarbageDropOutlivesItsCall: the drop that the calls finding garbage
+// share runs without the cancellation of the call that started it: that
+// caller leaving does not leave the garbage in place, and the calls that
+// joined it without their refill.
+func TestGarbageDropOutlivesItsCall(t *testing.T) {
+	_, rdb := redistest.Mini(t)
+	g, err := guard.New(rdb, guard.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Close() })
+	const key = "k"
+	garbage := []byte("garbage")
+	if _, err := g.Do(context.Background(), key, func(context.Context) ([]byte, error) { return garbage, nil }); err != nil {
+		t.Fatal(err)
+	}
+	c := newCache(g, []Option{WithMethods("/svc/M")})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the first caller left
+	if !c.dropGarbage(ctx, key, garbage, errBadValue) {
+		t.Fatal("the drop gave up with its first call's context")
+	}
+	if res, err := g.Peek(context.Background(), key); !errors.Is(err, guard.ErrNotCached) {
+		t.Errorf("after the drop: %q %v, want ErrNotCached", res.Value, err)
 	}
 }

@@ -124,21 +124,31 @@ func (e *engine) fromTier(w http.ResponseWriter, r *http.Request, key string, di
 	if !ok {
 		return false, nil
 	}
+	var (
+		vary    []string
+		primary string
+	)
 	if isRecord(res.Value) {
 		rec, derr := decodeRecord(res.Value)
 		if derr != nil {
-			return false, nil
+			return true, e.garbage(w, r, &call{e: e, key: key, w: w, r: r, h: h}, res.Value, direct, true)
 		}
 		vkey := variantKey(key, rec, r)
-		if res, ok = e.tierHit(r, vkey); !ok || isRecord(res.Value) {
+		vres, ok := e.tierHit(r, vkey)
+		switch {
+		case !ok:
 			v := &call{e: e, key: vkey, w: w, r: r, h: h, vary: rec.names, primary: key}
 			return true, e.serveCall(w, r, v, direct, true)
+		case isRecord(vres.Value):
+			v := &call{e: e, key: vkey, w: w, r: r, h: h, vary: rec.names, primary: key}
+			return true, e.garbage(w, r, v, vres.Value, direct, true)
 		}
-		key = vkey
+		key, res, vary, primary = vkey, vres, rec.names, key
 	}
 	sr, derr := e.decoded(key, res.Value)
 	if derr != nil {
-		return false, nil
+		c := &call{e: e, key: key, w: w, r: r, h: h, vary: vary, primary: primary}
+		return true, e.garbage(w, r, c, res.Value, direct, true)
 	}
 	if !e.usable(r, &sr, res) {
 		w.Header().Set("Cache-Status", cachestatus.Request)
@@ -245,16 +255,22 @@ func (e *engine) serveCall(w http.ResponseWriter, r *http.Request, c *call, dire
 				return runDirect(direct, c.h, w, r)
 			}
 		}
-		// Garbage under the key: drop it and try once more; the guard
-		// coalesces the retries, so a corrupt entry is not a stampede.
-		if again && e.dropGarbage(ctx, c.key, res.Value) {
-			c2 := &call{e: e, key: c.key, w: w, r: r, h: c.h, vary: c.vary, primary: c.primary}
-			return e.serveCall(w, r, c2, direct, false)
-		}
-		w.Header().Set("Cache-Status", cachestatus.Miss)
-		return runDirect(direct, c.h, w, r)
+		return e.garbage(w, r, c, res.Value, direct, again)
 	}
 	return e.failed(w, r, c, err, direct)
+}
+
+// garbage answers c's request when seen, the value under c.key, does not
+// decode: it drops the entry and tries once more (again), the guard
+// coalescing the retries, so that a corrupt entry is not a stampede; else
+// the handler answers.
+func (e *engine) garbage(w http.ResponseWriter, r *http.Request, c *call, seen []byte, direct func() error, again bool) error {
+	if again && e.dropGarbage(r.Context(), c.key, seen) {
+		c2 := &call{e: e, key: c.key, w: w, r: r, h: c.h, vary: c.vary, primary: c.primary}
+		return e.serveCall(w, r, c2, direct, false)
+	}
+	w.Header().Set("Cache-Status", cachestatus.Miss)
+	return runDirect(direct, c.h, w, r)
 }
 
 // dropGarbage drops the garbage seen under key, and reports whether the
@@ -262,8 +278,11 @@ func (e *engine) serveCall(w http.ResponseWriter, r *http.Request, c *call, dire
 // found it share one drop, which drops the entry only if it still holds
 // what was seen: a request that read the garbage before another dropped
 // it and a call refilled it must not drop the refill (and run the handler
-// again).
+// again). The drop runs on the first request's context without its
+// cancellation (each Redis call bounded by the Group's RedisTimeout): that
+// client leaving must not decide the answer of the requests that joined.
 func (e *engine) dropGarbage(ctx context.Context, key string, seen []byte) bool {
+	ctx = context.WithoutCancel(ctx)
 	again, _, _ := e.drops.Do(key, func() (any, error) {
 		res, err := e.g.Peek(ctx, key)
 		switch {

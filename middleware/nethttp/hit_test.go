@@ -1,14 +1,17 @@
 package guardhttp_test
 
 import (
+	"context"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stampede-go/stampede/guard"
 	"github.com/stampede-go/stampede/internal/redistest"
+	"github.com/stampede-go/stampede/middleware/httpcache"
 	guardhttp "github.com/stampede-go/stampede/middleware/nethttp"
 )
 
@@ -88,5 +91,52 @@ func TestHitAllocations(t *testing.T) {
 				t.Errorf("%d hits counted %d times in Hooks.Hit, want %d", n, got, n*tc.lookups)
 			}
 		})
+	}
+}
+
+// TestGarbageInTierCountsEachLookupOnce: a GET that finds garbage under
+// its key in the in-process tier is answered by one handler call that
+// refills the key, and counts its lookups once each in Hooks.Hit: the
+// tier's answer, and the drop's Peek. (The tier's answer went on to Do,
+// which counted the same lookup again.)
+func TestGarbageInTierCountsEachLookupOnce(t *testing.T) {
+	var mu sync.Mutex
+	hits, local := map[string]int{}, map[string]int{}
+	g := newGroup(t, redistest.Shared(t).Client(t), guard.Options{Hooks: guard.Hooks{
+		Hit: func(key string, _ time.Duration, isLocal bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			hits[key]++
+			if isLocal {
+				local[key]++
+			}
+		},
+	}})
+	eng, err := httpcache.New(g, httpcache.Config[*http.Request]{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := eng.Key(get("/garbage"))
+	garbage := func(context.Context) ([]byte, error) { return []byte("garbage"), nil }
+	redistest.Eventually(t, 10*time.Second, "the garbage in the tier", func() bool {
+		if _, err := g.Do(t.Context(), key, garbage); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return local[key] > 0
+	})
+	mu.Lock()
+	clear(hits)
+	mu.Unlock()
+	o := &origin{}
+	rec := serve(guardhttp.Middleware(g, guardhttp.Config{})(o), get("/garbage"))
+	if rec.Code != http.StatusOK || o.calls.Load() != 1 || rec.Header().Get("Cache-Status") != "stampede; fwd=miss; stored" {
+		t.Errorf("%d %q [%s], %d origin calls; want the one call's 200, stored", rec.Code, rec.Body, rec.Header().Get("Cache-Status"), o.calls.Load())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if hits[key] != 2 {
+		t.Errorf("Hooks.Hit counted %d for one request, want 2 (the tier's answer, the drop's Peek)", hits[key])
 	}
 }
