@@ -245,3 +245,47 @@ func freePort(t *testing.T) int {
 	_, _ = fmt.Sscanf(u.Port(), "%d", &port)
 	return port
 }
+
+// TestProxyConnectionOptionPoisonsNothing: a request names a header its
+// variant is selected by (the response's Vary: Accept) in its own
+// Connection field. httputil.ReverseProxy drops that header before it asks
+// the upstream, which answers as if it were absent; the answer was stored
+// as the header's variant and served, fleet-wide, to every later request
+// carrying it (one request poisoned the variant). Such a request is not
+// shared now.
+func TestProxyConnectionOptionPoisonsNothing(t *testing.T) {
+	srv := redistest.Start(t)
+	ns := namespace(t)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Vary", "Accept")
+		if r.Header.Get("Accept") == "application/json" {
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"ok":true}`)
+			return
+		}
+		w.Header().Set("Content-Type", "text/html")
+		io.WriteString(w, "<html>ok</html>")
+	}))
+	defer up.Close()
+	bases, _ := proxies(t, 2, srv.Addr, ns, up.URL)
+
+	do := func(base string, attack bool) (string, string) {
+		req, _ := http.NewRequest("GET", base+"/api/item", nil)
+		req.Header.Set("Accept", "application/json")
+		if attack {
+			req.Header.Set("Connection", "Accept")
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b), resp.Header.Get("Cache-Status")
+	}
+	_, _ = do(bases[0], true) // the attacker, once
+	body, cs := do(bases[1], false) // a legitimate API client, on another proxy
+	if body != `{"ok":true}` {
+		t.Errorf("a client sending Accept: application/json got %q (%s): the variant was poisoned by one request with \"Connection: Accept\"", body, cs)
+	}
+}

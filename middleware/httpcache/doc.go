@@ -60,7 +60,10 @@
 // Never shared, with the zero Config:
 //
 //   - requests carrying Authorization or Cookie, a body, Range, an Upgrade
-//     (WebSocket), Accept: text/event-stream or a method override header:
+//     (WebSocket), Accept: text/event-stream, a method override header, or
+//     a Connection field naming anything but close and keep-alive (fields
+//     a proxy in the handler drops before it asks the origin, which the
+//     key would still hold):
 //     the handler runs for them directly, the guard is not consulted; so a
 //     private page on a path that looks static (/account/x.css) is never
 //     stored for the next client;

@@ -20,12 +20,33 @@ func (e *engine) bypass(r *http.Request) string {
 		return "method override"
 	case len(h["Upgrade"]) > 0 || headerHasToken(h["Connection"], "upgrade"):
 		return "upgrade"
+	case connectionOptions(h["Connection"]):
+		return "connection options"
 	case headerContains(h["Accept"], "text/event-stream"):
 		return "event stream"
 	case e.honorClient && clientNoCache(h):
 		return "client no-cache"
 	}
 	return ""
+}
+
+// connectionOptions reports a Connection field that names anything but
+// close and keep-alive: fields of this hop (RFC 9110 §7.6.1), which a
+// proxy in the handler (httputil.ReverseProxy, the stampede proxy) drops
+// before it asks the origin. The key and the variants would still hold
+// them: "Accept: application/json" with "Connection: Accept" would store
+// the origin's answer to no Accept as the JSON variant, for everyone.
+func connectionOptions(vals []string) bool {
+	for _, v := range vals {
+		for f := range strings.SplitSeq(v, ",") {
+			switch f = strings.TrimSpace(f); {
+			case f == "", strings.EqualFold(f, "close"), strings.EqualFold(f, "keep-alive"):
+			default:
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // clientNoCache reports a request that asks for the origin's answer:

@@ -92,6 +92,10 @@ func shareRequestRows() []shareRow {
 		{name: "request/Upgrade bypasses", req1: with(get("/a"), func(r *http.Request) { r.Header.Set("Connection", "Upgrade"); r.Header.Set("Upgrade", "websocket") }), req2: get("/a"), wantCalls: 2},
 		{name: "request/Upgrade header alone bypasses", req1: with(get("/a"), header("Upgrade", "websocket")), req2: get("/a"), wantCalls: 2},
 		{name: "request/Connection upgrade alone bypasses", req1: with(get("/a"), header("Connection", "keep-alive, Upgrade")), req2: get("/a"), wantCalls: 2},
+		// A proxy drops the fields Connection names before it asks the
+		// origin (RFC 9110 §7.6.1); the key would still hold them.
+		{name: "request/Connection naming a field bypasses", req1: with(with(get("/a"), header("Accept", "application/json")), header("Connection", "keep-alive, Accept")), req2: with(get("/a"), header("Accept", "application/json")), wantCalls: 2},
+		{name: "request/Connection close or keep-alive is shared", req1: with(get("/a"), header("Connection", "close")), req2: with(get("/a"), header("Connection", "Keep-Alive")), wantCalls: 1},
 		{name: "request/SSE bypasses", req1: with(get("/a"), header("Accept", "text/event-stream")), req2: get("/a"), wantCalls: 2},
 		{name: "request/POST bypasses", req1: httptest.NewRequest(http.MethodPost, "/a", nil), req2: httptest.NewRequest(http.MethodPost, "/a", nil), wantCalls: 2},
 		{name: "request/client no-cache ignored by default", req1: get("/a"), req2: with(get("/a"), header("Cache-Control", "no-cache")), wantCalls: 1},
