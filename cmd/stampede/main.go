@@ -92,6 +92,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "stampede %s: %v\n", c.name, err)
 		return 2
 	}
+	if f := flagAfterArgs(fs, args[1:]); f != "" {
+		// The flag package stops at the first argument: "invalidate KEY
+		// -namespace NS" would act on the keys "-namespace" and "NS", in
+		// the default namespace (or on another Redis, for -redis).
+		fmt.Fprintf(stderr, "stampede %s: flag %s after the arguments: put the flags first (or -- before arguments that start with -)\n", c.name, f)
+		fs.Usage()
+		return 2
+	}
 	err := act(ctx, stdout, fs.Args())
 	var ue usageError
 	switch {
@@ -104,6 +112,27 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "stampede %s: %v\n", c.name, err)
 	return 1
+}
+
+// flagAfterArgs returns the first of fs's remaining arguments that names
+// one of its flags ("-name", "--name", "-name=v"), unless a "--" ended the
+// flags in given, the command line fs parsed.
+func flagAfterArgs(fs *flag.FlagSet, given []string) string {
+	if n := len(given) - len(fs.Args()); n > 0 && given[n-1] == "--" {
+		return ""
+	}
+	for _, a := range fs.Args() {
+		name, ok := strings.CutPrefix(a, "-")
+		if !ok {
+			continue
+		}
+		name = strings.TrimPrefix(name, "-")
+		name, _, _ = strings.Cut(name, "=")
+		if fs.Lookup(name) != nil {
+			return a
+		}
+	}
+	return ""
 }
 
 func topUsage(w io.Writer) {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -191,4 +192,43 @@ func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// TestFlagAfterArguments: a flag written after a key would not be parsed
+// (the flag package stops at the first argument): "invalidate KEY
+// -namespace NS" invalidated the keys "KEY", "-namespace" and "NS" in the
+// default namespace and exited 0, the entry meant still cached. Such a
+// command line is refused (exit 2, touching nothing); "--" still lets an
+// argument start with "-".
+func TestFlagAfterArguments(t *testing.T) {
+	srv := redistest.Start(t)
+	ns := namespace(t)
+	ctx := ctxT(t)
+	g := group(t, srv.Client(t), guard.Options{Namespace: ns})
+	load := func(context.Context) ([]byte, error) { return []byte("v"), nil }
+	for _, key := range []string{"user:42", "-namespace"} {
+		if _, err := g.Do(ctx, key, load); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := []string{"REDIS_ADDR=" + srv.Addr}
+	for _, args := range [][]string{
+		{"invalidate", "user:42", "-namespace", ns},
+		{"invalidate", "user:42", "--namespace=" + ns},
+		{"inspect", "user:42", "-redis", srv.Addr, "-namespace", ns},
+	} {
+		r := stampede(t, env, args...)
+		if r.code != 2 || !strings.Contains(r.stderr, "after the arguments") {
+			t.Errorf("%q: exit %d, stderr %q; want 2, naming the flag after the arguments", args, r.code, r.stderr)
+		}
+	}
+	if res, err := g.Peek(ctx, "user:42"); err != nil || string(res.Value) != "v" {
+		t.Errorf("user:42 after the refused commands: %q %v, want it still cached", res.Value, err)
+	}
+	if r := stampede(t, env, "invalidate", "-namespace", ns, "--", "-namespace"); r.code != 0 {
+		t.Errorf("invalidate -namespace NS -- -namespace: exit %d, stderr %q; want 0", r.code, r.stderr)
+	}
+	if _, err := g.Peek(ctx, "-namespace"); !errors.Is(err, guard.ErrNotCached) {
+		t.Errorf("the key \"-namespace\" after its invalidation: %v, want ErrNotCached", err)
+	}
 }
