@@ -183,8 +183,14 @@ func LogHooks(l *slog.Logger) Hooks {
 	}
 }
 
-// isQuiet reports load outcomes that are answers, not failures.
+// isQuiet reports load outcomes that are answers, not failures: a
+// negative entry, a value not stored, and a Pass (a complete answer that
+// is not shared: the HTTP middleware's response with Set-Cookie, say,
+// which would otherwise log a line per request of its URL).
 func isQuiet(err error) bool {
+	if pe := privateOf(err); pe != nil && pe.pass > 0 {
+		return true
+	}
 	return errors.Is(err, ErrNotFound) || isNoStore(err)
 }
 

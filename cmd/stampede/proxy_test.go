@@ -289,3 +289,38 @@ func TestProxyConnectionOptionPoisonsNothing(t *testing.T) {
 		t.Errorf("a client sending Accept: application/json got %q (%s): the variant was poisoned by one request with \"Connection: Accept\"", body, cs)
 	}
 }
+
+// TestProxyLogsNoLinePerUnsharedRequest: the proxy logs one line per
+// change of state, never one per request (docs/proxy.md). A response it
+// does not share (Set-Cookie here; a body over -max-body-bytes or
+// Cache-Control: private alike) is an answer, not a failure: each request
+// of such a URL logged a WARN "stampede: load failed" (200 lines for 200
+// requests), and now none.
+func TestProxyLogsNoLinePerUnsharedRequest(t *testing.T) {
+	srv := redistest.Start(t)
+	ns := namespace(t)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Set-Cookie", "session=abc")
+		fmt.Fprint(w, "hello")
+	}))
+	defer up.Close()
+	bases, ps := proxies(t, 1, srv.Addr, ns, up.URL)
+	const n = 200
+	for range n {
+		if code, _ := get(t, bases[0]+"/login"); code != 200 {
+			t.Fatalf("status %d", code)
+		}
+	}
+	if code := ps[0].stop(t, syscall.SIGTERM, 30*time.Second); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	warn := 0
+	for _, l := range strings.Split(ps[0].output(), "\n") {
+		if strings.Contains(l, `"level":"WARN"`) {
+			warn++
+		}
+	}
+	if warn != 0 {
+		t.Errorf("%d WARN log lines for %d requests of one URL whose responses carry Set-Cookie; want none", warn, n)
+	}
+}
