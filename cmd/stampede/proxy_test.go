@@ -283,7 +283,7 @@ func TestProxyConnectionOptionPoisonsNothing(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return string(b), resp.Header.Get("Cache-Status")
 	}
-	_, _ = do(bases[0], true) // the attacker, once
+	_, _ = do(bases[0], true)       // the attacker, once
 	body, cs := do(bases[1], false) // a legitimate API client, on another proxy
 	if body != `{"ok":true}` {
 		t.Errorf("a client sending Accept: application/json got %q (%s): the variant was poisoned by one request with \"Connection: Accept\"", body, cs)

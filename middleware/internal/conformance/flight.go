@@ -275,7 +275,7 @@ func handlerGoexit(t *testing.T, a Adapter, top topology) {
 		t.Errorf("handler calls %d, want 2", got)
 	}
 	rec := httptest.NewRecorder()
-	if goexited(h, with(get("/b"), header("X-Bad", "1")), rec) != true {
+	if !goexited(h, with(get("/b"), header("X-Bad", "1")), rec) {
 		t.Errorf("a request whose handler calls Goexit: %d %q, want its goroutine ended", rec.Code, rec.Body)
 	}
 	if rec := serve(h, get("/b")); rec.Code != http.StatusOK || rec.Body.String() != "call 4" {
