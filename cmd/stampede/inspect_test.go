@@ -41,6 +41,10 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"proxy", "-upstream", "ftp://x"}, 2, "want http://host:port"},
 		{[]string{"inspect", "-url", "POST http://h/p"}, 2, "only GET and HEAD responses are stored"},
 		{[]string{"invalidate", "-url", "http:/relative"}, 2, "want an absolute http or https URL"},
+		{[]string{"inspect", "-timeout", "0", "k"}, 2, "-timeout 0s: want a positive duration"},
+		{[]string{"proxy", "-upstream", "http://127.0.0.1:1", "-timeout", "-1s"}, 2, "-timeout -1s: want a positive duration"},
+		{[]string{"proxy", "-upstream", "http://127.0.0.1:1", "-shutdown-timeout", "-1s"}, 2, "-shutdown-timeout -1s: want 0 or more"},
+		{[]string{"watch", "-max-lines", "-1"}, 2, "-max-lines -1: want 0 or more"},
 		{[]string{"inspect", "-redis", "127.0.0.1:1", "k"}, 1, "cannot reach Redis at 127.0.0.1:1"},
 		{[]string{"top", "-redis", "redis://u:secret@127.0.0.1:1"}, 1, "redis://u:xxxxx@127.0.0.1:1"},
 	} {

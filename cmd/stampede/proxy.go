@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
 
 	stampedeprom "github.com/stampede-go/stampede/contrib/prometheus"
 	"github.com/stampede-go/stampede/guard"
@@ -57,6 +58,7 @@ func proxy(ctx context.Context, p *proxyFlags) error {
 		return err
 	}
 	log := newLogger(p.logLevel, p.logFormat)
+	redis.SetLogger(redisLog{log})
 	rdb, err := p.client(ctx)
 	if err != nil {
 		return err
@@ -176,4 +178,13 @@ func newLogger(level, format string) *slog.Logger {
 		return slog.New(slog.NewTextHandler(os.Stderr, o))
 	}
 	return slog.New(slog.NewJSONHandler(os.Stderr, o))
+}
+
+// redisLog hands go-redis's own lines (a pool that cannot dial, during an
+// outage) to the proxy's logger: standard error stays one format, JSON
+// lines by default.
+type redisLog struct{ l *slog.Logger }
+
+func (r redisLog) Printf(ctx context.Context, format string, v ...any) {
+	r.l.LogAttrs(ctx, slog.LevelWarn, "go-redis: "+fmt.Sprintf(format, v...))
 }

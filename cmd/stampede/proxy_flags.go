@@ -88,6 +88,9 @@ func (p *proxyFlags) upstreamURL() (*url.URL, error) {
 	if p.upstream == "" {
 		return nil, usagef("-upstream is required")
 	}
+	if p.shutdown < 0 {
+		return nil, usagef("-shutdown-timeout %v: want 0 or more", p.shutdown)
+	}
 	u, err := url.Parse(p.upstream)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, usagef("-upstream %q: want http://host:port or https://host", p.upstream)

@@ -324,3 +324,42 @@ func TestProxyLogsNoLinePerUnsharedRequest(t *testing.T) {
 		t.Errorf("%d WARN log lines for %d requests of one URL whose responses carry Set-Cookie; want none", warn, n)
 	}
 }
+
+// TestProxyLogsJSONDuringAnOutage: during a Redis outage go-redis logs
+// lines of its own (a pool that cannot dial); they go through the proxy's
+// logger, so standard error stays JSON lines, one format for the log
+// shipper. They were go-redis's plain text before.
+func TestProxyLogsJSONDuringAnOutage(t *testing.T) {
+	srv := redistest.Start(t)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") }))
+	defer up.Close()
+	bases, ps := proxies(t, 1, srv.Addr, namespace(t), up.URL)
+	get(t, bases[0]+"/warm")
+	srv.Kill(t)
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 20000 {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if resp, err := client.Get(fmt.Sprintf("%s/p%d", bases[0], i)); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+			}
+		}
+	}()
+	ps[0].waitLine(t, 30*time.Second, `"msg":"go-redis: `)
+	close(stop)
+	<-done
+	if code := ps[0].stop(t, syscall.SIGTERM, 30*time.Second); code != 0 {
+		t.Errorf("exit %d", code)
+	}
+	for _, l := range strings.Split(ps[0].output(), "\n") {
+		if l != "" && !json.Valid([]byte(l)) {
+			t.Errorf("a line of standard error is not JSON: %q", l)
+		}
+	}
+}

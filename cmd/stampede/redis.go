@@ -32,6 +32,9 @@ func (c *conn) register(fs *flag.FlagSet, timeout time.Duration) {
 // client connects to Redis and checks it answers (PING, which writes
 // nothing), as a cluster client when the server is in cluster mode.
 func (c *conn) client(ctx context.Context) (redis.UniversalClient, error) {
+	if c.timeout <= 0 {
+		return nil, usagef("-timeout %v: want a positive duration", c.timeout)
+	}
 	rdb, err := c.dial()
 	if err != nil {
 		return nil, usagef("-redis %q: %v", redact(c.redis), err)

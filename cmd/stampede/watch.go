@@ -29,6 +29,9 @@ var watchCommand = command{
 			if len(args) > 0 {
 				return usagef("watch takes no arguments")
 			}
+			if *maxLines < 0 {
+				return usagef("-max-lines %d: want 0 or more", *maxLines)
+			}
 			return watch(ctx, out, &c, *maxLines)
 		}
 	},
