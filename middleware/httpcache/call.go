@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stampede-go/stampede/guard"
+	"github.com/stampede-go/stampede/internal/isolate"
 	"github.com/stampede-go/stampede/middleware/cachestatus"
 )
 
@@ -167,38 +168,22 @@ func (c *call) load(ctx context.Context) (val []byte, err error) {
 // runtime.Goexit.
 var errGoexit = errors.New("httpcache: handler called runtime.Goexit")
 
-// runHandler calls h(w, r) on a goroutine of its own and waits for it. A
-// handler that calls runtime.Goexit (a helper giving up as t.FailNow
-// does) ends that goroutine, not the load's, so the load can answer the
-// guard that the failure is its request's alone, as it does for a panic:
-// run inline, the Goexit would end the load, and the guard would hand
-// every caller of the flight guard.ErrGoexit and back the key off. A
+// runHandler calls h(w, r) on a goroutine of its own (isolate.Call) and
+// waits for it. A handler that calls runtime.Goexit (a helper giving up
+// as t.FailNow does) ends that goroutine, not the load's, so the load can
+// answer the guard that the failure is its request's alone, as it does for
+// a panic: run inline, the Goexit would end the load, and the guard would
+// hand every caller of the flight guard.ErrGoexit and back the key off. A
 // panic is panicked again here, with its value.
 func runHandler(h Handler, w http.ResponseWriter, r *http.Request) error {
-	var (
-		err      error
-		returned bool
-		p        any
-	)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		defer func() {
-			if !returned {
-				p = recover() // nil: runtime.Goexit
-			}
-		}()
-		err = h(w, r)
-		returned = true
-	}()
-	<-done
-	switch {
-	case returned:
-		return err
-	case p != nil:
-		panic(p)
+	switch o := isolate.Call(func() error { return h(w, r) }); {
+	case o.Panicked:
+		panic(o.Value)
+	case o.Goexit:
+		return errGoexit
+	default:
+		return o.Err
 	}
-	return errGoexit
 }
 
 // run calls the handler on a detached copy of the request, asking

@@ -1,17 +1,14 @@
 package httpcache
 
 import (
-	"bytes"
-	"context"
 	"errors"
 	"net/http"
 	"slices"
 	"strings"
 	"time"
 
-	"golang.org/x/sync/singleflight"
-
 	"github.com/stampede-go/stampede/guard"
+	"github.com/stampede-go/stampede/internal/garbage"
 	"github.com/stampede-go/stampede/internal/tierhit"
 	"github.com/stampede-go/stampede/middleware/cachestatus"
 )
@@ -38,9 +35,9 @@ type engine struct {
 	heuristic    bool
 	storeCookies bool
 	keyHost      string
-	keys         *memo[keyEntry]    // derived keys (key_memo.go)
-	hits         *memo[hitEntry]    // decoded stored responses (hit.go)
-	drops        singleflight.Group // per key: requests that found garbage
+	keys         *memo[keyEntry] // derived keys (key_memo.go)
+	hits         *memo[hitEntry] // decoded stored responses (hit.go)
+	drops        garbage.Drops   // per key: requests that found garbage
 }
 
 // newEngine returns the engine of cfg, its defaults filled in: the one
@@ -135,12 +132,11 @@ func (e *engine) fromTier(w http.ResponseWriter, r *http.Request, key string, di
 		}
 		vkey := variantKey(key, rec, r)
 		vres, ok := e.tierHit(r, vkey)
-		switch {
-		case !ok:
+		if !ok || isRecord(vres.Value) {
 			v := &call{e: e, key: vkey, w: w, r: r, h: h, vary: rec.names, primary: key}
-			return true, e.serveCall(w, r, v, direct, true)
-		case isRecord(vres.Value):
-			v := &call{e: e, key: vkey, w: w, r: r, h: h, vary: rec.names, primary: key}
+			if !ok {
+				return true, e.serveCall(w, r, v, direct, true)
+			}
 			return true, e.garbage(w, r, v, vres.Value, direct, true)
 		}
 		key, res, vary, primary = vkey, vres, rec.names, key
@@ -265,35 +261,12 @@ func (e *engine) serveCall(w http.ResponseWriter, r *http.Request, c *call, dire
 // coalescing the retries, so that a corrupt entry is not a stampede; else
 // the handler answers.
 func (e *engine) garbage(w http.ResponseWriter, r *http.Request, c *call, seen []byte, direct func() error, again bool) error {
-	if again && e.dropGarbage(r.Context(), c.key, seen) {
+	if again && e.drops.Drop(r.Context(), e.g, c.key, seen) {
 		c2 := &call{e: e, key: c.key, w: w, r: r, h: c.h, vary: c.vary, primary: c.primary}
 		return e.serveCall(w, r, c2, direct, false)
 	}
 	w.Header().Set("Cache-Status", cachestatus.Miss)
 	return runDirect(direct, c.h, w, r)
-}
-
-// dropGarbage drops the garbage seen under key, and reports whether the
-// caller should ask the guard once more. The requests of this process that
-// found it share one drop, which drops the entry only if it still holds
-// what was seen: a request that read the garbage before another dropped
-// it and a call refilled it must not drop the refill (and run the handler
-// again). The drop runs on the first request's context without its
-// cancellation (each Redis call bounded by the Group's RedisTimeout): that
-// client leaving must not decide the answer of the requests that joined.
-func (e *engine) dropGarbage(ctx context.Context, key string, seen []byte) bool {
-	ctx = context.WithoutCancel(ctx)
-	again, _, _ := e.drops.Do(key, func() (any, error) {
-		res, err := e.g.Peek(ctx, key)
-		switch {
-		case err == nil && bytes.Equal(res.Value, seen):
-			return e.g.Invalidate(ctx, key) == nil, nil
-		case err == nil || errors.Is(err, guard.ErrNotCached):
-			return true, nil // dropped, or refilled, meanwhile
-		}
-		return false, nil
-	})
-	return again.(bool)
 }
 
 // failed answers c's request when the guard returned err.

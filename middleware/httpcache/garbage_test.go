@@ -2,7 +2,6 @@ package httpcache
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -105,24 +104,4 @@ func garbageGroup(t *testing.T) (*guard.Group, string) {
 	}
 	t.Cleanup(func() { _ = g.Close() })
 	return g, defaultKey(httptest.NewRequest(http.MethodGet, "/a", nil), nil)
-}
-
-// TestGarbageDropOutlivesItsRequest: the drop that the requests finding
-// garbage share runs without the cancellation of the request that started
-// it: that client leaving does not leave the garbage in place, and the
-// requests that joined it without their refill.
-func TestGarbageDropOutlivesItsRequest(t *testing.T) {
-	g, key := garbageGroup(t)
-	if _, err := g.Do(context.Background(), key, func(context.Context) ([]byte, error) { return []byte("garbage"), nil }); err != nil {
-		t.Fatal(err)
-	}
-	e := newEngine(g, &Config[*http.Request]{})
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel() // the first request's client left
-	if !e.dropGarbage(ctx, key, []byte("garbage")) {
-		t.Fatal("the drop gave up with its first request's context")
-	}
-	if res, err := g.Peek(context.Background(), key); !errors.Is(err, guard.ErrNotCached) {
-		t.Errorf("after the drop: %q %v, want ErrNotCached", res.Value, err)
-	}
 }
