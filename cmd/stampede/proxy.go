@@ -143,7 +143,28 @@ func reverseProxy(up *url.URL, log *slog.Logger) http.Handler {
 			pr.Out.Header.Del("X-Forwarded-Host")
 		},
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if errors.Is(err, context.Canceled) {
+				// The flight was given up (every request of it left).
+				log.Debug("stampede proxy: upstream call cancelled", "path", r.URL.Path)
+			} else {
+				log.Warn("stampede proxy: upstream failed", "path", r.URL.Path, "err", err)
+			}
+			w.WriteHeader(upstreamErrorStatus(err))
+		},
 	}
+}
+
+// upstreamErrorStatus is the status of a request whose upstream call
+// failed with err: 504 when the upstream did not answer in time (the
+// call ran past -load-timeout, RFC 9110 §15.6.5), else 502 (refused,
+// reset, a malformed response: §15.6.3).
+func upstreamErrorStatus(err error) int {
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+		return http.StatusGatewayTimeout
+	}
+	return http.StatusBadGateway
 }
 
 // adminServer serves /metrics, /livez and /readyz on addr.

@@ -363,3 +363,42 @@ func TestProxyLogsJSONDuringAnOutage(t *testing.T) {
 		}
 	}
 }
+
+// TestProxyUpstreamTimeout: an upstream that does not answer within
+// -load-timeout gets its request 504 Gateway Timeout (RFC 9110 §15.6.5),
+// once; an upstream that refuses the connection gets 502 Bad Gateway. The
+// proxy answered 502 to both before.
+func TestProxyUpstreamTimeout(t *testing.T) {
+	srv := redistest.Start(t)
+	ns := namespace(t)
+	var calls atomic.Int64
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer up.Close()
+	defer close(release)
+	refused := httptest.NewServer(http.NotFoundHandler())
+	refusedURL := refused.URL
+	refused.Close()
+
+	bases, _ := proxies(t, 1, srv.Addr, ns, up.URL, "-load-timeout", "500ms")
+	start := time.Now()
+	if code, _ := get(t, bases[0]+"/hangs"); code != http.StatusGatewayTimeout {
+		t.Errorf("an upstream silent past -load-timeout: status %d, want 504", code)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("the 504 came after %v; -load-timeout is 500ms", d)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("%d upstream calls for one request, want 1", n)
+	}
+	bases, _ = proxies(t, 1, srv.Addr, ns+"r:", refusedURL)
+	if code, _ := get(t, bases[0]+"/refused"); code != http.StatusBadGateway {
+		t.Errorf("an upstream that refuses connections: status %d, want 502", code)
+	}
+}
