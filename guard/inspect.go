@@ -69,9 +69,7 @@ func (g *Group) Inspect(ctx context.Context, key string) (KeyInfo, error) {
 	}
 	now := t.UnixMilli()
 	ki.Counter, _ = decimal(c.fence, "fence", &ki)
-	if f, held := decimal(c.lease, "lease", &ki); held {
-		ki.LeaseFence, ki.LeaseTTL = max(f, 1), max(c.leaseTTL.Val(), 0)
-	}
+	leaseInfo(&ki, c)
 	backupInfo(&ki, c)
 	ki.Waiters = int(count(c.waiters, "w", &ki))
 	written, ok := entryInfo(&ki, c, now)
@@ -148,7 +146,9 @@ func (g *Group) inspectRead(ctx context.Context, nm names) (*inspectCmds, error)
 func entryInfo(ki *KeyInfo, c *inspectCmds, now int64) (written int64, ok bool) {
 	head, err := c.head.Bytes()
 	switch {
-	case errors.Is(err, redis.Nil) || (err == nil && len(head) == 0):
+	case errors.Is(err, redis.Nil) || (err == nil && len(head) == 0 && c.ttl.Val() == -2):
+		// GETRANGE answers "" for no key: PTTL tells it from an empty
+		// string.
 		ki.State = "missing"
 		return 0, false
 	case err != nil:
@@ -211,6 +211,26 @@ func entryState(e *entry.Entry, now int64) string {
 // backupInfo fills ki's backup lease fields from c. Its name is read with
 // GETRANGE, which answers "" for a missing name: PTTL tells them apart.
 // One with no TTL is foreign, as the backup script judges it.
+// leaseInfo fills ki's lease fields from c, by the rules of the lease
+// script (leaseleft in guard_lib.lua): a lease it would drop (no TTL, not
+// a canonical decimal, above the key's counter, or with no counter) is not
+// held; it is listed as foreign.
+func leaseInfo(ki *KeyInfo, c *inspectCmds) {
+	f, held := decimal(c.lease, "lease", ki)
+	switch {
+	case !held || slices.Contains(ki.Foreign, "lease"):
+	case c.leaseTTL.Val() < 0 || c.lease.Val() != strconv.FormatInt(f, 10) || f > fenceMax ||
+		slices.Contains(ki.Foreign, "fence") || ki.Counter < f:
+		ki.Foreign = append(ki.Foreign, "lease")
+	default:
+		ki.LeaseFence, ki.LeaseTTL = max(f, 1), c.leaseTTL.Val()
+	}
+}
+
+// fenceMax is the largest fence the guard mints (fencemax in
+// guard_lib.lua).
+const fenceMax = 1 << 53
+
 func backupInfo(ki *KeyInfo, c *inspectCmds) {
 	ttl, err := c.backupTTL.Result()
 	if err == nil && ttl == -2 {

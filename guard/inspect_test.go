@@ -154,6 +154,53 @@ func TestInspectBackup(t *testing.T) {
 	rdb.Del(ctx, name)
 }
 
+// TestInspectForeignLease: what the lease script would drop as foreign (no
+// TTL, not a canonical decimal, above the key's counter, another type) is
+// no lease held, listed as foreign; before, Inspect reported it held ("a
+// node is loading it"). A lease the guard could have minted is held.
+func TestInspectForeignLease(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	ctx := ctxT(t)
+	g := newGroup(t, rdb, Options{Namespace: redistest.Key(t) + ":"})
+	key := "k"
+	if _, err := g.Do(ctx, key, func(context.Context) ([]byte, error) { return []byte("v"), nil }); err != nil {
+		t.Fatal(err)
+	}
+	nm := g.names(key)
+	counter, err := rdb.Get(ctx, nm.keys[2]).Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := strconv.FormatInt(counter, 10)
+	lease := nm.keys[1]
+	for what, plant := range map[string]func() error{
+		"a hash":            func() error { return rdb.HSet(ctx, lease, "f", "v").Err() },
+		"words":             func() error { return rdb.Set(ctx, lease, "not a lease", time.Minute).Err() },
+		"negative":          func() error { return rdb.Set(ctx, lease, "-5", time.Minute).Err() },
+		"a plus sign":       func() error { return rdb.Set(ctx, lease, "+"+c, time.Minute).Err() },
+		"a leading zero":    func() error { return rdb.Set(ctx, lease, "0"+c, time.Minute).Err() },
+		"no TTL":            func() error { return rdb.Set(ctx, lease, c, 0).Err() },
+		"above the counter": func() error { return rdb.Set(ctx, lease, strconv.FormatInt(counter+1, 10), time.Minute).Err() },
+		"empty":             func() error { return rdb.Set(ctx, lease, "", time.Minute).Err() },
+	} {
+		if err := plant(); err != nil {
+			t.Fatal(err)
+		}
+		ki, err := g.Inspect(ctx, key)
+		if err != nil || ki.LeaseFence != 0 || !slices.Equal(ki.Foreign, []string{"lease"}) {
+			t.Errorf("%s under the lease name: Inspect = %+v, %v; want no lease held, Foreign [lease]", what, ki, err)
+		}
+		rdb.Del(ctx, lease)
+	}
+	if err := rdb.Set(ctx, lease, c, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if ki, err := g.Inspect(ctx, key); err != nil || ki.LeaseFence != counter || ki.LeaseTTL <= 0 || len(ki.Foreign) != 0 {
+		t.Errorf("the counter's fence as the lease: Inspect = %+v, %v; want held at fence %d", ki, err, counter)
+	}
+	rdb.Del(ctx, lease)
+}
+
 // TestInspectStates: stale, negative, corrupt, foreign and missing
 // entries, judged on the Redis clock as the read path judges them.
 func TestInspectStates(t *testing.T) {
@@ -179,9 +226,13 @@ func TestInspectStates(t *testing.T) {
 	rdb.Set(ctx, g.names(garbage).entry, "not an entry", time.Minute)
 	wrongType := redistest.Key(t, "wrongtype")
 	rdb.SAdd(ctx, g.names(wrongType).entry, "x")
+	// GETRANGE answers "" for it, as for no key: it was reported missing.
+	empty := redistest.Key(t, "empty")
+	rdb.Set(ctx, g.names(empty).entry, "", time.Minute)
 	for key, want := range map[string]string{
 		negative:                    "negative",
 		garbage:                     "corrupt",
+		empty:                       "corrupt",
 		wrongType:                   "corrupt",
 		redistest.Key(t, "nothing"): "missing",
 	} {

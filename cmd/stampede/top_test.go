@@ -94,6 +94,15 @@ func TestWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.waitLine(t, 20*time.Second, `invalidate     "k"`)
+	// Data the guard did not write, under an entry's name: it was printed
+	// as a fill, or (an empty string) as a drop.
+	rdb := srv.Client(t)
+	for key, v := range map[string]string{"x": "abc", "y": ""} {
+		if err := rdb.Set(ctx, ns+"{"+key+"}", v, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		w.waitLine(t, 20*time.Second, `foreign        "`+key+`"`)
+	}
 	// A backup load beside a holder slower than WaitTimeout.
 	waiter := group(t, srv.Client(t), guard.Options{Namespace: ns, LocalEntries: guard.Disabled,
 		WaitTimeout: 100 * time.Millisecond, WaitTimeoutPolicy: guard.BackupLoad})

@@ -185,7 +185,7 @@ func (w *watcher) tick(ctx context.Context) {
 	}
 }
 
-var eventKinds = []string{"fill", "refresh", "invalidate", "invalidate-tag", "lease", "backup", "drop"}
+var eventKinds = []string{"fill", "refresh", "invalidate", "invalidate-tag", "lease", "backup", "drop", "foreign"}
 
 // flush prints and resets the second's counts, if any.
 func (w *watcher) flush(now time.Time) {

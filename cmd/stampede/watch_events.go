@@ -65,6 +65,8 @@ func (w *watcher) written(ctx context.Context, now time.Time, key string) {
 	switch {
 	case ki.State == "missing":
 		w.event(now, "drop", key, "expired, evicted or deleted")
+	case ki.State == "corrupt":
+		w.event(now, "foreign", key, "data the guard did not write; a read drops it")
 	case refresh:
 		w.event(now, "refresh", key, fmt.Sprintf("%s, %s, %d bytes, fence %d", ki.State, windows(ki), ki.Size, ki.Fence))
 	default:
