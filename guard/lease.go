@@ -34,7 +34,7 @@ type heldLease struct {
 //
 // Close stops every watchdog still running once the background refreshes
 // it waits for have ended, and none starts after that: a closed Group
-// renews no lease.
+// renews no lease, and gives back those its loads still hold.
 func (g *Group) watchLeases(ls []heldLease, leased time.Time) (stop func()) {
 	held := make([]heldLease, 0, len(ls))
 	for _, l := range ls {
@@ -60,6 +60,9 @@ func (g *Group) watchLeases(ls []heldLease, leased time.Time) (stop func()) {
 			case <-quit:
 				return
 			case <-g.closing:
+				// This node will not renew them: the other nodes need
+				// not wait them out (a fill that still lands is fenced).
+				g.releaseLeases(context.Background(), held)
 				return
 			case <-t.C:
 			}

@@ -143,12 +143,16 @@ func reverseProxy(up *url.URL, log *slog.Logger) http.Handler {
 			pr.Out.Header.Del("X-Forwarded-Host")
 		},
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+			var ue *url.Error
+			if errors.As(err, &ue) {
+				err = ue.Err // its URL holds the request's path and query
+			}
 			if errors.Is(err, context.Canceled) {
 				// The flight was given up (every request of it left).
-				log.Debug("stampede proxy: upstream call cancelled", "path", r.URL.Path)
+				log.Debug("stampede proxy: upstream call cancelled")
 			} else {
-				log.Warn("stampede proxy: upstream failed", "path", r.URL.Path, "err", err)
+				log.Warn("stampede proxy: upstream failed", "err", err)
 			}
 			w.WriteHeader(upstreamErrorStatus(err))
 		},
