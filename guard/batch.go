@@ -315,7 +315,7 @@ func (b *batch) set(i int, r keyResult) {
 
 // serve answers key i from a decoded entry read as r (see served).
 func (b *batch) serve(i int, e entry.Entry, r batchRead, st Status) {
-	res, err := b.g.served(b.keys[i], e, r.rr.now, st, r.k)
+	res, err := b.g.served(b.keys[i], e, r.rr.now, st, r.k, true)
 	b.set(i, keyResult{v: res.Value, st: st, err: err})
 }
 

@@ -73,6 +73,7 @@ func (g *Group) Do(ctx context.Context, key string, load LoadFunc, opts ...CallO
 	// before Redis answered must not leave the breaker half-open for good.
 	defer g.br.Release(probe)
 	if e, ok := g.passHint(key); ok {
+		g.missHook(key)
 		return g.passLoad(ctx, g.newCall(key, load, co), e)
 	}
 	e, now, k, hit, err := g.fastHit(ctx, key)
@@ -85,7 +86,7 @@ func (g *Group) Do(ctx context.Context, key string, load LoadFunc, opts ...CallO
 		if g.earlyRefreshDue(e, now) {
 			g.refreshEarly(ctx, g.newCall(key, load, co))
 		}
-		return g.served(key, e, now, Hit, k)
+		return g.served(key, e, now, Hit, k, true)
 	}
 	return g.readPath(ctx, g.newCall(key, load, co))
 }
@@ -107,6 +108,9 @@ type call struct {
 	// loaded: when the last load this call ran, or its miss flight
 	// joined, ended (see lookup.at)
 	loaded time.Time
+	// missed: Hooks.Miss ran for this call (missOnce); its caller's
+	// goroutine alone reads and sets it
+	missed bool
 }
 
 func (g *Group) newCall(key string, load LoadFunc, co callOptions) *call {
@@ -139,28 +143,29 @@ func (g *Group) readPathOnce(ctx context.Context, c *call) (Result, error) {
 	}
 	switch lk.st {
 	case fresh:
-		return g.served(c.key, lk.e, lk.now, Hit, lk.k)
+		return g.served(c.key, lk.e, lk.now, Hit, lk.k, !c.missed)
 	case stale:
-		return g.served(c.key, lk.e, lk.now, Stale, lk.k)
+		return g.served(c.key, lk.e, lk.now, Stale, lk.k, !c.missed)
 	case passing:
 		g.hintPass(c.key, c.nm.entry, lk.e)
+		g.missOnce(c)
 		return g.passLoad(ctx, c, lk.e)
 	case oversized:
-		g.missHook(c.key)
+		g.missOnce(c)
 		return g.loadOversize(ctx, c.key, c.load, lk.e, lk.now)
 	case capped:
-		g.missHook(c.key)
+		g.missOnce(c)
 		return g.cappedLoad(ctx, c)
 	case loaded:
 		if !lk.missSeen {
-			g.missHook(c.key)
+			g.missOnce(c)
 		}
 		if err := mine(c, lk.owner, lk.err); err != lk.err {
 			return Result{}, err
 		}
 		return g.claim(c.key, lk.res, lk.claimed), lk.err
 	}
-	g.missHook(c.key)
+	g.missOnce(c)
 	return g.missFlight(ctx, c, lk.x)
 }
 
@@ -253,22 +258,29 @@ func (g *Group) keepOf(name string) keep {
 
 // served turns a decoded entry into the caller's answer; a fresh value is
 // offered to the in-process tier as k says, and any other entry leaves its
-// mark there (localTier.seen).
-func (g *Group) served(key string, e entry.Entry, now int64, st Status, k keep) (Result, error) {
+// mark there (localTier.seen). report: the answer is the call's lookup, for
+// Hooks.Hit or Hooks.Stale (not when the call reported its miss already).
+func (g *Group) served(key string, e entry.Entry, now int64, st Status, k keep, report bool) (Result, error) {
 	age := time.Duration(max(now-e.Written, 0)) * time.Millisecond
 	g.keepLocal(key, e, now, age, k, st == Stale)
+	// A not-found or a failure remembered answers the call as a value
+	// does: a lookup the hooks count.
+	switch {
+	case !report:
+	case st == Stale:
+		if h := g.opts.Hooks.Stale; h != nil {
+			h(key, age)
+		}
+	default:
+		if h := g.opts.Hooks.Hit; h != nil {
+			h(key, age, false)
+		}
+	}
 	switch {
 	case e.Negative:
 		return Result{Status: st, Age: age}, ErrNotFound
 	case e.ErrMark:
 		return Result{Status: st, Age: age}, &BackoffError{Key: key, Cause: string(e.Value)}
-	}
-	if st == Stale {
-		if h := g.opts.Hooks.Stale; h != nil {
-			h(key, age)
-		}
-	} else if h := g.opts.Hooks.Hit; h != nil {
-		h(key, age, false)
 	}
 	fresh := time.Duration(e.FreshUntil-now) * time.Millisecond
 	return Result{Value: e.Value, Status: st, Age: age, Fresh: fresh, Oversize: e.Oversize}, nil

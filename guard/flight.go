@@ -105,7 +105,7 @@ func (g *Group) lookup(ctx context.Context, c *call) (lookup, error) {
 			lk.missSeen = missSeen
 			return lk, r.Err
 		case <-loading:
-			g.missHook(c.key)
+			g.missOnce(c)
 			loading, missSeen = nil, true
 		case <-ctx.Done():
 			return lookup{}, ctx.Err()

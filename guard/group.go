@@ -81,6 +81,8 @@ type Group struct {
 	wd           sync.WaitGroup // lease watchdogs
 	watchdogsOff bool           // set by Close under mu: no watchdog starts
 	closing      chan struct{}  // closed by Close to stop the watchdogs left
+	done         chan struct{}  // closed when Close begins
+	prober       atomic.Bool    // probeWhileOpen runs
 	closed       atomic.Bool
 	inv          invRetry // invalidations waiting for Redis
 	closeOnce    sync.Once
@@ -104,6 +106,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 		hub:     notify.New(rdb, notify.NewChannel(o.Namespace+"fill:")),
 		flights: map[string]*flight{},
 		closing: make(chan struct{}),
+		done:    make(chan struct{}),
 		inv:     invRetry{stop: make(chan struct{})},
 		hints:   newHints(),
 		over:    newOverStore(),
@@ -139,8 +142,15 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 	// longer: it is emptied when a call succeeds again, or when the tier
 	// comes back while calls succeed (a report connection lost alone).
 	g.br = breaker.Breaker{Threshold: o.BreakerFailures, Cooldown: o.BreakerCooldown,
-		Hook: o.Hooks.Breaker, Recovered: g.clearReserve, Starved: g.starved,
-		Probe: g.probe}
+		Hook: func(open bool) {
+			if open {
+				g.probeWhileOpen()
+			}
+			if h := o.Hooks.Breaker; h != nil {
+				h(open)
+			}
+		},
+		Recovered: g.clearReserve, Starved: g.starved, Probe: g.probe}
 	g.masters = g.masterBreakers(rdb, o)
 	switch rdb.(type) {
 	case *redis.ClusterClient, *redis.Ring:
@@ -233,11 +243,19 @@ func (g *Group) Close() error {
 		g.mu.Lock()
 		g.closed.Store(true)
 		g.mu.Unlock()
+		close(g.done)
 		close(g.inv.stop)
 		g.hot.close()
 		err = g.hub.Close()
 		g.loc.Close()
 		g.bg.Wait()
+		// A closed Group has no breaker: one left open is reported
+		// closed (a gauge summed over Groups would stay up for good),
+		// and its hot keys are none.
+		if g.br.Shut() && g.opts.Hooks.Breaker != nil {
+			g.opts.Hooks.Breaker(false)
+		}
+		g.hot.clear(g.opts.Hooks.HotKeys)
 		g.mu.Lock()
 		g.watchdogsOff = true
 		close(g.closing)
@@ -249,6 +267,46 @@ func (g *Group) Close() error {
 	})
 	return err
 }
+
+// probeWhileOpen probes the Group's open breaker in the background, once
+// per BreakerCooldown, until it closes: so that a Group no call reaches (an
+// idle instance) closes it, and says so (Hooks.Breaker), once Redis
+// answers, not at its next call. One runs at a time; Close stops it.
+func (g *Group) probeWhileOpen() {
+	if !g.prober.CompareAndSwap(false, true) {
+		return
+	}
+	started := g.goBackground(func() {
+		t := time.NewTimer(g.opts.BreakerCooldown)
+		defer t.Stop()
+		for {
+			select {
+			case <-g.done:
+				return
+			case <-t.C:
+			}
+			if !g.br.Open() {
+				// Closed; unless it opened again meanwhile, and its
+				// hook found this loop still running.
+				g.prober.Store(false)
+				if !g.br.Open() || !g.prober.CompareAndSwap(false, true) {
+					return
+				}
+			}
+			// Starts the probe (the read script, in the background)
+			// unless one is out or a call's probe failed lately.
+			g.br.AllowKey(breakerProbeKey)
+			t.Reset(g.opts.BreakerCooldown)
+		}
+	})
+	if !started {
+		g.prober.Store(false)
+	}
+}
+
+// breakerProbeKey is the key whose entry probeWhileOpen's probes read: no
+// caller's, so nothing is loaded or held for it.
+const breakerProbeKey = "~breaker-probe"
 
 // goBackground runs f in a goroutine Close waits for; after Close it does
 // nothing.

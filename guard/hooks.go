@@ -14,11 +14,16 @@ import (
 // called on the goroutine that saw the event: they must be quick and must
 // not block. key is the caller's key.
 type Hooks struct {
-	// Hit: a fresh value was served; local: from the in-process tier.
+	// Hit: a fresh entry answered the call (a value, or a not-found or a
+	// failure remembered: NegativeFor, ErrorBackoff); local: from the
+	// in-process tier.
 	Hit func(key string, age time.Duration, local bool)
-	// Stale: a stale value was served while a refresh runs or backs off.
+	// Stale: a stale entry answered the call while a refresh runs or
+	// backs off.
 	Stale func(key string, age time.Duration)
-	// Miss: no usable value; the caller loads, waits or shares a flight.
+	// Miss: no usable value; the caller loads (a key marked pass
+	// included), waits or shares a flight. Each call that is not
+	// Degraded reports one of Hit, Stale and Miss.
 	Miss func(key string)
 	// Coalesced: the caller shared a flight of this process.
 	Coalesced func(key string)
@@ -38,9 +43,12 @@ type Hooks struct {
 	// on a cluster, one master failed BreakerFailures calls in a row and
 	// its keys are served without Redis, once each time that opens;
 	// "probe": an open breaker's probe, sent in the background once per
-	// BreakerCooldown while calls come, found Redis still down).
+	// BreakerCooldown while it is open, found Redis still down).
 	RedisError func(op string, err error)
-	// Breaker: the Redis breaker opened or closed, once per change.
+	// Breaker: the Redis breaker opened or closed, once per change. An
+	// open breaker is probed once per BreakerCooldown, calls or none, so
+	// an idle Group reports it closed once Redis answers; Close reports
+	// one left open closed.
 	Breaker func(open bool)
 	// Corrupt: an undecodable entry, or foreign data under one of the
 	// key's names, was dropped and treated as a miss.
@@ -64,7 +72,8 @@ type Hooks struct {
 	// "refused" or "closed" (the last three call for an operator).
 	LocalTier func(on bool, why string)
 	// HotKeys: a window of hot keys ended (every 5s, Options.HotKeys);
-	// hk is what HotKeys returns until the next.
+	// hk is what HotKeys returns until the next. Close reports an empty
+	// one.
 	HotKeys func(hk HotKeys)
 }
 
@@ -192,6 +201,16 @@ func isQuiet(err error) bool {
 		return true
 	}
 	return errors.Is(err, ErrNotFound) || isNoStore(err)
+}
+
+// missOnce reports c's miss to Hooks.Miss, once however many turns the
+// call takes (a call that goes again after another caller's private
+// answer reads again).
+func (g *Group) missOnce(c *call) {
+	if !c.missed {
+		c.missed = true
+		g.missHook(c.key)
+	}
 }
 
 // missHook reports a miss to Hooks.Miss.

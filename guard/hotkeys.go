@@ -120,6 +120,19 @@ func (h *hotTracker) close() {
 	}
 }
 
+// clear forgets h's last window, once its loop has stopped, and reports
+// the empty one to f (Close: a closed Group has no hot key).
+func (h *hotTracker) clear(f func(HotKeys)) {
+	if h == nil {
+		return
+	}
+	hk := HotKeys{Nodes: 1}
+	h.last.Store(&hk)
+	if f != nil {
+		f(hk)
+	}
+}
+
 // HotKeys returns this Group's hottest keys of its last 5s window.
 func (g *Group) HotKeys() HotKeys {
 	if g.hot == nil {

@@ -263,3 +263,37 @@ func BenchmarkHitHotKeys(b *testing.B) {
 		})
 	}
 }
+
+// TestCloseClearsHotKeys: a closed Group has no hot key: Close reports an
+// empty window to Hooks.HotKeys, and HotKeys() is empty. Before, the last
+// window stayed, and a gauge fed by the hook showed its rates for as long
+// as the process served its metrics.
+func TestCloseClearsHotKeys(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	ns := strings.ReplaceAll(redistest.Key(t), "/", ":") + ":"
+	var mu sync.Mutex
+	var hooked []HotKeys
+	g, err := New(rdb, Options{Namespace: ns,
+		Hooks: Hooks{HotKeys: func(hk HotKeys) { mu.Lock(); hooked = append(hooked, hk); mu.Unlock() }}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := ownHotWindows(g)
+	hot := redistest.Key(t, "hot")
+	hotWorkload(t, g, hot, 2000)
+	g.endHotWindow(h, time.Second)
+	if hk := g.HotKeys(); len(hk.Calls) == 0 || hk.Calls[0].Key != hot {
+		t.Fatalf("HotKeys().Calls = %v, want %q first", head(hk.Calls), hot)
+	}
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if hk := g.HotKeys(); len(hk.Calls)+len(hk.Loads) != 0 {
+		t.Errorf("HotKeys() after Close = %v calls, %v loads; want none", head(hk.Calls), head(hk.Loads))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n := len(hooked); n != 2 || len(hooked[1].Calls)+len(hooked[1].Loads) != 0 {
+		t.Errorf("Hooks.HotKeys got %d windows, the last %+v; want 2, the last (Close's) empty", n, hooked[n-1])
+	}
+}

@@ -135,7 +135,7 @@ func (d *missWait) reread(ws []*waiter, resolve func(*waiter), _ bool) {
 		if st == stale {
 			status = Stale
 		}
-		d.res, d.err = g.served(c.key, e, rr.now, status, k)
+		d.res, d.err = g.served(c.key, e, rr.now, status, k, false)
 	case st == oversized:
 		d.res, d.err = g.loadOversize(d.ctx, c.key, c.load, e, rr.now)
 	case rr.x > 0:

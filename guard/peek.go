@@ -34,9 +34,9 @@ func (g *Group) Peek(ctx context.Context, key string) (Result, error) {
 	case st == missing || st == passing || st == oversized || e.ErrMark:
 		return Result{}, ErrNotCached
 	case st == fresh:
-		return g.served(key, e, rr.now, Hit, k)
+		return g.served(key, e, rr.now, Hit, k, true)
 	}
-	return g.served(key, e, rr.now, Stale, k)
+	return g.served(key, e, rr.now, Stale, k, true)
 }
 
 // noLoad stands for the loader Peek does not have, for the checks of Do.

@@ -57,6 +57,41 @@ type privateError struct {
 func (e *privateError) Error() string { return e.err.Error() }
 func (e *privateError) Unwrap() error { return e.err }
 
+// IsPass reports whether err carries a Pass answer: a loader's answer
+// that may not be shared, not a failure (metrics count it apart).
+func IsPass(err error) bool {
+	pe, _ := firstOf[*privateError](err)
+	return pe != nil && pe.pass > 0
+}
+
+// firstOf returns the first error of type T in err's tree, as errors.As
+// finds it, without allocating (errors.As's target escapes): a metrics
+// hook asks on every load.
+func firstOf[T error](err error) (T, bool) {
+	for err != nil {
+		if t, ok := err.(T); ok {
+			return t, true
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if t, ok := firstOf[T](e); ok {
+					return t, true
+				}
+			}
+			var zero T
+			return zero, false
+		default:
+			var zero T
+			return zero, false
+		}
+	}
+	var zero T
+	return zero, false
+}
+
 // privateOf returns the Private or Pass mark err carries, or nil.
 func privateOf(err error) *privateError {
 	var pe *privateError

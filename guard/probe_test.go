@@ -174,3 +174,64 @@ func countBreaker(opens, closes *atomic.Int64) func(open bool) {
 		}
 	}
 }
+
+// TestIdleGroupClosesItsBreaker: a breaker opened by calls, then no call:
+// once Redis answers again, the breaker closes (and says so) by itself,
+// probing once per BreakerCooldown. Before, it probed only when a call
+// came, so an idle instance reported its breaker open for good, and the
+// alert on it fired while Redis was well.
+func TestIdleGroupClosesItsBreaker(t *testing.T) {
+	srv := redistest.Start(t)
+	var opens, closes atomic.Int64
+	g := newGroup(t, srv.Client(t, func(o *redis.Options) { o.MaxRetries = -1 }), Options{
+		RedisTimeout: 100 * time.Millisecond, BreakerCooldown: 50 * time.Millisecond,
+		Hooks: Hooks{Breaker: countBreaker(&opens, &closes)}})
+	key := redistest.Key(t)
+	load := func(context.Context) ([]byte, error) { return []byte("v"), nil }
+	srv.Freeze(t)
+	redistest.Eventually(t, 10*time.Second, "the breaker to open", func() bool {
+		_, _ = g.Do(ctxT(t), key, load)
+		return opens.Load() > 0
+	})
+	srv.Thaw(t)
+	redistest.Eventually(t, 10*time.Second, "the breaker of an idle Group to close", func() bool {
+		return closes.Load() == 1
+	})
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if o, c := opens.Load(), closes.Load(); o != 1 || c != 1 {
+		t.Errorf("Hooks.Breaker: %d opens, %d closes; want 1 and 1", o, c)
+	}
+}
+
+// TestCloseReportsOpenBreakerClosed: a Group closed while its breaker is
+// open reports it closed, once, and nothing after: a gauge summed over the
+// Groups of a process (one replaced after an outage) fell back to 0 never.
+func TestCloseReportsOpenBreakerClosed(t *testing.T) {
+	srv := redistest.Start(t)
+	var opens, closes atomic.Int64
+	g, err := New(srv.Client(t, func(o *redis.Options) { o.MaxRetries = -1 }), Options{
+		RedisTimeout: 100 * time.Millisecond, BreakerCooldown: time.Hour,
+		Hooks: Hooks{Breaker: countBreaker(&opens, &closes)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := redistest.Key(t)
+	srv.Freeze(t)
+	defer srv.Thaw(t)
+	redistest.Eventually(t, 10*time.Second, "the breaker to open", func() bool {
+		_, _ = g.Do(ctxT(t), key, func(context.Context) ([]byte, error) { return []byte("v"), nil })
+		return opens.Load() > 0
+	})
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	srv.Thaw(t)
+	if _, err := g.Do(ctxT(t), key, func(context.Context) ([]byte, error) { return []byte("v"), nil }); err != ErrClosed {
+		t.Errorf("Do after Close: %v, want ErrClosed", err)
+	}
+	if o, c := opens.Load(), closes.Load(); o != 1 || c != 1 {
+		t.Errorf("Hooks.Breaker: %d opens, %d closes after Close; want 1 and 1", o, c)
+	}
+}

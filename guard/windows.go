@@ -68,6 +68,13 @@ func Revalidated(head []byte, trim int) error {
 	return &revalidatedError{head: head, trim: trim}
 }
 
+// IsRevalidated reports whether err carries a Revalidated answer: the
+// loader's origin confirmed the previous value, not a failure.
+func IsRevalidated(err error) bool {
+	_, ok := firstOf[*revalidatedError](err)
+	return ok
+}
+
 // revalidatedError carries a Revalidated answer from the loader to the fill.
 type revalidatedError struct {
 	head []byte

@@ -61,6 +61,7 @@ type Breaker struct {
 	Probe func(key string, verdict func(err error))
 
 	mu        sync.Mutex
+	shut      bool // Shut: no verdict counts, no hook is called
 	fails     int
 	lastOK    time.Time // with Silence: when a call last succeeded
 	lastFail  time.Time // with Settle: when the last failure was recorded
@@ -129,6 +130,10 @@ func (b *Breaker) Success() {
 		now = time.Now()
 	}
 	b.mu.Lock()
+	if b.shut {
+		b.mu.Unlock()
+		return
+	}
 	failing, wasOpen := b.fails > 0, b.fails >= b.Threshold
 	b.pending = b.pending || failing
 	recovered := b.pending && (b.Settle <= 0 || now.Sub(b.lastFail) >= b.Settle)
@@ -169,6 +174,10 @@ func (b *Breaker) Failure() {
 		now = time.Now()
 	}
 	b.mu.Lock()
+	if b.shut {
+		b.mu.Unlock()
+		return
+	}
 	b.lastFail = now
 	if b.fails == b.Threshold-1 && b.Silence > 0 && now.Sub(b.lastOK) < b.Silence {
 		// Another server answered lately: one is down, not Redis. The
@@ -254,6 +263,17 @@ func Unwell(err error) bool {
 		}
 	}
 	return false
+}
+
+// Shut ends the breaker with its owner: it is closed, no later verdict
+// counts, and no hook is called again. It reports whether it was open, so
+// that the owner can report it closed, once.
+func (b *Breaker) Shut() (wasOpen bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	wasOpen = !b.shut && b.fails >= b.Threshold
+	b.shut, b.fails, b.probe = true, 0, 0
+	return wasOpen
 }
 
 // Open reports whether the breaker is Open or half-Open.
