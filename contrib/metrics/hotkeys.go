@@ -49,8 +49,11 @@ func (h *HotKeys) Each(f func(by, rank, key string, perSecond float64)) {
 	}
 }
 
-// hotLabel is key made a short, valid label value.
+// hotLabel is key made a short, valid label value: made valid first, as
+// each invalid byte grows to a 3-byte U+FFFD, then cut to maxHotKeyLabel
+// bytes at a character's boundary.
 func hotLabel(key string) string {
+	key = Valid(key)
 	if len(key) > maxHotKeyLabel {
 		cut := maxHotKeyLabel
 		for cut > 0 && !utf8.RuneStart(key[cut]) {
@@ -58,5 +61,5 @@ func hotLabel(key string) string {
 		}
 		key = key[:cut]
 	}
-	return Valid(key)
+	return key
 }

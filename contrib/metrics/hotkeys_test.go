@@ -34,3 +34,25 @@ func TestHotKeys(t *testing.T) {
 	off.Hook(hk)
 	off.Each(func(by, rank, key string, r float64) { t.Errorf("off: got %s %s", by, key) })
 }
+
+// TestHotKeyLabelCutAfterCleaning: a key of invalid bytes is made valid
+// before it is cut, so its label stays within 100 bytes although each
+// invalid byte becomes a 3-byte U+FFFD.
+func TestHotKeyLabelCutAfterCleaning(t *testing.T) {
+	key := strings.Repeat("a\xff", 60) // 120 bytes, 180 once made valid
+	h := NewHotKeys(Labels{})
+	h.Hook(guard.HotKeys{Calls: []guard.HotKey{{Key: key, PerSecond: 1}}})
+	n := 0
+	h.Each(func(_, _, label string, _ float64) {
+		n++
+		if !utf8.ValidString(label) || len(label) > maxHotKeyLabel {
+			t.Errorf("label of %d bytes (valid: %v), want valid UTF-8 of at most %d bytes", len(label), utf8.ValidString(label), maxHotKeyLabel)
+		}
+		if want := strings.Repeat("a\uFFFD", 25); label != want {
+			t.Errorf("label %q, want %q", label, want)
+		}
+	})
+	if n != 1 {
+		t.Errorf("%d labels, want 1", n)
+	}
+}

@@ -24,7 +24,9 @@ type Labels struct {
 	// KeyLabel, when set, adds a key label ("key", stampede.key) to the
 	// series of per-key events, with KeyLabel(key) as its value: a route,
 	// a table, a key prefix. It is called on every event, so it must be
-	// cheap and must not block.
+	// cheap and must not block. (Prometheus declares the key label either
+	// way, empty without a KeyLabel, which Prometheus stores as no label,
+	// so that Groups with and without one can share a registry.)
 	//
 	// Every distinct value is a new set of series kept in memory by this
 	// process and by the metrics backend for good. Never return the key

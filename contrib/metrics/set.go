@@ -11,13 +11,16 @@ import (
 // load and one map lookup: the map is copied on write, and writes stop
 // after max distinct labels (later labels share the series of OtherKey),
 // so a hook never takes a lock or allocates once its label has been seen.
+// Labels are made valid (Valid) before they are counted: raw labels that
+// clean to the same value share its series and take one of the max slots.
 type set[S any] struct {
 	max  int                   // distinct labels kept; then OtherKey
 	bind func(label string) *S // makes the series of a new label
 
-	m     atomic.Pointer[map[string]*S]
-	other atomic.Pointer[S] // set once the map is full
-	mu    sync.Mutex        // serializes writers
+	m     atomic.Pointer[map[string]*S] // raw label: its series
+	other atomic.Pointer[S]             // set once the map is full
+	mu    sync.Mutex                    // serializes writers
+	n     int                           // distinct series bound, under mu
 }
 
 // get returns the series of label, binding it on first use.
@@ -27,18 +30,24 @@ func (ss *set[S]) get(label string) *S {
 			return s
 		}
 	}
-	if o := ss.other.Load(); o != nil {
+	if o := ss.other.Load(); o != nil && utf8.ValidString(label) {
 		return o
 	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	old := ss.m.Load()
-	n := 0
 	if old != nil {
 		if s, ok := (*old)[label]; ok {
 			return s
 		}
-		if n = len(*old); n >= ss.max {
+	}
+	clean := Valid(label)
+	s, known := (*S)(nil), false
+	if old != nil && clean != label {
+		s, known = (*old)[clean]
+	}
+	if !known {
+		if ss.n >= ss.max {
 			o := ss.other.Load()
 			if o == nil {
 				o = ss.bind(OtherKey)
@@ -46,15 +55,23 @@ func (ss *set[S]) get(label string) *S {
 			}
 			return o
 		}
+		s = ss.bind(clean)
+		ss.n++
 	}
-	next := make(map[string]*S, n+1)
+	// A raw label that cleans to a known one is kept as an alias while the
+	// map stays within twice max entries; past that it takes this path.
+	if old != nil && len(*old) >= 2*ss.max {
+		return s
+	}
+	next := make(map[string]*S, 2)
 	if old != nil {
+		next = make(map[string]*S, len(*old)+2)
 		for k, v := range *old {
 			next[k] = v
 		}
 	}
-	s := ss.bind(Valid(label))
 	next[label] = s
+	next[clean] = s
 	ss.m.Store(&next)
 	return s
 }

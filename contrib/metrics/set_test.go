@@ -95,3 +95,26 @@ func TestWithDefaults(t *testing.T) {
 		t.Errorf("default Group %q, want %q", got, "default")
 	}
 }
+
+// TestSeriesInvalidLabelsShareTheirCleanSlot: raw labels that clean to the
+// same value share one series and take one MaxKeyLabels slot, so a few
+// invalid bytes do not push later labels into OtherKey.
+func TestSeriesInvalidLabelsShareTheirCleanSlot(t *testing.T) {
+	binds := map[string]int{}
+	s := NewSeries(Labels{KeyLabel: identity, MaxKeyLabels: 3}, func(l string) *string {
+		binds[l]++
+		return &l
+	})
+	a := s.Get("\x80")
+	for _, k := range []string{"\x81", "\x82", "\uFFFD"} {
+		if got := s.Get(k); got != a {
+			t.Errorf("Get(%q) = %q, want the series of %q", k, *got, "\uFFFD")
+		}
+	}
+	if got := *s.Get("user"); got != "user" {
+		t.Errorf("Get(%q) = %q after 3 keys labelled %q; bound %v", "user", got, "\uFFFD", binds)
+	}
+	if binds["\uFFFD"] != 1 {
+		t.Errorf("bound %v, want %q once", binds, "\uFFFD")
+	}
+}

@@ -24,7 +24,7 @@
 //
 //	stampede.requests             counter, stampede.status: hit, hit_local, stale, miss
 //	stampede.coalesced            counter, misses that shared a flight (part of miss)
-//	stampede.loads                counter, stampede.result: ok, not_found, error
+//	stampede.loads                counter, stampede.result: ok, not_found, revalidated, pass, error
 //	stampede.load.duration        histogram
 //	stampede.leases               counter, stampede.result: won, busy
 //	stampede.wakeups              counter, stampede.source: notification, timer
@@ -35,13 +35,20 @@
 //	stampede.oversize.values      counter, values over MaxValueBytes (not stored)
 //	stampede.tag.full             counter, loads not stored: their tag held MaxTagKeys keys
 //	stampede.unready              counter, Groups whose start-up subscription failed
+//	stampede.started_unready      up-down counter: 1 once the Group's start-up subscription failed, else 0
 //	stampede.redis.errors         counter, stampede.redis.op: get, read, fill, renew, release, invalidate,
-//	                              subscribe (the fill subscription), track (the tier's reports)
+//	                              subscribe (the fill subscription), track (the tier's reports), hotkeys,
+//	                              backup (a backup lease past WaitTimeout), master (a cluster master's
+//	                              own breaker), probe (an open breaker's probe)
 //	stampede.breaker.open         up-down counter: 1 while the Group's Redis breaker is open, else 0
 //	stampede.breaker.transitions  counter, stampede.breaker.state: open, closed
 //	stampede.local_tier.state     observed up-down counter, a state set: the current
 //	                              stampede.local_tier.state at 1, the others at 0: on, disabled,
 //	                              unsupported, connecting, lost, refused, closed
+//	stampede.hot_key.rate         observed gauge, per second: the hottest keys of the last 5s window,
+//	                              stampede.hot.by (calls, loads), stampede.hot.rank (from 1),
+//	                              stampede.hot.key (the key itself, cut to 100 bytes); at most
+//	                              Options.HotKeys of each (-1: none)
 //	stampede.lock.obtained        counter
 //	stampede.lock.wait.duration   histogram
 //	stampede.lock.renewals        counter, stampede.result: ok, failed
@@ -51,8 +58,14 @@
 //
 // The counters count hook events, not calls of guard.Group.Do: a call
 // answered while Redis is unavailable (guard.Degraded) records no status,
-// only its load. A loader's guard.NoStore answer counts as result=error: the
-// hook sees only the error. The counters of a kind are recorded at zero as
+// only its load. The result of a load is one of five bounded values: ok,
+// not_found (guard.ErrNotFound), revalidated (guard.Revalidated: the
+// origin confirmed the previous value), pass (guard.Pass: an answer that
+// may not be shared, loaded with no lease by design) and error, anything
+// else; a loader's guard.NoStore and guard.Private answers count as
+// error: the hook sees only the error. stampede.started_unready does not
+// go back to 0: no hook reports the start-up subscription coming up
+// later (guard.Group.Coordinating does). The counters of a kind are recorded at zero as
 // soon as their hooks exist (or a key label is first seen), so rates are
 // defined before the first event.
 //
@@ -68,5 +81,8 @@
 // WrapLoad, a "stampede.load" span around the origin loader (only the
 // caller that loads gets one), and Do, a "stampede.do" span around each
 // guard.Group.Do call with the answer's status. A load span is a child of
-// the span of the caller that started the flight.
+// the span of the caller that started the flight. Only failures set a
+// span's status to Error (not found, Revalidated and Pass are answers);
+// the text recorded is valid UTF-8 and, for the guard's own errors that
+// quote the key (guard.BackoffError), leaves the key out.
 package stampedeotel

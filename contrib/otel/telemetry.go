@@ -52,7 +52,7 @@ type Telemetry struct {
 	refreshErrs, fillRejected, corrupt           metric.Int64Counter
 	oversize, tagFull, unready                   metric.Int64Counter
 	redisErrs, breakerTrans                      metric.Int64Counter
-	breakerOpen                                  metric.Int64UpDownCounter
+	breakerOpen, startedUnready                  metric.Int64UpDownCounter
 	loadDur, waitDur                             metric.Float64Histogram
 	lockObtained, lockRenewals, lockLost, lockRe metric.Int64Counter
 	lockWait, lockHold                           metric.Float64Histogram
@@ -79,6 +79,7 @@ type (
 type guardSeries struct {
 	hit, hitLocal, stale, miss    add
 	loadOK, loadNotFound, loadErr add
+	loadRevalidated, loadPass     add
 	leaseWon, leaseBusy           add
 	wokenNotified, wokenTimer     add
 	base                          add // group [and key]
@@ -93,7 +94,8 @@ type lockSeries struct {
 }
 
 // redisOps are the op values guard.Hooks.RedisError reports today.
-var redisOps = []string{"get", "read", "fill", "renew", "release", "invalidate", "subscribe", "track", "hotkeys", "backup"}
+var redisOps = []string{"get", "read", "fill", "renew", "release", "invalidate", "subscribe", "track", "hotkeys", "backup",
+	"master", "probe"}
 
 // New returns Telemetry whose instruments come from opts.MeterProvider. It
 // fails only if the provider fails to make an instrument.
@@ -128,7 +130,8 @@ func New(opts Options) (*Telemetry, error) {
 	t.coalesced = counter("stampede.coalesced", "{request}",
 		"Misses that shared another caller's flight in this process instead of loading (part of stampede.status=miss).")
 	t.loads = counter("stampede.loads", "{load}",
-		"Origin loader calls, by stampede.result: ok, not_found (guard.ErrNotFound), error.")
+		"Origin loader calls, by stampede.result: ok, not_found (guard.ErrNotFound), "+
+			"revalidated (guard.Revalidated), pass (guard.Pass), error.")
 	t.loadDur = seconds("stampede.load.duration", "Duration of origin loader calls.")
 	t.leases = counter("stampede.leases", "{lease}",
 		"Refresh leases tried by this node, by stampede.result: won (this node loads), busy (another node loads).")
@@ -148,8 +151,12 @@ func New(opts Options) (*Telemetry, error) {
 		"Loads not stored because their hash tag (an HTTP URL's variants) held MaxTagKeys keys already.")
 	t.unready = counter("stampede.unready", "{group}",
 		"Groups whose fill subscription failed at start-up (Redis unreachable or refusing it); they serve degraded until Ready.")
-	t.redisErrs = counter("stampede.redis.errors", "{error}", "Failed Redis calls of the guard, by stampede.redis.op.")
 	var err error
+	t.startedUnready, err = mt.Int64UpDownCounter("stampede.started_unready", metric.WithUnit("{group}"),
+		metric.WithDescription("Groups among those these hooks observe whose fill subscription failed at start-up "+
+			"(0 or 1 for one Group); it stays set for the life of the Group: no hook reports the subscription coming up later."))
+	errs = append(errs, err)
+	t.redisErrs = counter("stampede.redis.errors", "{error}", "Failed Redis calls of the guard, by stampede.redis.op.")
 	t.breakerOpen, err = mt.Int64UpDownCounter("stampede.breaker.open", metric.WithUnit("{breaker}"),
 		metric.WithDescription("Redis breakers open among the Groups these hooks observe (0 or 1 for one Group)."))
 	errs = append(errs, err)
@@ -205,23 +212,25 @@ func (t *Telemetry) bindGuard(label string) *guardSeries {
 	b := t.attrs(label)
 	baseSet := metric.WithAttributeSet(attribute.NewSet(b...))
 	s := &guardSeries{
-		hit:           with(b, StatusKey.String("hit")),
-		hitLocal:      with(b, StatusKey.String("hit_local")),
-		stale:         with(b, StatusKey.String("stale")),
-		miss:          with(b, StatusKey.String("miss")),
-		loadOK:        with(b, ResultKey.String("ok")),
-		loadNotFound:  with(b, ResultKey.String("not_found")),
-		loadErr:       with(b, ResultKey.String("error")),
-		leaseWon:      with(b, ResultKey.String("won")),
-		leaseBusy:     with(b, ResultKey.String("busy")),
-		wokenNotified: with(b, SourceKey.String("notification")),
-		wokenTimer:    with(b, SourceKey.String("timer")),
-		base:          add{baseSet},
-		baseRecord:    record{baseSet},
-		span:          b,
+		hit:             with(b, StatusKey.String("hit")),
+		hitLocal:        with(b, StatusKey.String("hit_local")),
+		stale:           with(b, StatusKey.String("stale")),
+		miss:            with(b, StatusKey.String("miss")),
+		loadOK:          with(b, ResultKey.String("ok")),
+		loadNotFound:    with(b, ResultKey.String("not_found")),
+		loadErr:         with(b, ResultKey.String("error")),
+		loadRevalidated: with(b, ResultKey.String(metrics.ResultRevalidated)),
+		loadPass:        with(b, ResultKey.String(metrics.ResultPass)),
+		leaseWon:        with(b, ResultKey.String("won")),
+		leaseBusy:       with(b, ResultKey.String("busy")),
+		wokenNotified:   with(b, SourceKey.String("notification")),
+		wokenTimer:      with(b, SourceKey.String("timer")),
+		base:            add{baseSet},
+		baseRecord:      record{baseSet},
+		span:            b,
 	}
 	zero(t.requests, s.hit, s.hitLocal, s.stale, s.miss)
-	zero(t.loads, s.loadOK, s.loadNotFound, s.loadErr)
+	zero(t.loads, s.loadOK, s.loadNotFound, s.loadRevalidated, s.loadPass, s.loadErr)
 	zero(t.leases, s.leaseWon, s.leaseBusy)
 	zero(t.wakeups, s.wokenNotified, s.wokenTimer)
 	for _, c := range []metric.Int64Counter{t.coalesced, t.refreshErrs, t.fillRejected, t.corrupt, t.oversize, t.tagFull} {
@@ -263,6 +272,7 @@ func (t *Telemetry) initGuard() {
 		zero(t.breakerTrans, t.breakerTo[:]...)
 		t.breakerOpen.Add(context.Background(), 0, t.plain...)
 		zero(t.unready, t.plain)
+		t.startedUnready.Add(context.Background(), 0, t.plain...)
 		t.tier.bound.Store(true)
 	})
 }
@@ -288,11 +298,15 @@ func (t *Telemetry) GuardHooks() guard.Hooks {
 		Load: func(key string, d time.Duration, err error) {
 			s := t.guardSeries(key)
 			t.loadDur.Record(bg, d.Seconds(), s.baseRecord...)
-			switch {
-			case err == nil:
+			switch metrics.LoadResult(err) {
+			case metrics.ResultOK:
 				t.loads.Add(bg, 1, s.loadOK...)
-			case errors.Is(err, guard.ErrNotFound):
+			case metrics.ResultNotFound:
 				t.loads.Add(bg, 1, s.loadNotFound...)
+			case metrics.ResultRevalidated:
+				t.loads.Add(bg, 1, s.loadRevalidated...)
+			case metrics.ResultPass:
+				t.loads.Add(bg, 1, s.loadPass...)
 			default:
 				t.loads.Add(bg, 1, s.loadErr...)
 			}
@@ -318,9 +332,12 @@ func (t *Telemetry) GuardHooks() guard.Hooks {
 		Corrupt:      func(key string, _ error) { t.corrupt.Add(bg, 1, t.guardSeries(key).base...) },
 		Oversize:     func(key string, _ int) { t.oversize.Add(bg, 1, t.guardSeries(key).base...) },
 		TagFull:      func(key string) { t.tagFull.Add(bg, 1, t.guardSeries(key).base...) },
-		Unready:      func(error) { t.unready.Add(bg, 1, t.plain...) },
-		LocalTier:    t.tier.hook,
-		HotKeys:      t.hot.keys.Hook,
+		Unready: func(error) {
+			t.unready.Add(bg, 1, t.plain...)
+			t.startedUnready.Add(bg, 1, t.plain...)
+		},
+		LocalTier: t.tier.hook,
+		HotKeys:   t.hot.keys.Hook,
 		RedisError: func(op string, _ error) {
 			o, ok := t.redisOps[op]
 			if !ok {

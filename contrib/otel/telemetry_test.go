@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -83,7 +84,7 @@ func TestGuardHooks(t *testing.T) {
 		{"tag full", func(h guard.Hooks) { h.TagFull("k") },
 			map[string]float64{"stampede.tag.full{" + g + "}": 1}},
 		{"unready", func(h guard.Hooks) { h.Unready(boom) },
-			map[string]float64{"stampede.unready{" + g + "}": 1}},
+			map[string]float64{"stampede.unready{" + g + "}": 1, "stampede.started_unready{" + g + "}": 1}},
 		{"redis error", func(h guard.Hooks) { h.RedisError("read", boom); h.RedisError("scan", boom) },
 			map[string]float64{
 				"stampede.redis.errors{" + g + ",stampede.redis.op=read}": 1,
@@ -456,5 +457,173 @@ func TestHotKeys(t *testing.T) {
 	want = map[string]float64{"stampede.hot_key.rate{" + g + ",stampede.hot.by=calls,stampede.hot.key=d,stampede.hot.rank=1}": 5}
 	if d := diff(hot(), want); d != "" {
 		t.Error(d)
+	}
+}
+
+// Loads answered with guard.Revalidated or guard.Pass are answers, not
+// failures: stampede.loads counts them as stampede.result=revalidated and
+// pass, and their load spans have no Error status and no exception;
+// guard.Private and guard.NoStore stay errors.
+func TestLoadAnswersAreNotErrors(t *testing.T) {
+	boom := errors.New("boom")
+	for _, tt := range []struct {
+		name   string
+		err    error
+		result string
+	}{
+		{"revalidated", guard.Revalidated(nil, 0), "revalidated"},
+		{"revalidated with a head", guard.Revalidated([]byte("head"), 2), "revalidated"},
+		{"pass", guard.Pass(nil, time.Second), "pass"},
+		{"pass, wrapped", fmt.Errorf("handler: %w", guard.Pass(boom, time.Second)), "pass"},
+		{"private", guard.Private(boom), "error"},
+		{"nostore", guard.NoStore(boom), "error"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tel, reader, rec := setup(t, stampedeotel.Options{Labels: metrics.Labels{Group: "api", HotKeys: -1}})
+			h := tel.GuardHooks()
+			_, err := tel.WrapLoad("k", func(context.Context) ([]byte, error) { return nil, tt.err })(context.Background())
+			h.Load("k", time.Second, err)
+			want := map[string]float64{
+				"stampede.loads{stampede.group=api,stampede.result=" + tt.result + "}": 1,
+				"stampede.load.duration_count{stampede.group=api}":                     1,
+				"stampede.load.duration_sum{stampede.group=api}":                       1,
+			}
+			if d := diff(collect(t, reader, false), want); d != "" {
+				t.Error(d)
+			}
+			spans := rec.Ended()
+			if len(spans) != 1 {
+				t.Fatalf("%d spans, want 1", len(spans))
+			}
+			s := spans[0]
+			if a := attrs(s); a[stampedeotel.ResultKey] != tt.result {
+				t.Errorf("span result %q, want %q", a[stampedeotel.ResultKey], tt.result)
+			}
+			failed := tt.result == "error"
+			if got := s.Status().Code == codes.Error; got != failed {
+				t.Errorf("span status %v %q, want Error: %v", s.Status().Code, s.Status().Description, failed)
+			}
+			if got := len(s.Events()) > 0; got != failed {
+				t.Errorf("span events %v, want an exception: %v", s.Events(), failed)
+			}
+		})
+	}
+	if n := len(metrics.LoadResults()); n != 5 {
+		t.Errorf("%d load results, want 5", n)
+	}
+}
+
+// Every op guard.Hooks.RedisError documents has its series at zero from
+// the first GuardHooks call, "master" and "probe" included.
+func TestRedisErrorOpsPrimedAtZero(t *testing.T) {
+	tel, reader, _ := setup(t, stampedeotel.Options{})
+	tel.GuardHooks()
+	got := collect(t, reader, true)
+	for _, op := range []string{"get", "read", "fill", "renew", "release", "invalidate", "subscribe", "track", "hotkeys", "backup", "master", "probe"} {
+		k := "stampede.redis.errors{" + g + ",stampede.redis.op=" + op + "}"
+		if v, ok := got[k]; !ok || v != 0 {
+			t.Errorf("%s = %v (present %v), want 0", k, v, ok)
+		}
+	}
+}
+
+// stampede.started_unready is 0 from GuardHooks, 1 once the Group reports
+// Unready, and stays 1: no hook says when the subscription comes up.
+func TestStartedUnready(t *testing.T) {
+	tel, reader, _ := setup(t, stampedeotel.Options{})
+	h := tel.GuardHooks()
+	const k = "stampede.started_unready{" + g + "}"
+	if v, ok := collect(t, reader, true)[k]; !ok || v != 0 {
+		t.Errorf("before Unready: %s = %v (present %v), want 0", k, v, ok)
+	}
+	h.Unready(&guard.ReadyError{Check: "subscription", Err: errors.New("refused")})
+	h.Breaker(true)
+	h.Breaker(false)
+	h.LocalTier(true, "")
+	if v := collect(t, reader, true)[k]; v != 1 {
+		t.Errorf("after Unready: %s = %v, want 1", k, v)
+	}
+}
+
+// Without a KeyLabel the key never reaches a span: the guard's
+// BackoffError, whose text quotes the key, is recorded on the
+// stampede.do span (status and exception event) by its cause alone.
+func TestDoSpanKeepsTheKeyOut(t *testing.T) {
+	tel, _, rec := setup(t, stampedeotel.Options{Labels: metrics.Labels{Group: "api", HotKeys: -1}})
+	grp, err := guard.New(newRedis(t), guard.Options{Hooks: tel.GuardHooks(), ErrorBackoff: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer grp.Close()
+	const secret = "session:4f1c-user-token"
+	bad := func(context.Context) ([]byte, error) { return nil, errors.New("origin down") }
+	for range 2 {
+		_, err = tel.Do(context.Background(), grp, secret, bad)
+	}
+	var be *guard.BackoffError
+	if !errors.As(err, &be) {
+		t.Fatalf("second call: %v, want a BackoffError", err)
+	}
+	const want = "guard: load failed recently (origin down); backing off"
+	var backoff int
+	for _, s := range rec.Ended() {
+		texts := []string{s.Status().Description}
+		for _, a := range s.Attributes() {
+			texts = append(texts, a.Value.String())
+		}
+		for _, e := range s.Events() {
+			for _, a := range e.Attributes {
+				texts = append(texts, a.Value.String())
+			}
+		}
+		for _, x := range texts {
+			if strings.Contains(x, secret) {
+				t.Errorf("span %s carries the key: %q", s.Name(), x)
+			}
+		}
+		if s.Status().Description == want {
+			backoff++
+		}
+	}
+	if backoff != 1 {
+		t.Errorf("%d spans with the status %q, want 1 (the second stampede.do)", backoff, want)
+	}
+}
+
+// The error text a span records (status description, exception.message)
+// is valid UTF-8, whatever the loader's error quotes: OTLP refuses a batch
+// over one invalid string.
+func TestSpanErrorTextIsValidUTF8(t *testing.T) {
+	tel, _, rec := setup(t, stampedeotel.Options{Labels: metrics.Labels{Group: "api", HotKeys: -1}})
+	grp, err := guard.New(newRedis(t), guard.Options{Hooks: tel.GuardHooks()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer grp.Close()
+	load := func(context.Context) ([]byte, error) { return nil, errors.New("GET /img/\xff\xfe.png: 502") }
+	_, _ = tel.Do(context.Background(), grp, "k", load)
+	const want = "GET /img/\uFFFD.png: 502" // a run of invalid bytes: one U+FFFD
+	spans := rec.Ended()
+	if len(spans) != 2 {
+		t.Fatalf("%d spans, want 2 (load and do)", len(spans))
+	}
+	for _, s := range spans {
+		if d := s.Status().Description; d != want {
+			t.Errorf("span %s: status description %q, want %q", s.Name(), d, want)
+		}
+		n := 0
+		for _, e := range s.Events() {
+			for _, a := range e.Attributes {
+				if !utf8.ValidString(a.Value.String()) {
+					t.Errorf("span %s: event %s attribute %s = %q is not valid UTF-8", s.Name(), e.Name, a.Key, a.Value.String())
+				}
+				if a.Key == "exception.message" {
+					n++
+				}
+			}
+		}
+		if n != 1 {
+			t.Errorf("span %s: %d exception messages, want 1", s.Name(), n)
+		}
 	}
 }

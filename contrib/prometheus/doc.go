@@ -17,11 +17,14 @@
 // settings contrib/otel shares, with the same defaults.
 //
 // Metrics (namespace "stampede" by default; every series has a constant
-// "group" label, and a "key" label when Options.KeyLabel is set):
+// "group" label; the series of per-key events have a "key" label, empty
+// unless Options.KeyLabel is set, which Prometheus stores as no label: it
+// is declared either way, so that Groups with and without a KeyLabel can
+// share a registry):
 //
 //	stampede_requests_total{status}          hit, hit_local, stale, miss
 //	stampede_coalesced_total                 misses that shared a flight (subset of miss)
-//	stampede_loads_total{result}             ok, not_found, error
+//	stampede_loads_total{result}             ok, not_found, revalidated, pass, error
 //	stampede_load_duration_seconds           histogram of loader calls
 //	stampede_leases_total{result}            won, busy
 //	stampede_wakeups_total{source}           notification, timer
@@ -32,13 +35,18 @@
 //	stampede_oversize_values_total           values over MaxValueBytes, not stored
 //	stampede_tag_full_total                  loads not stored: their tag held MaxTagKeys keys
 //	stampede_unready_total                   Groups whose start-up subscription failed
+//	stampede_started_unready                 gauge: 1 once the Group's start-up subscription failed, else 0
 //	stampede_redis_errors_total{op}          get, read, fill, renew, release, invalidate,
 //	                                         subscribe (the fill subscription), track (the tier's reports),
-//	                                         hotkeys, backup (a backup lease past WaitTimeout)
+//	                                         hotkeys, backup (a backup lease past WaitTimeout),
+//	                                         master (a cluster master's own breaker), probe (an open breaker's probe)
 //	stampede_breaker_open                    gauge: 1 while the Group's Redis breaker is open, else 0
 //	stampede_breaker_transitions_total{state} open, closed
 //	stampede_local_tier_state{state}         state set of the in-process tier, the current state at 1:
 //	                                         on, disabled, unsupported, connecting, lost, refused, closed
+//	stampede_hot_key_per_second{by,rank,key} gauge: the hottest keys of the last 5s window, by calls or
+//	                                         loads, ranked from 1; the key itself as label, cut to 100
+//	                                         bytes; at most Options.HotKeys of each (-1: none)
 //	stampede_lock_obtained_total
 //	stampede_lock_wait_duration_seconds
 //	stampede_lock_renewals_total{result}     ok, failed
@@ -54,8 +62,19 @@
 //	sum(rate(stampede_requests_total{status=~"hit|hit_local"}[5m]))
 //	  / sum(rate(stampede_requests_total[5m]))
 //
-// A loader's guard.NoStore answer counts as result="error": the hook sees
-// only the error.
+// The result of a load is one of five bounded values: ok (a value),
+// not_found (guard.ErrNotFound), revalidated (guard.Revalidated: the origin
+// confirmed the previous value), pass (guard.Pass: an answer that may not
+// be shared; such loads take no lease, by design, and the rules leave
+// them out of loads per lease) and error, anything else. A loader's
+// guard.NoStore and guard.Private answers count as result="error": the
+// hook sees only the error.
+//
+// stampede_unready_total moves once per Group, within WaitTimeout of
+// guard.New, often before the first scrape, where increase() cannot see
+// it; stampede_started_unready says the same as a gauge, for dashboards.
+// Neither goes back: no hook reports the subscription coming up later
+// (guard.Group.Coordinating does).
 //
 // The in-process tier is off on purpose when disabled (LocalEntries is
 // guard.Disabled) or unsupported (a client the guard cannot follow changes

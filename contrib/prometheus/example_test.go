@@ -55,11 +55,13 @@ func Example() {
 		}
 	}
 	// Output:
-	// stampede_loads_total{group="products",result="error"} 0
-	// stampede_loads_total{group="products",result="not_found"} 0
-	// stampede_loads_total{group="products",result="ok"} 1
-	// stampede_requests_total{group="products",status="hit"} 1
-	// stampede_requests_total{group="products",status="hit_local"} 0
-	// stampede_requests_total{group="products",status="miss"} 1
-	// stampede_requests_total{group="products",status="stale"} 0
+	// stampede_loads_total{group="products",key="",result="error"} 0
+	// stampede_loads_total{group="products",key="",result="not_found"} 0
+	// stampede_loads_total{group="products",key="",result="ok"} 1
+	// stampede_loads_total{group="products",key="",result="pass"} 0
+	// stampede_loads_total{group="products",key="",result="revalidated"} 0
+	// stampede_requests_total{group="products",key="",status="hit"} 1
+	// stampede_requests_total{group="products",key="",status="hit_local"} 0
+	// stampede_requests_total{group="products",key="",status="miss"} 1
+	// stampede_requests_total{group="products",key="",status="stale"} 0
 }

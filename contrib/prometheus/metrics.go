@@ -1,7 +1,6 @@
 package stampedeprom
 
 import (
-	"errors"
 	"sync"
 	"time"
 
@@ -32,6 +31,7 @@ type Metrics struct {
 	oversize     *prometheus.CounterVec   // [key]
 	tagFull      *prometheus.CounterVec   // [key]
 	unready      *prometheus.CounterVec   // no variable labels
+	unreadyVec   *prometheus.GaugeVec     // no variable labels; bound by GuardHooks
 	redisErrs    *prometheus.CounterVec   // op
 	breakerVec   *prometheus.GaugeVec     // no variable labels; bound by GuardHooks
 	breakerTrans *prometheus.CounterVec   // state
@@ -54,6 +54,7 @@ type Metrics struct {
 	breakerTo [2]prometheus.Counter // closed, open
 	breaker   prometheus.Gauge
 	unreadyC  prometheus.Counter
+	unreadyG  prometheus.Gauge
 
 	lockOnce sync.Once
 	lockKeys *metrics.Series[lockSeries]
@@ -64,6 +65,7 @@ type Metrics struct {
 type guardSeries struct {
 	hit, hitLocal, stale, miss, coalesced prometheus.Counter
 	loadOK, loadNotFound, loadErr         prometheus.Counter
+	loadRevalidated, loadPass             prometheus.Counter
 	loadDur                               prometheus.Observer
 	leaseWon, leaseBusy                   prometheus.Counter
 	wokenNotified, wokenTimer             prometheus.Counter
@@ -79,7 +81,8 @@ type lockSeries struct {
 
 // redisOps are the op values guard.Hooks.RedisError reports today; their
 // series exist (at zero) from the start, so alerts on rate() see them.
-var redisOps = []string{"get", "read", "fill", "renew", "release", "invalidate", "subscribe", "track", "hotkeys", "backup"}
+var redisOps = []string{"get", "read", "fill", "renew", "release", "invalidate", "subscribe", "track", "hotkeys", "backup",
+	"master", "probe"}
 
 // New returns Metrics for the guard Group or lock Client named by
 // opts.Group. Register it with a prometheus.Registerer. New panics if a
@@ -88,10 +91,11 @@ func New(opts Options) *Metrics {
 	o := opts.withDefaults()
 	m := &Metrics{opts: o}
 	cl := prometheus.Labels{"group": o.Group}
-	var keyed []string
-	if o.KeyLabel != nil {
-		keyed = []string{"key"}
-	}
+	// The key label is declared whether or not KeyLabel is set, empty
+	// when it is not (Prometheus stores an empty label as no label): a
+	// registry refuses one metric name with two sets of label names, so
+	// Groups with and without a KeyLabel could not share one.
+	keyed := []string{"key"}
 	with := func(l ...string) []string { return append(append([]string(nil), keyed...), l...) }
 	counter := func(sub, name, help string, labels []string) *prometheus.CounterVec {
 		c := prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -115,7 +119,8 @@ func New(opts Options) *Metrics {
 		"Misses that shared another caller's flight in this process instead of loading (a subset of status=\"miss\").",
 		keyed)
 	m.loads = counter("", "loads_total",
-		"Origin loader calls, by result: ok, not_found (the loader returned guard.ErrNotFound), error.",
+		"Origin loader calls, by result: ok, not_found (the loader returned guard.ErrNotFound), "+
+			"revalidated (guard.Revalidated), pass (guard.Pass), error.",
 		with("result"))
 	m.loadDur = histogram("", "load_duration_seconds", "Duration of origin loader calls.")
 	m.leases = counter("", "leases_total",
@@ -138,6 +143,12 @@ func New(opts Options) *Metrics {
 		"Loads not stored because their hash tag (an HTTP URL's variants) held MaxTagKeys keys already.", keyed)
 	m.unready = counter("", "unready_total",
 		"Groups whose fill subscription failed at start-up (Redis unreachable or refusing it); they serve degraded until Ready.", nil)
+	m.unreadyVec = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: o.Namespace, Name: "started_unready", ConstLabels: cl,
+		Help: "Groups among those these hooks observe whose fill subscription failed at start-up (0 or 1 for one Group); " +
+			"it stays set for the life of the Group: no hook reports the subscription coming up later.",
+	}, nil)
+	m.all = append(m.all, m.unreadyVec)
 	m.redisErrs = counter("", "redis_errors_total", "Failed Redis calls of the guard, by op.", []string{"op"})
 	m.breakerVec = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: o.Namespace, Name: "breaker_open", ConstLabels: cl,
@@ -187,37 +198,35 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// keyValues are the leading label values of a key label's series.
-func (m *Metrics) keyValues(label string) []string {
-	if m.opts.KeyLabel == nil {
-		return nil
-	}
-	return []string{label}
-}
+// keyValues are the leading label values of a key label's series: the
+// key label, "" without a KeyLabel.
+func (m *Metrics) keyValues(label string) []string { return []string{label} }
 
 func (m *Metrics) bindGuard(label string) *guardSeries {
 	k := m.keyValues(label)
 	lv := func(v string) []string { return append(append([]string(nil), k...), v) }
 	return &guardSeries{
-		hit:           m.requests.WithLabelValues(lv("hit")...),
-		hitLocal:      m.requests.WithLabelValues(lv("hit_local")...),
-		stale:         m.requests.WithLabelValues(lv("stale")...),
-		miss:          m.requests.WithLabelValues(lv("miss")...),
-		coalesced:     m.coalesced.WithLabelValues(k...),
-		loadOK:        m.loads.WithLabelValues(lv("ok")...),
-		loadNotFound:  m.loads.WithLabelValues(lv("not_found")...),
-		loadErr:       m.loads.WithLabelValues(lv("error")...),
-		loadDur:       m.loadDur.WithLabelValues(k...),
-		leaseWon:      m.leases.WithLabelValues(lv("won")...),
-		leaseBusy:     m.leases.WithLabelValues(lv("busy")...),
-		wokenNotified: m.wakeups.WithLabelValues(lv("notification")...),
-		wokenTimer:    m.wakeups.WithLabelValues(lv("timer")...),
-		waitDur:       m.waitDur.WithLabelValues(k...),
-		refreshErr:    m.refreshErrs.WithLabelValues(k...),
-		fillRejected:  m.fillRejected.WithLabelValues(k...),
-		corrupt:       m.corrupt.WithLabelValues(k...),
-		oversize:      m.oversize.WithLabelValues(k...),
-		tagFull:       m.tagFull.WithLabelValues(k...),
+		hit:             m.requests.WithLabelValues(lv("hit")...),
+		hitLocal:        m.requests.WithLabelValues(lv("hit_local")...),
+		stale:           m.requests.WithLabelValues(lv("stale")...),
+		miss:            m.requests.WithLabelValues(lv("miss")...),
+		coalesced:       m.coalesced.WithLabelValues(k...),
+		loadOK:          m.loads.WithLabelValues(lv("ok")...),
+		loadNotFound:    m.loads.WithLabelValues(lv("not_found")...),
+		loadErr:         m.loads.WithLabelValues(lv("error")...),
+		loadRevalidated: m.loads.WithLabelValues(lv("revalidated")...),
+		loadPass:        m.loads.WithLabelValues(lv("pass")...),
+		loadDur:         m.loadDur.WithLabelValues(k...),
+		leaseWon:        m.leases.WithLabelValues(lv("won")...),
+		leaseBusy:       m.leases.WithLabelValues(lv("busy")...),
+		wokenNotified:   m.wakeups.WithLabelValues(lv("notification")...),
+		wokenTimer:      m.wakeups.WithLabelValues(lv("timer")...),
+		waitDur:         m.waitDur.WithLabelValues(k...),
+		refreshErr:      m.refreshErrs.WithLabelValues(k...),
+		fillRejected:    m.fillRejected.WithLabelValues(k...),
+		corrupt:         m.corrupt.WithLabelValues(k...),
+		oversize:        m.oversize.WithLabelValues(k...),
+		tagFull:         m.tagFull.WithLabelValues(k...),
 	}
 }
 
@@ -255,6 +264,7 @@ func (m *Metrics) GuardHooks() guard.Hooks {
 		}
 		m.breaker = m.breakerVec.WithLabelValues()
 		m.unreadyC = m.unready.WithLabelValues()
+		m.unreadyG = m.unreadyVec.WithLabelValues()
 		m.tier.bound.Store(true)
 	})
 	return guard.Hooks{
@@ -271,11 +281,15 @@ func (m *Metrics) GuardHooks() guard.Hooks {
 		Load: func(key string, d time.Duration, err error) {
 			s := m.guardSeries(key)
 			s.loadDur.Observe(d.Seconds())
-			switch {
-			case err == nil:
+			switch metrics.LoadResult(err) {
+			case metrics.ResultOK:
 				s.loadOK.Inc()
-			case errors.Is(err, guard.ErrNotFound):
+			case metrics.ResultNotFound:
 				s.loadNotFound.Inc()
+			case metrics.ResultRevalidated:
+				s.loadRevalidated.Inc()
+			case metrics.ResultPass:
+				s.loadPass.Inc()
 			default:
 				s.loadErr.Inc()
 			}
@@ -301,9 +315,12 @@ func (m *Metrics) GuardHooks() guard.Hooks {
 		Corrupt:      func(key string, _ error) { m.guardSeries(key).corrupt.Inc() },
 		Oversize:     func(key string, _ int) { m.guardSeries(key).oversize.Inc() },
 		TagFull:      func(key string) { m.guardSeries(key).tagFull.Inc() },
-		Unready:      func(error) { m.unreadyC.Inc() },
-		LocalTier:    m.tier.hook,
-		HotKeys:      m.hot.keys.Hook,
+		Unready: func(error) {
+			m.unreadyC.Inc()
+			m.unreadyG.Inc()
+		},
+		LocalTier: m.tier.hook,
+		HotKeys:   m.hot.keys.Hook,
 		RedisError: func(op string, _ error) {
 			if c, ok := m.redisOps[op]; ok {
 				c.Inc()

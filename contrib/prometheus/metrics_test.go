@@ -40,8 +40,9 @@ func newMetrics(t *testing.T, opts stampedeprom.Options) (*stampedeprom.Metrics,
 }
 
 // nonzero gathers reg and returns its series with a value other than zero,
-// as `name{label="value",...}` (const labels included). A histogram gives
-// two entries, name_count and name_sum.
+// as `name{label="value",...}` (const labels included), less the labels
+// whose value is empty, as Prometheus stores them (the key label without a
+// KeyLabel). A histogram gives two entries, name_count and name_sum.
 func nonzero(t *testing.T, reg prometheus.Gatherer) map[string]float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
@@ -53,7 +54,9 @@ func nonzero(t *testing.T, reg prometheus.Gatherer) map[string]float64 {
 		for _, m := range mf.GetMetric() {
 			var ls []string
 			for _, lp := range m.GetLabel() {
-				ls = append(ls, fmt.Sprintf("%s=%q", lp.GetName(), lp.GetValue()))
+				if lp.GetValue() != "" {
+					ls = append(ls, fmt.Sprintf("%s=%q", lp.GetName(), lp.GetValue()))
+				}
 			}
 			lab := "{" + strings.Join(ls, ",") + "}"
 			add := func(name string, v float64) {
@@ -155,7 +158,7 @@ func TestGuardHooks(t *testing.T) {
 		{"tag full", func(h guard.Hooks) { h.TagFull("k") },
 			map[string]float64{`stampede_tag_full_total{` + g + `}`: 1}},
 		{"unready", func(h guard.Hooks) { h.Unready(boom) },
-			map[string]float64{`stampede_unready_total{` + g + `}`: 1}},
+			map[string]float64{`stampede_unready_total{` + g + `}`: 1, `stampede_started_unready{` + g + `}`: 1}},
 		{"redis error", func(h guard.Hooks) { h.RedisError("read", boom); h.RedisError("fill", boom) },
 			map[string]float64{
 				`stampede_redis_errors_total{` + g + `,op="read"}`: 1,
@@ -239,7 +242,7 @@ func TestSeriesAppearWithTheirHooks(t *testing.T) {
 	m.GuardHooks()
 	for name, want := range map[string]int{
 		"stampede_requests_total":      4,
-		"stampede_redis_errors_total":  10,
+		"stampede_redis_errors_total":  12,
 		"stampede_breaker_open":        1,
 		"stampede_local_tier_state":    7, // every state, at 0 until the Group tells its own
 		"stampede_lock_obtained_total": 0,
@@ -260,11 +263,11 @@ func TestOptions(t *testing.T) {
 	const want = `
 # HELP cache_load_duration_seconds Duration of origin loader calls.
 # TYPE cache_load_duration_seconds histogram
-cache_load_duration_seconds_bucket{group="users",le="0.1"} 0
-cache_load_duration_seconds_bucket{group="users",le="1"} 1
-cache_load_duration_seconds_bucket{group="users",le="+Inf"} 1
-cache_load_duration_seconds_sum{group="users"} 0.5
-cache_load_duration_seconds_count{group="users"} 1
+cache_load_duration_seconds_bucket{group="users",key="",le="0.1"} 0
+cache_load_duration_seconds_bucket{group="users",key="",le="1"} 1
+cache_load_duration_seconds_bucket{group="users",key="",le="+Inf"} 1
+cache_load_duration_seconds_sum{group="users",key=""} 0.5
+cache_load_duration_seconds_count{group="users",key=""} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "cache_load_duration_seconds"); err != nil {
 		t.Error(err)
@@ -286,6 +289,121 @@ func TestGroupsShareARegistry(t *testing.T) {
 	}
 	if d := diff(nonzero(t, reg), want); d != "" {
 		t.Error(d)
+	}
+}
+
+// A Group with a KeyLabel and one without share a registry: the key label
+// is declared by both, empty without a KeyLabel.
+func TestGroupsWithAndWithoutKeyLabelShareARegistry(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	a := stampedeprom.New(stampedeprom.Options{Labels: metrics.Labels{Group: "a"}})
+	b := stampedeprom.New(stampedeprom.Options{Labels: metrics.Labels{Group: "b", KeyLabel: prefix}})
+	if err := reg.Register(a); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Register(b); err != nil {
+		t.Fatalf("registering a Group with a KeyLabel next to one without: %v", err)
+	}
+	a.GuardHooks().Miss("user:1")
+	b.GuardHooks().Miss("user:1")
+	a.LockHooks().Lost("job:1")
+	b.LockHooks().Lost("job:1")
+	want := map[string]float64{
+		`stampede_requests_total{group="a",status="miss"}`:            1,
+		`stampede_requests_total{group="b",key="user",status="miss"}`: 1,
+		`stampede_lock_lost_total{group="a"}`:                         1,
+		`stampede_lock_lost_total{group="b",key="job"}`:               1,
+	}
+	if d := diff(nonzero(t, reg), want); d != "" {
+		t.Error(d)
+	}
+}
+
+// Loads answered with guard.Revalidated or guard.Pass are answers, not
+// failures: they count as result="revalidated" and result="pass", wrapped
+// or not; guard.Private and guard.NoStore stay errors.
+func TestLoadAnswersAreNotErrors(t *testing.T) {
+	m, reg := newMetrics(t, stampedeprom.Options{})
+	h := m.GuardHooks()
+	boom := errors.New("boom")
+	h.Load("k", time.Second, guard.Revalidated(nil, 0))
+	h.Load("k", time.Second, guard.Revalidated([]byte("head"), 2))
+	h.Load("k", time.Second, guard.Pass(nil, time.Minute))
+	h.Load("k", time.Second, fmt.Errorf("handler: %w", guard.Pass(boom, time.Minute)))
+	h.Load("k", time.Second, guard.Pass(boom, time.Minute))
+	h.Load("k", time.Second, guard.Private(boom))
+	h.Load("k", time.Second, guard.NoStore(boom))
+	want := map[string]float64{
+		`stampede_loads_total{` + g + `,result="revalidated"}`: 2,
+		`stampede_loads_total{` + g + `,result="pass"}`:        3,
+		`stampede_loads_total{` + g + `,result="error"}`:       2,
+		`stampede_load_duration_seconds_count{` + g + `}`:      7,
+		`stampede_load_duration_seconds_sum{` + g + `}`:        7,
+	}
+	if d := diff(nonzero(t, reg), want); d != "" {
+		t.Error(d)
+	}
+	if n, err := testutil.GatherAndCount(reg, "stampede_loads_total"); err != nil || n != 5 {
+		t.Errorf("stampede_loads_total: %d series (%v), want 5 (ok, not_found, revalidated, pass, error)", n, err)
+	}
+}
+
+// Every op guard.Hooks.RedisError documents has its series at zero from
+// the first GuardHooks call, "master" and "probe" included.
+func TestRedisErrorOpsPrimedAtZero(t *testing.T) {
+	m, reg := newMetrics(t, stampedeprom.Options{})
+	m.GuardHooks()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	for _, mf := range mfs {
+		if mf.GetName() != "stampede_redis_errors_total" {
+			continue
+		}
+		for _, s := range mf.GetMetric() {
+			for _, lp := range s.GetLabel() {
+				if lp.GetName() == "op" {
+					have[lp.GetValue()] = true
+				}
+			}
+		}
+	}
+	for _, op := range []string{"get", "read", "fill", "renew", "release", "invalidate", "subscribe", "track", "hotkeys", "backup", "master", "probe"} {
+		if !have[op] {
+			t.Errorf("stampede_redis_errors_total{op=%q}: no series after GuardHooks, want one at 0", op)
+		}
+	}
+}
+
+// stampede_started_unready says, as a gauge, that a Group's start-up
+// subscription failed: a scrape after the Unready hook, the first one of
+// the process included, sees it at 1 (an increase() of unready_total
+// would not, as the counter moves before that first scrape). It stays at
+// 1: no hook says when the subscription comes up.
+func TestStartedUnreadyGauge(t *testing.T) {
+	m, reg := newMetrics(t, stampedeprom.Options{Labels: metrics.Labels{Group: "products"}})
+	h := m.GuardHooks()
+	const before = `
+# HELP stampede_started_unready Groups among those these hooks observe whose fill subscription failed at start-up (0 or 1 for one Group); it stays set for the life of the Group: no hook reports the subscription coming up later.
+# TYPE stampede_started_unready gauge
+stampede_started_unready{group="products"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(before), "stampede_started_unready"); err != nil {
+		t.Error(err)
+	}
+	h.Unready(&guard.ReadyError{Check: "subscription", Err: errors.New("refused")})
+	h.Breaker(true)
+	h.Breaker(false)
+	h.LocalTier(true, "")
+	const after = `
+# HELP stampede_started_unready Groups among those these hooks observe whose fill subscription failed at start-up (0 or 1 for one Group); it stays set for the life of the Group: no hook reports the subscription coming up later.
+# TYPE stampede_started_unready gauge
+stampede_started_unready{group="products"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(after), "stampede_started_unready"); err != nil {
+		t.Error(err)
 	}
 }
 
@@ -443,20 +561,22 @@ func TestThroughGuardAndLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := string(body)
+	// The key label is declared without a KeyLabel too, empty (Prometheus
+	// stores it as no label).
 	for _, line := range []string{
-		`stampede_requests_total{group="products",status="hit"} 1`,
-		`stampede_requests_total{group="products",status="hit_local"} 0`,
-		`stampede_requests_total{group="products",status="miss"} 2`,
-		`stampede_requests_total{group="products",status="stale"} 0`,
-		`stampede_loads_total{group="products",result="ok"} 1`,
-		`stampede_loads_total{group="products",result="not_found"} 1`,
-		`stampede_loads_total{group="products",result="error"} 0`,
-		`stampede_load_duration_seconds_count{group="products"} 2`,
-		`stampede_leases_total{group="products",result="won"} 2`,
+		`stampede_requests_total{group="products",key="",status="hit"} 1`,
+		`stampede_requests_total{group="products",key="",status="hit_local"} 0`,
+		`stampede_requests_total{group="products",key="",status="miss"} 2`,
+		`stampede_requests_total{group="products",key="",status="stale"} 0`,
+		`stampede_loads_total{group="products",key="",result="ok"} 1`,
+		`stampede_loads_total{group="products",key="",result="not_found"} 1`,
+		`stampede_loads_total{group="products",key="",result="error"} 0`,
+		`stampede_load_duration_seconds_count{group="products",key=""} 2`,
+		`stampede_leases_total{group="products",key="",result="won"} 2`,
 		`stampede_breaker_open{group="products"} 0`,
-		`stampede_lock_obtained_total{group="products"} 1`,
-		`stampede_lock_released_total{group="products"} 1`,
-		`stampede_lock_hold_duration_seconds_count{group="products"} 1`,
+		`stampede_lock_obtained_total{group="products",key=""} 1`,
+		`stampede_lock_released_total{group="products",key=""} 1`,
+		`stampede_lock_hold_duration_seconds_count{group="products",key=""} 1`,
 	} {
 		if !strings.Contains(text, line+"\n") {
 			t.Errorf("scrape lacks %q", line)
@@ -468,7 +588,7 @@ func TestThroughGuardAndLock(t *testing.T) {
 	if err := testutil.ScrapeAndCompare(srv.URL, strings.NewReader(`
 # HELP stampede_coalesced_total Misses that shared another caller's flight in this process instead of loading (a subset of status="miss").
 # TYPE stampede_coalesced_total counter
-stampede_coalesced_total{group="products"} 0
+stampede_coalesced_total{group="products",key=""} 0
 `), "stampede_coalesced_total"); err != nil {
 		t.Error(err)
 	}
