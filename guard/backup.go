@@ -35,9 +35,12 @@ func (g *Group) backup(d *missWait) {
 		d.res, d.err = g.loadAndFill(d.ctx, &bc, x, false, nil)
 		c.loaded = bc.loaded // for the wait's joiners (missOutcome.fits)
 	default:
-		// x == 0: the lease is free, a read takes it; x < 0: another
-		// node's backup load is running, whose fill wakes this wait.
-		w := &waiter{key: c.key, name: c.nm.entry, holder: time.Duration(-x) * time.Millisecond, force: x == 0}
+		// x == 0: the entry answers (it may be the fill waited for) or
+		// the lease is free, which a read takes: read at once, by the
+		// usual rules (forcing the lease would mint a fence over a fresh
+		// value, and fence the backup's fill out); x < 0: another node's
+		// backup load is running, whose fill wakes this wait.
+		w := &waiter{key: c.key, name: c.nm.entry, holder: time.Duration(-x) * time.Millisecond, now: x == 0}
 		g.waitFor(d.ctx, []*waiter{w}, d)
 	}
 }

@@ -307,6 +307,93 @@ func TestBackupLoad(t *testing.T) {
 	})
 }
 
+// TestBackupLoadHolderFirst: the stuck holder's load ends while the backup
+// load still runs. The holder's value is stored and answers the waiter
+// that is not running the backup at once; the backup's fill, fenced
+// higher, replaces it when it lands; two loads in all. Before, the
+// holder's fill was rejected as soon as the backup's fence was minted:
+// the waiter, woken with nothing stored, took a new lease and loaded a
+// third time, and in a fleet most waiters got ErrWaitTimeout though the
+// holder had a value (an attacker's run: 12 of 30). And a waiter whose
+// backup try found the holder's value read it forcing the lease: a fence
+// minted over a fresh value, a lease held with no load, and the backup's
+// fill rejected (the cluster runs).
+func TestBackupLoadHolderFirst(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
+		var rejected, won atomic.Int64
+		o := Options{Namespace: redistest.Key(t) + ":", WaitTimeout: 300 * time.Millisecond,
+			WaitTimeoutPolicy: BackupLoad, FreshFor: time.Hour,
+			Hooks: Hooks{FillRejected: func(string) { rejected.Add(1) }, Lease: func(_ string, w bool) {
+				if w {
+					won.Add(1)
+				}
+			}}}
+		a, b, c := newGroup(t, rdb, o), newGroup(t, rdb, o), newGroup(t, rdb, o)
+		ctx := ctxT(t)
+		key := "slow"
+		started, release := make(chan struct{}), make(chan struct{})
+		aDone := make(chan error, 1)
+		go func() {
+			_, err := a.Do(ctx, key, func(context.Context) ([]byte, error) {
+				close(started)
+				<-release
+				return []byte("from the holder"), nil
+			})
+			aDone <- err
+		}()
+		<-started
+		if n := won.Load(); n != 1 {
+			t.Fatalf("the holder won %d leases, want 1", n)
+		}
+		var loads atomic.Int64
+		backupStarted, backupRelease := make(chan struct{}), make(chan struct{})
+		type answer struct {
+			res Result
+			err error
+		}
+		answers := make(chan answer, 2)
+		for _, g := range []*Group{b, c} {
+			go func() {
+				res, err := g.Do(ctx, key, func(context.Context) ([]byte, error) {
+					if loads.Add(1) == 1 {
+						close(backupStarted)
+					}
+					<-backupRelease
+					return []byte("backup"), nil
+				})
+				answers <- answer{res, err}
+			}()
+		}
+		<-backupStarted
+		close(release)
+		if err := <-aDone; err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case an := <-answers:
+			if an.err != nil || string(an.res.Value) != "from the holder" {
+				t.Errorf("the waiter beside the backup got %q %v, want the holder's value", an.res.Value, an.err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("no waiter was answered by the holder's fill while the backup ran (%d loads, %d fills rejected)", loads.Load(), rejected.Load())
+		}
+		close(backupRelease)
+		for an := range answers {
+			if an.err != nil || string(an.res.Value) != "backup" {
+				t.Errorf("the backup's caller got %q %v, want its value", an.res.Value, an.err)
+			}
+			break
+		}
+		if n, r := loads.Load(), rejected.Load(); n != 1 || r != 0 {
+			t.Errorf("%d backup loads and %d fills rejected; want 1 and 0 (the holder's stored, then replaced)", n, r)
+		}
+		res, err := c.Do(ctx, key, nil2Loader(t))
+		if err != nil || string(res.Value) != "backup" || res.Status != Hit {
+			t.Errorf("after both fills: %q %v %v, want the backup's value, fenced higher", res.Value, res.Status, err)
+		}
+	})
+}
+
 // BenchmarkInvalidateTag measures an InvalidateTag of a tag with 3,000
 // keys: its time, and the longest and the mean time Redis spent in one
 // of its script calls (the slow log, at threshold 0). Run: go test -run

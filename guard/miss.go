@@ -115,7 +115,7 @@ func (d *missWait) reread(ws []*waiter, resolve func(*waiter), _ bool) {
 	w, g, c := ws[0], d.g, d.c
 	k, at := g.keepOf(c.nm.entry), time.Now()
 	rr, err := g.read(d.ctx, c.nm, w.force)
-	w.force = false
+	w.force, w.now = false, false
 	if err != nil {
 		// Redis trouble while waiting: serve on this node alone.
 		d.res, d.err = g.alone(d.ctx, c)
@@ -130,6 +130,17 @@ func (d *missWait) reread(ws []*waiter, resolve func(*waiter), _ bool) {
 	case st == passing:
 		*d.marker, d.err = e, errPassing
 	case st == fresh || st == stale:
+		if rr.x > 0 {
+			// The read won the lease over a value (a forced read, or a
+			// stale one): refresh it as a read's flight does, or, fresh,
+			// give it back rather than leave it held with no load.
+			if st == stale {
+				g.leaseHook(c.key, true)
+				g.refreshAsync(d.ctx, c, rr.x, e)
+			} else {
+				g.releaseLeases(d.ctx, []heldLease{{c.nm, rr.x}})
+			}
+		}
 		*d.from = valueRead{ok: true, e: e, tk: k.tk, at: at}
 		status := Shared
 		if st == stale {

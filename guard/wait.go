@@ -25,6 +25,7 @@ type waiter struct {
 	name     string        // its entry's name
 	holder   time.Duration // remaining lease of the holder, 0 if unknown
 	force    bool          // read at once, trying the lease
+	now      bool          // read at once, by the usual rules (force without the lease on a value)
 	joinable bool          // another batch of this process won the lease: join its load
 	joined   bool          // a load of the key in this process is joined
 	done     bool
@@ -106,7 +107,7 @@ func (g *Group) waitFor(ctx context.Context, ws []*waiter, d waitDriver) {
 		if remaining <= 0 {
 			break
 		}
-		forced := slices.ContainsFunc(ws, func(w *waiter) bool { return !w.done && w.force })
+		forced := slices.ContainsFunc(ws, func(w *waiter) bool { return !w.done && (w.force || w.now) })
 		notified := false
 		if !forced {
 			timer.Reset(l.nextPoll(poll, remaining))
@@ -183,7 +184,7 @@ func (l *waitLoop) again(forced, notified bool) []*waiter {
 // register as a waiter).
 func (l *waitLoop) join() {
 	for _, w := range l.ws {
-		if w.done || w.joined || w.force || !(w.joinable || w.holder > 0) {
+		if w.done || w.joined || w.force || w.now || !(w.joinable || w.holder > 0) {
 			continue
 		}
 		if r := l.g.loads[w.key]; r != nil {

@@ -53,7 +53,11 @@
 -- whether or not the new holder has filled yet: the new holder's load may
 -- have begun before the old holder's, and storing both would let the older
 -- snapshot land last. An equal fence is allowed (a retry of the same fill
--- while nobody took the lease over).
+-- while nobody took the lease over). One exception: a holder that still
+-- holds its lease, whose load began before the backup load running beside
+-- it (the last fence minted, WaitTimeoutPolicy BackupLoad) stores: the
+-- backup's load began later, so its fill, fenced higher, may follow, and
+-- the waiters have the holder's value without waiting for the backup's.
 --
 -- Fence 0 is a caller that loaded without a lease (it waited too long for
 -- another node's fill). It writes only when no fenced entry exists, and
@@ -162,6 +166,27 @@ if type(held) == 'table' and held.err then
   table.insert(foreign, 'lease')
   held = false
 end
+-- beforebackup reports whether this holder's load began before the backup
+-- load running beside it (WaitTimeoutPolicy BackupLoad), whose fence cur
+-- is the last minted: then storing it keeps the order loads began in (the
+-- backup's fill, fenced higher, replaces it), and the waiters need not
+-- wait for the backup. The caller still holds its own lease (no holder
+-- took it over), the backup lease holds cur, and the load's start on the
+-- Redis clock, now less its duration (no earlier than its true start: the
+-- fill is sent after the load ended), is before cur (at least the
+-- backup's mint time, in microseconds: fence_lib.lua).
+local function beforebackup(cur)
+  if backup or held ~= mine then
+    return false
+  end
+  local b = redis.pcall('GET', entry .. ':backup')
+  if type(b) ~= 'string' or b ~= cur or redis.call('PTTL', entry .. ':backup') < 0 then
+    return false
+  end
+  local t = redis.call('TIME')
+  local startus = tonumber(t[1]) * 1000000 + tonumber(t[2]) - tonumber(loadus)
+  return startus < tonumber(cur)
+end
 if mode == 'c' then
   -- The pass marker read is still there: nothing was written or
   -- invalidated since (an invalidation deletes the entry, and a marker's
@@ -203,7 +228,7 @@ elseif mode ~= '-' then
       ok = false
     end
   end
-  if ok and mine ~= '0' and cur and less(mine, cur) then
+  if ok and mine ~= '0' and cur and less(mine, cur) and not beforebackup(cur) then
     ok = false
   end
   local tail = nil
