@@ -335,6 +335,6 @@ func (b *batch) keepDegraded(idx []int, vals map[string][]byte, errs []error) {
 		}
 		fresh := g.jittered(b.co.freshFor)
 		g.reserve.Put(tier.Kept{Key: k, Name: b.nms[i].entry, Value: vals[k], FreshUntil: now.Add(fresh),
-			StaleUntil: now.Add(fresh + b.co.staleFor), Base: now})
+			StaleUntil: now.Add(satAdd(fresh, b.co.staleFor)), Base: now})
 	}
 }

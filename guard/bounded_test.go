@@ -378,11 +378,8 @@ func TestBackupLoadHolderFirst(t *testing.T) {
 			t.Errorf("no waiter was answered by the holder's fill while the backup ran (%d loads, %d fills rejected)", loads.Load(), rejected.Load())
 		}
 		close(backupRelease)
-		for an := range answers {
-			if an.err != nil || string(an.res.Value) != "backup" {
-				t.Errorf("the backup's caller got %q %v, want its value", an.res.Value, an.err)
-			}
-			break
+		if an := <-answers; an.err != nil || string(an.res.Value) != "backup" {
+			t.Errorf("the backup's caller got %q %v, want its value", an.res.Value, an.err)
 		}
 		if n, r := loads.Load(), rejected.Load(); n != 1 || r != 0 {
 			t.Errorf("%d backup loads and %d fills rejected; want 1 and 0 (the holder's stored, then replaced)", n, r)

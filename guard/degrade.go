@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"errors"
+	"math"
 	"time"
 
 	"github.com/stampede-go/stampede/guard/internal/tier"
@@ -137,6 +138,16 @@ func (g *Group) refreshFailedDegraded(key, name string, err error) (gone bool) {
 	return false
 }
 
+// satAdd is a+b for non-negative windows, at most math.MaxInt64: a
+// window of "forever" (math.MaxInt64, which Options accepts) plus another
+// must not wrap to a negative one.
+func satAdd(a, b time.Duration) time.Duration {
+	if s := a + b; s >= a {
+		return s
+	}
+	return math.MaxInt64
+}
+
 // markErr is the error a mark k of key answers with.
 func markErr(key string, k tier.Kept) error {
 	if k.Mark == tier.NotFound {
@@ -268,10 +279,10 @@ func (g *Group) keepDegraded(c *call, o outcome) bool {
 			stale = 0 // never served stale
 		}
 	}
-	if fresh+stale <= 0 {
+	if satAdd(fresh, stale) <= 0 {
 		return false
 	}
 	now := time.Now()
-	g.reserve.Put(tier.Kept{Key: c.key, Name: c.nm.entry, Value: o.v, FreshUntil: now.Add(fresh), StaleUntil: now.Add(fresh + stale), Base: now})
+	g.reserve.Put(tier.Kept{Key: c.key, Name: c.nm.entry, Value: o.v, FreshUntil: now.Add(fresh), StaleUntil: now.Add(satAdd(fresh, stale)), Base: now})
 	return true
 }

@@ -137,7 +137,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 	g.capArg = o.MaxTagKeys
 	// A tag's invalidation when its member set is gone: the entries it
 	// named (of the Group's windows) may be there still.
-	g.tagLifeArg = ms(max(o.FreshFor+o.StaleFor, time.Millisecond))
+	g.tagLifeArg = ms(max(satAdd(o.FreshFor, o.StaleFor), time.Millisecond))
 	// The reserve serves while this node's calls to Redis fail, and no
 	// longer: it is emptied when a call succeeds again, or when the tier
 	// comes back while calls succeed (a report connection lost alone).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	mrand "math/rand/v2"
 	"os"
@@ -191,6 +192,22 @@ func rates(cs []hotkeys.Counted, w time.Duration) []HotKey {
 	return out
 }
 
+// maxHotIndex bounds the hot-keys index: one member per Group of the
+// Namespace publishing.
+const maxHotIndex = 10_000
+
+// unlink deletes name, which may hold a large value the guard did not
+// write, off Redis's main thread (UNLINK); with an ACL that grants DEL and
+// not UNLINK, by DEL.
+func (g *Group) unlink(ctx context.Context, name string) error {
+	err := g.rdb.Unlink(ctx, name).Err()
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		err = g.rdb.Del(ctx, name).Err()
+	}
+	return err
+}
+
 // publishHot stores this Group's view of window w under its name, for
 // three windows, and lists it in the index; one round trip to one slot.
 func (g *Group) publishHot(ctx context.Context, h *hotTracker, hk HotKeys, w time.Duration) error {
@@ -200,11 +217,22 @@ func (g *Group) publishHot(ctx context.Context, h *hotTracker, hk HotKeys, w tim
 	}
 	ttl := 3 * w
 	until := time.Now().Add(ttl).UnixMilli()
-	publish := func(drop bool) (*redis.IntCmd, error) {
-		p := g.rdb.Pipeline()
-		if drop {
-			p.Del(ctx, h.index)
+	// An index of more members than a fleet has nodes was not made by the
+	// Groups: trimming it would hold Redis for every client (600,000
+	// members: 205 ms), so it is dropped first, as another type is.
+	if n, err := g.rdb.ZCard(ctx, h.index).Result(); err == nil && n > maxHotIndex {
+		g.foreign(names{user: "{" + hotTag + "}"}, "hot keys index")
+		if err := g.unlink(ctx, h.index); err != nil {
+			return fmt.Errorf("guard: publish hot keys: %w", err)
 		}
+	}
+	publish := func(drop bool) (*redis.IntCmd, error) {
+		if drop {
+			if err := g.unlink(ctx, h.index); err != nil {
+				return nil, err
+			}
+		}
+		p := g.rdb.Pipeline()
 		p.Set(ctx, h.name, b, ttl)
 		add := p.ZAdd(ctx, h.index, redis.Z{Score: float64(until), Member: h.node})
 		// Publishers gone for a minute leave the index (their views
@@ -218,7 +246,7 @@ func (g *Group) publishHot(ctx context.Context, h *hotTracker, hk HotKeys, w tim
 		return add, err
 	}
 	add, err := publish(false)
-	if wrongType(add.Err()) {
+	if add != nil && wrongType(add.Err()) {
 		// Another type under the index: dropped, as the scripts drop
 		// foreign data under a key's names, and the index begun anew (the
 		// other Groups list themselves again within a window).

@@ -1,7 +1,9 @@
 package guard
 
 import (
+	"bytes"
 	"context"
+	"math"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -112,5 +114,98 @@ func TestRedisOutageBatchServesFromMemory(t *testing.T) {
 	}
 	if n := loads.Load() - before; n != 1+int64(len(held)) {
 		t.Errorf("%d keys loaded; want the new key once and each held key refreshed once", n)
+	}
+}
+
+// TestOutageForeverFreshFor: FreshFor "forever" (math.MaxInt64, which
+// Options and WithFreshFor accept): healthy, one load; Redis down, the
+// value this node loaded is served, not loaded again per call. Before,
+// its windows' sum wrapped negative, the reserve kept nothing, and every
+// call loaded (10 for 10).
+func TestOutageForeverFreshFor(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    Options
+		co   []CallOption
+	}{
+		{"option", Options{FreshFor: math.MaxInt64}, nil},
+		{"call", Options{}, []CallOption{WithFreshFor(math.MaxInt64)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			o := tc.o
+			o.RedisTimeout, o.BreakerCooldown, o.Jitter = 100*time.Millisecond, time.Minute, Disabled
+			g := newGroup(t, srv.Client(t), o)
+			var loads atomic.Int64
+			load := func(context.Context) ([]byte, error) { loads.Add(1); return []byte("v"), nil }
+			key := redistest.Key(t)
+			for range 5 {
+				if _, err := g.Get(ctxT(t), key, load, tc.co...); err != nil {
+					t.Fatal(err)
+				}
+			}
+			healthy := loads.Load()
+			srv.Kill(t)
+			for range 10 {
+				if _, err := g.Get(ctxT(t), key, load, tc.co...); err != nil {
+					t.Fatal(err)
+				}
+			}
+			down := loads.Load() - healthy
+			t.Logf("loads: healthy %d (5 calls), Redis down %d (10 calls)", healthy, down)
+			if healthy != 1 || down > 1 {
+				t.Errorf("FreshFor forever: %d loads healthy, %d while Redis is down; want 1 and at most 1", healthy, down)
+			}
+		})
+	}
+}
+
+// TestOutageLargeValueLoadedOnce: while Redis is down a node refreshes a
+// key at most once per FreshFor, whatever the value's size (DESIGN.md
+// guarantee 6). One node, one key whose value is over LocalBytes/8 (over
+// MaxValueBytes too, or not), Redis killed, 20 calls within one FreshFor:
+// at most 1 load. Before, the reserve dropped such a value silently and
+// every call loaded it (20 of 20, a 9 MiB value with the default options
+// included).
+func TestOutageLargeValueLoadedOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    Options
+		size int
+	}{
+		{"small-limits", Options{MaxValueBytes: 64, LocalBytes: 512}, 128},
+		{"defaults", Options{}, 9 << 20},                                 // MaxValueBytes 8 MiB, LocalBytes 64 MiB
+		{"not-oversize-LocalBytes-1KiB", Options{LocalBytes: 1024}, 512}, // stored in Redis as usual; over LocalBytes/8
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			o := tc.o
+			o.FreshFor, o.StaleFor, o.RedisTimeout, o.BreakerCooldown = time.Minute, time.Minute, 100*time.Millisecond, time.Minute
+			g := newGroup(t, srv.Client(t), o)
+			var loads atomic.Int64
+			big := bytes.Repeat([]byte("o"), tc.size)
+			load := func(context.Context) ([]byte, error) { loads.Add(1); return big, nil }
+			key := redistest.Key(t)
+			if _, err := g.Get(ctxT(t), key, load); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := g.Get(ctxT(t), key, load); err != nil { // served from the node's copy
+				t.Fatal(err)
+			}
+			warm := loads.Load()
+			srv.Kill(t)
+			const calls = 20
+			for i := 0; i < calls; i++ {
+				res, err := g.Do(ctxT(t), key, load)
+				if err != nil || len(res.Value) != tc.size {
+					t.Fatalf("call %d: %v %v", i, res.Status, err)
+				}
+			}
+			during := loads.Load() - warm
+			t.Logf("warm-up loads %d; loads during the outage for %d calls within one FreshFor: %d", warm, calls, during)
+			if during > 1 {
+				t.Fatalf("%d origin loads of one key on one node within one FreshFor while Redis is down (%d calls); want at most 1", during, calls)
+			}
+		})
 	}
 }

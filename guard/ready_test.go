@@ -316,7 +316,7 @@ func TestReadySubscriptionRefused(t *testing.T) {
 
 // leastPrivilege is the ACL rules of docs/security.md for the default
 // Namespace.
-var leastPrivilege = strings.Fields("~stampede:{* ~stampede:lock:{* &stampede:fill:* &stampede:lock:wake:* &__redis__:invalidate +evalsha +eval +get +mget +subscribe +client|id +client|tracking +time +set +del +exists +pexpire +pttl +incr +getrange +strlen +sadd +smembers +srem +scard +sismember +srandmember +rename +publish +type +hset +hget +hgetall +hdel +zadd +zrem +zpopmin +zremrangebyscore")
+var leastPrivilege = strings.Fields("~stampede:{* ~stampede:lock:{* &stampede:fill:* &stampede:lock:wake:* &__redis__:invalidate +evalsha +eval +get +mget +subscribe +client|id +client|tracking +time +set +del +exists +pexpire +pttl +incr +getrange +strlen +sadd +smembers +srem +scard +sismember +srandmember +rename +publish +type +hset +hget +hgetall +hdel +zadd +zrem +zpopmin +zremrangebyscore +zcard +unlink")
 
 // TestReadyACL: the documented least-privilege user is ready, and Ready
 // costs it no refused command (the ACL log stays empty: a probe every few

@@ -162,7 +162,7 @@ local function admit()
 end
 local held = redis.pcall('GET', lease)
 if type(held) == 'table' and held.err then
-  redis.call('DEL', lease)
+  drop(lease)
   table.insert(foreign, 'lease')
   held = false
 end
@@ -194,7 +194,7 @@ if mode == 'c' then
   -- invalidation marker need no check.
   local head = redis.pcall('GETRANGE', entry, 0, 127)
   if type(head) == 'table' and head.err then
-    redis.call('DEL', entry)
+    drop(entry)
     table.insert(foreign, 'entry')
     head = nil
   end
@@ -214,7 +214,7 @@ elseif mode ~= '-' then
     badinv = not canon(gen, fencemax) or redis.call('PTTL', inv) == -1 or (cur and less(cur, gen))
   end
   if badinv then
-    redis.call('DEL', inv)
+    drop(inv)
     table.insert(foreign, 'inv')
     gen = false
     ok = mine ~= '0'
@@ -236,7 +236,7 @@ elseif mode ~= '-' then
     if mode == 'm' then
       local head = redis.pcall('GETRANGE', entry, 0, 127)
       if type(head) == 'table' and head.err then
-        redis.call('DEL', entry)
+        drop(entry)
         table.insert(foreign, 'entry')
         head = nil
       end
@@ -257,7 +257,7 @@ elseif mode ~= '-' then
       -- Only the header is needed: do not copy a large payload into Lua.
       local head = redis.pcall('GETRANGE', entry, 0, 127)
       if type(head) == 'table' and head.err then
-        redis.call('DEL', entry)
+        drop(entry)
         table.insert(foreign, 'entry')
       else
         local _, f = parse(head, redis.call('STRLEN', entry))

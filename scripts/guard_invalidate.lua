@@ -34,6 +34,7 @@ if redis.call('EXISTS', entry, lease, fence) == 0 then
 end
 local f = guardmint(fence, keep, foreign)
 redis.call('SET', inv, string.format('%d', f), 'PX', keep)
-redis.call('DEL', entry, lease)
+drop(entry)
+redis.call('DEL', lease)
 notify(waiters, msg, foreign)
 return {f, table.concat(foreign, ',')}

@@ -37,7 +37,8 @@ end
 local foreign = {}
 for i = 2, #KEYS, 4 do
   local entry, lease, fence, waiters = KEYS[i], KEYS[i + 1], KEYS[i + 2], KEYS[i + 3]
-  redis.call('DEL', entry, lease)
+  drop(entry)
+  redis.call('DEL', lease)
   local c = counter(fence, foreign)
   if c and less(c, ARGV[2]) then
     redis.call('DEL', fence)

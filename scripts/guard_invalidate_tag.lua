@@ -50,7 +50,7 @@ redis.call('SET', tinv, t, 'PX', life)
 if kind == 'none' then
   return {0, '', {}, t}
 elseif kind ~= 'set' then
-  redis.call('DEL', tkeys)
+  drop(tkeys)
   return {0, 'tkeys', {}, t}
 end
 redis.call('RENAME', tkeys, drain)

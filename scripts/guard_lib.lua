@@ -8,6 +8,17 @@ local function nowms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- drop deletes name, which may hold a large value the guard did not write
+-- (a set of millions of members under a key's name): UNLINK frees it off
+-- Redis's main thread, so no client waits for it. An ACL that grants DEL
+-- and not UNLINK (the user docs/security.md gave before) gets DEL.
+local function drop(name)
+  local r = redis.pcall('UNLINK', name)
+  if type(r) == 'table' and r.err then
+    redis.call('DEL', name)
+  end
+end
+
 -- int reports whether the decimal string s is canonical (no leading zero)
 -- and at most max (a decimal string).
 local function int(s, max)
@@ -37,7 +48,7 @@ end
 local function getstr(name, what, foreign)
   local v = redis.pcall('GET', name)
   if type(v) == 'table' and v.err then
-    redis.call('DEL', name)
+    drop(name)
     table.insert(foreign, what)
     return false
   end
@@ -53,7 +64,7 @@ end
 local function counter(name, foreign)
   local v = getstr(name, 'fence', foreign)
   if v and not canon(v, fencemax) then
-    redis.call('DEL', name)
+    drop(name)
     table.insert(foreign, 'fence')
     return false
   end
@@ -68,7 +79,7 @@ end
 local function taginv(name, foreign)
   local t = getstr(name, 'tinv', foreign)
   if t and (not canon(t, fencemax) or redis.call('PTTL', name) == -1) then
-    redis.call('DEL', name)
+    drop(name)
     table.insert(foreign, 'tinv')
     return false
   end
@@ -111,23 +122,31 @@ local function parse(v, n)
   return fu, f, fl, w, #h, su
 end
 
+-- maxwaiters bounds a waiters set: one channel per Group waiting, so
+-- about a fleet's nodes at most. A larger set was not made by the guard;
+-- publishing to each of its members would hold Redis for every client.
+local maxwaiters = 10000
+
 -- notify publishes msg to every channel in the set waiters, then deletes
 -- the set; it returns how many channels it published to. A value of
--- another type under waiters is deleted and reported in foreign.
+-- another type under waiters, or a set of more than maxwaiters members,
+-- is deleted (UNLINK: freed off Redis's main thread) and reported in
+-- foreign; its waiters, if any, find the fill at their next poll.
 local function notify(waiters, msg, foreign)
   local n = 0
-  local chans = redis.pcall('SMEMBERS', waiters)
-  if chans.err then -- SMEMBERS answers a table: an error, or the members
-    redis.call('DEL', waiters)
+  local size = redis.pcall('SCARD', waiters)
+  if type(size) ~= 'number' or size > maxwaiters then
+    drop(waiters)
     table.insert(foreign, 'w')
     return 0
   end
+  local chans = redis.call('SMEMBERS', waiters)
   for _, ch in ipairs(chans) do
     redis.call('PUBLISH', ch, msg)
     n = n + 1
   end
   if n > 0 then
-    redis.call('DEL', waiters)
+    drop(waiters)
   end
   return n
 end
@@ -140,7 +159,7 @@ end
 local function member(tkeys, entry, cap, keep, foreign)
   local kind = redis.call('TYPE', tkeys).ok
   if kind ~= 'set' and kind ~= 'none' then
-    redis.call('DEL', tkeys)
+    drop(tkeys)
     table.insert(foreign, 'tkeys')
   end
   if redis.call('SISMEMBER', tkeys, entry) == 0 then
@@ -168,7 +187,7 @@ local function leaseleft(name, what, fence, foreign)
   local held = getstr(name, what, foreign)
   local cur = fence and counter(fence, foreign)
   if held and (pttl == -1 or not canon(held, fencemax) or (fence and (not cur or less(cur, held)))) then
-    redis.call('DEL', name)
+    drop(name)
     table.insert(foreign, what)
     held = false
   end
@@ -193,7 +212,7 @@ end
 local function addwaiter(waiters, channel, wait, foreign)
   local added = redis.pcall('SADD', waiters, channel)
   if type(added) == 'table' and added.err then
-    redis.call('DEL', waiters)
+    drop(waiters)
     table.insert(foreign, 'w')
     redis.call('SADD', waiters, channel)
   end

@@ -100,7 +100,7 @@ if v then
   if fu then
     -- Every entry the guard writes expires (at its stale_until).
     if redis.call('PTTL', entry) == -1 then
-      redis.call('DEL', entry)
+      drop(entry)
       table.insert(foreign, 'entry')
       v, fu, fl = false, nil, nil
     end
@@ -112,7 +112,7 @@ if v then
     -- fill once the tag is invalidated), or written in an earlier
     -- millisecond (should the fence counter have run ahead of the clock).
     if t and (less(f, t) or (tonumber(w) + 1) * 1000 <= tonumber(t)) then
-      redis.call('DEL', entry)
+      drop(entry)
       v, fu, fl = false, nil, nil
     end
   end

@@ -42,7 +42,7 @@ var preludes = map[string][]string{
 	"guard_read.lua":             {fenceLib, guardLib},
 	"guard_fill.lua":             {fenceLib, guardLib},
 	"guard_invalidate.lua":       {fenceLib, guardLib},
-	"guard_invalidate_tag.lua":   {},
+	"guard_invalidate_tag.lua":   {guardLib},
 	"guard_invalidate_drain.lua": {guardLib},
 	"guard_backup.lua":           {fenceLib, guardLib},
 	"guard_lease.lua":            {guardLib},

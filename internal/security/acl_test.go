@@ -31,7 +31,11 @@ var handshakeCommands = []string{"hello", "auth", "client|setinfo", "client|main
 
 // adminCommands are what this test itself sends as the default user while
 // the workload runs.
-var adminCommands = []string{"config|resetstat", "acl|log", "info", "zcard"}
+var adminCommands = []string{"config|resetstat", "acl|log", "info", "zrange"}
+
+// hotWindow is the guard's window of hot keys, at whose end a Group that
+// was called publishes them.
+const hotWindow = 5 * time.Second
 
 // TestACLLeastPrivilege proves aclLine is exact: the guard and the lock
 // package work fully as that user (also on keys holding braces and NUL
@@ -87,6 +91,20 @@ func TestACLLeastPrivilege(t *testing.T) {
 				t.Run("lock", func(t *testing.T) { lockCycle(t, rdbA, rdbB, admin, k.key) })
 			})
 		}
+		// The hot keys a Group publishes at the end of a window (5s) in
+		// which it was called, for stampede top.
+		t.Run("hot keys", func(t *testing.T) {
+			t.Parallel()
+			n := newGuardNode(t, rdbA)
+			key := redistest.Key(t)
+			redistest.Eventually(t, 4*hotWindow, "the Group's hot keys published", func() bool {
+				if _, err := n.g.Do(ctx, key, func(context.Context) ([]byte, error) { return []byte("v"), nil }); err != nil {
+					t.Fatal(err)
+				}
+				nodes, err := admin.ZRange(ctx, "stampede:{~hotkeys}:nodes", 0, -1).Result()
+				return err == nil && len(nodes) > 0
+			})
+		})
 	})
 	if !ok {
 		return // the statistics of a failed workload prove nothing

@@ -41,7 +41,7 @@ const aclLine = "ACL SETUSER stampede reset on >CHANGE-ME" +
 	" ~stampede:{* ~stampede:lock:{* &stampede:fill:* &stampede:lock:wake:* &__redis__:invalidate" +
 	" +evalsha +eval +get +mget +subscribe +client|id +client|tracking" +
 	" +time +set +del +exists +pexpire +pttl +incr +getrange +strlen +sadd +smembers +srem +scard +sismember +srandmember +rename +publish" +
-	" +type +hset +hget +hgetall +hdel +zadd +zrem +zpopmin +zremrangebyscore"
+	" +type +hset +hget +hgetall +hdel +zadd +zrem +zpopmin +zremrangebyscore +zcard +unlink"
 
 // clientCommands are the commands the Go code sends itself (the rest of
 // aclLine's commands are called by the Lua scripts).
@@ -54,6 +54,7 @@ var clientCommands = []string{
 	"subscribe",       // internal/notify: a Group's fill channel, a lock Client's wake channel; guard/coherence.go: the tier's reports
 	"client|id",       // guard/coherence.go: the report connection redirects to itself
 	"client|tracking", // guard/coherence.go: CLIENT TRACKING ON ... BCAST PREFIX <Namespace>
+	"zcard",           // guard/hotkeys.go: the hot-keys index's size, before it is trimmed
 }
 
 // aclUser splits aclLine into the user's name and its rules (after "reset
@@ -413,8 +414,8 @@ func lockCycle(t *testing.T, rdbA, rdbB, admin redis.UniversalClient, key string
 	}()
 	queue := hashtag.Base("stampede:lock:", key) + ":q"
 	redistest.Eventually(t, waitLimit, "the waiter to queue", func() bool {
-		n, err := admin.ZCard(ctx, queue).Result()
-		return err == nil && n == 1
+		q, err := admin.ZRange(ctx, queue, 0, -1).Result()
+		return err == nil && len(q) == 1
 	})
 	if err := l1.Release(ctx); err != nil {
 		t.Fatalf("Release: %v", err)

@@ -2,6 +2,7 @@ package tier
 
 import (
 	"container/list"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -27,16 +28,24 @@ import (
 // nobody has (an attacker's, say) never push a value out.
 //
 // It is bounded as the tier is (entries and bytes, least recently used
-// out). A nil *Reserve keeps nothing.
+// out). A value over an eighth of the bytes is kept apart, up to
+// LargeEntries of them (the guard keeps as many copies of values over
+// MaxValueBytes): a value too large for the bound must not cost the
+// origin a load per call while Redis is down. A nil *Reserve keeps
+// nothing.
 type Reserve struct {
 	maxBytes int // a value (or all marks) may take an eighth of it
 
 	mu     sync.Mutex
-	byKey  map[string]*list.Element // of *Kept, in values or marks
+	byKey  map[string]*list.Element // of *Kept, in values, large or marks
 	keyOf  map[string]string        // entry name → key
 	values shelf
+	large  shelf // values over an eighth of maxBytes, bounded by count
 	marks  shelf
 }
+
+// LargeEntries bounds the values kept over an eighth of the bytes.
+const LargeEntries = 16
 
 // shelf is one bounded list of the reserve: the values, or the marks.
 type shelf struct {
@@ -48,12 +57,15 @@ type shelf struct {
 // over reports whether s holds more than its bounds.
 func (s *shelf) over() bool { return s.lru.Len() > s.maxEntries || s.bytes > s.maxBytes }
 
-// shelfOf returns the shelf a Kept of mark m goes on.
-func (r *Reserve) shelfOf(m Mark) *shelf {
-	if m == Value {
-		return &r.values
+// shelfOf returns the shelf k goes on.
+func (r *Reserve) shelfOf(k *Kept) *shelf {
+	switch {
+	case k.Mark != Value:
+		return &r.marks
+	case k.cost() > r.maxBytes/8:
+		return &r.large
 	}
-	return &r.marks
+	return &r.values
 }
 
 // Mark says what a Kept is: a value, or a mark of a load that failed or
@@ -100,6 +112,7 @@ func (k *Kept) cost() int { return len(k.Key) + len(k.Value) + Overhead }
 func NewReserve(entries, bytes int) *Reserve {
 	return &Reserve{maxBytes: bytes, byKey: map[string]*list.Element{}, keyOf: map[string]string{},
 		values: shelf{maxEntries: entries, maxBytes: bytes},
+		large:  shelf{maxEntries: LargeEntries, maxBytes: math.MaxInt},
 		marks:  shelf{maxEntries: max(entries/markEntriesShare, 1), maxBytes: bytes / markBytesShare}}
 }
 
@@ -120,15 +133,16 @@ func (r *Reserve) Put(k Kept) {
 	r.putLocked(k)
 }
 
-// fits reports whether k is small enough to keep: an eighth of the bytes
-// at most (for a mark, that is the marks' whole shelf).
-func (r *Reserve) fits(k Kept) bool { return k.cost() <= r.maxBytes/8 }
+// fits reports whether k may be kept: a value always (a large one on its
+// shelf), a mark of an eighth of the bytes at most (the marks' whole
+// shelf).
+func (r *Reserve) fits(k Kept) bool { return k.Mark == Value || k.cost() <= r.maxBytes/8 }
 
 // putLocked is Put, r.mu held.
 func (r *Reserve) putLocked(k Kept) {
 	r.removeLocked(k.Key)
 	r.keyOf[k.Name] = k.Key
-	s := r.shelfOf(k.Mark)
+	s := r.shelfOf(&k)
 	r.byKey[k.Key] = s.lru.PushFront(&k)
 	s.bytes += k.cost()
 	for s.over() {
@@ -163,7 +177,7 @@ func (r *Reserve) Get(key string) (Kept, bool) {
 		return Kept{}, false
 	}
 	k := el.Value.(*Kept)
-	r.shelfOf(k.Mark).lru.MoveToFront(el)
+	r.shelfOf(k).lru.MoveToFront(el)
 	return *k, true
 }
 
@@ -246,7 +260,7 @@ func (r *Reserve) Clear() {
 	r.mu.Lock()
 	clear(r.byKey)
 	clear(r.keyOf)
-	for _, s := range []*shelf{&r.values, &r.marks} {
+	for _, s := range []*shelf{&r.values, &r.large, &r.marks} {
 		s.lru.Init()
 		s.bytes = 0
 	}
@@ -260,13 +274,13 @@ func (r *Reserve) Len() int {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.values.lru.Len() + r.marks.lru.Len()
+	return r.values.lru.Len() + r.large.lru.Len() + r.marks.lru.Len()
 }
 
 func (r *Reserve) removeLocked(key string) {
 	if el := r.byKey[key]; el != nil {
 		k := el.Value.(*Kept)
-		s := r.shelfOf(k.Mark)
+		s := r.shelfOf(k)
 		s.bytes -= k.cost()
 		s.lru.Remove(el)
 		delete(r.byKey, key)

@@ -333,15 +333,23 @@ func (r *Reserve) check(t *testing.T) {
 		return n, b
 	}
 	vn, vb := sum(&r.values.lru, true)
+	ln, lb := sum(&r.large.lru, true)
 	mn, mb := sum(&r.marks.lru, false)
 	entries := r.values.maxEntries
+	for el := r.large.lru.Front(); el != nil; el = el.Next() {
+		if k := el.Value.(*Kept); k.cost() <= r.maxBytes/8 {
+			t.Fatalf("%q (%d bytes) is kept as a large value", k.Key, k.cost())
+		}
+	}
 	switch {
-	case vb != r.values.bytes || mb != r.marks.bytes:
-		t.Fatalf("bytes booked %d and %d, held %d and %d", r.values.bytes, r.marks.bytes, vb, mb)
-	case vn+mn != len(r.byKey) || len(r.keyOf) != len(r.byKey):
-		t.Fatalf("%d values and %d marks, %d keys and %d names booked", vn, mn, len(r.byKey), len(r.keyOf))
+	case vb != r.values.bytes || mb != r.marks.bytes || lb != r.large.bytes:
+		t.Fatalf("bytes booked %d, %d and %d, held %d, %d and %d", r.values.bytes, r.large.bytes, r.marks.bytes, vb, lb, mb)
+	case vn+ln+mn != len(r.byKey) || len(r.keyOf) != len(r.byKey):
+		t.Fatalf("%d values, %d large and %d marks, %d keys and %d names booked", vn, ln, mn, len(r.byKey), len(r.keyOf))
 	case vn > entries || vb > r.maxBytes:
 		t.Fatalf("%d values of %d bytes, over %d and %d", vn, vb, entries, r.maxBytes)
+	case ln > LargeEntries:
+		t.Fatalf("%d large values, over %d", ln, LargeEntries)
 	case mn > max(entries/markEntriesShare, 1) || mb > r.maxBytes/markBytesShare:
 		t.Fatalf("%d marks of %d bytes, over %d and %d", mn, mb, max(entries/markEntriesShare, 1), r.maxBytes/markBytesShare)
 	}
