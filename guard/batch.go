@@ -314,8 +314,10 @@ func (b *batch) set(i int, r keyResult) {
 }
 
 // serve answers key i from a decoded entry read as r (see served).
-func (b *batch) serve(i int, e entry.Entry, r batchRead, st Status) {
-	res, err := b.g.served(b.keys[i], e, r.rr.now, st, r.k, true)
+// serve answers key i with the entry e of read r; report: the answer is
+// the key's lookup (a key that waited reported its miss already).
+func (b *batch) serve(i int, e entry.Entry, r batchRead, st Status, report bool) {
+	res, err := b.g.served(b.keys[i], e, r.rr.now, st, r.k, report)
 	b.set(i, keyResult{v: res.Value, st: st, err: err})
 }
 

@@ -140,7 +140,7 @@ func (b *batch) sort(i int, r batchRead, own bool, p *plan) {
 		if early(r.e, r.rr.now) {
 			p.early = append(p.early, i)
 		}
-		b.serve(i, r.e, r, Hit)
+		b.serve(i, r.e, r, Hit, true)
 		return
 	}
 	e, st := g.classify(key, r.rr)
@@ -152,14 +152,14 @@ func (b *batch) sort(i int, r batchRead, own bool, p *plan) {
 		if early(e, r.rr.now) {
 			p.early = append(p.early, i)
 		}
-		b.serve(i, e, r, Hit)
+		b.serve(i, e, r, Hit, true)
 		return
 	case st == stale:
 		if own && r.rr.x > 0 {
 			g.leaseHook(key, true)
 			p.refresh, p.refreshF = append(p.refresh, i), append(p.refreshF, r.rr.x)
 		}
-		b.serve(i, e, r, Stale)
+		b.serve(i, e, r, Stale, true)
 		return
 	}
 	if h := g.opts.Hooks.Miss; h != nil {

@@ -118,17 +118,17 @@ func (d batchWait) settle(w *waiter, r batchRead, own bool, resolve func(*waiter
 		return
 	}
 	if r.hit {
-		b.serve(w.i, r.e, r, Shared)
+		b.serve(w.i, r.e, r, Shared, false)
 		resolve(w)
 		return
 	}
 	e, st := g.classify(key, r.rr)
 	switch {
 	case st == fresh:
-		b.serve(w.i, e, r, Shared)
+		b.serve(w.i, e, r, Shared, false)
 		resolve(w)
 	case st == stale:
-		b.serve(w.i, e, r, Stale)
+		b.serve(w.i, e, r, Stale, false)
 		resolve(w)
 	case st == oversized:
 		a.over = append(a.over, overKey{i: w.i, e: e, now: r.rr.now})

@@ -107,12 +107,12 @@ func (g *Group) fromReserve(ctx context.Context, c *call) (Result, error, bool) 
 	res := Result{Value: k.Value, Status: Degraded, Age: now.Sub(k.Base), Fresh: k.FreshUntil.Sub(now)}
 	switch {
 	case now.Before(k.FreshUntil):
-		if h := g.opts.Hooks.Hit; h != nil {
+		if h := g.opts.Hooks.Hit; h != nil && !c.missed {
 			h(c.key, res.Age, true)
 		}
 	case now.Before(k.StaleUntil):
 		res.Status = Stale
-		if h := g.opts.Hooks.Stale; h != nil {
+		if h := g.opts.Hooks.Stale; h != nil && !c.missed {
 			h(c.key, res.Age)
 		}
 		g.refreshReserve(ctx, c, now)

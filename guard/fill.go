@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/stampede-go/stampede/internal/lua"
@@ -118,7 +119,7 @@ func (f *fillSpec) overMarker(v []byte) {
 		f.stale = 0
 	}
 	f.flags, f.value, f.keep = flagOversize, nil, v
-	if f.fresh+f.stale <= 0 {
+	if satAdd(f.fresh, f.stale) <= 0 {
 		f.mode = fillNone // neither fresh nor stale: nothing to mark
 	}
 }
@@ -148,9 +149,14 @@ func (g *Group) store(ctx context.Context, key string, nm names, f fillSpec) {
 	sent := g.clk.local()
 	var reply []any
 	err := g.toMaster(context.WithoutCancel(ctx), nm.user, nm.keys[0], func() (err error) {
-		reply, err = g.fillQ.For(ctx, nm.keys[0]).Call(context.WithoutCancel(ctx), lua.Call{Keys: nm.keys, Args: []any{f.fence, f.value, ms(fresh), ms(f.stale),
+		keys, beside := nm.keys, ""
+		if f.backup == "" && f.fence != 0 {
+			// A holder's fill: judged beside a backup load that runs.
+			keys, beside = append(slices.Clip(nm.keys), nm.backupLease()), "B"
+		}
+		reply, err = g.fillQ.For(ctx, nm.keys[0]).Call(context.WithoutCancel(ctx), lua.Call{Keys: keys, Args: []any{f.fence, f.value, ms(fresh), ms(f.stale),
 			f.loadDur.Microseconds(), string(f.flags), string(f.mode), ms(f.keepLease), nm.entry, g.keepArg, f.trim, f.expect,
-			g.capArg, f.backup}})
+			g.capArg, f.backup, beside}})
 		return err
 	})
 	if err != nil {

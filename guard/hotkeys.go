@@ -209,7 +209,8 @@ func (g *Group) unlink(ctx context.Context, name string) error {
 }
 
 // publishHot stores this Group's view of window w under its name, for
-// three windows, and lists it in the index; one round trip to one slot.
+// three windows, and lists it in the index: one round trip to one slot,
+// after a ZCARD of the index (one that outgrew any fleet is dropped).
 func (g *Group) publishHot(ctx context.Context, h *hotTracker, hk HotKeys, w time.Duration) error {
 	b, err := encodeHot(h.node, hk, w)
 	if err != nil {

@@ -208,9 +208,6 @@ func entryState(e *entry.Entry, now int64) string {
 	return "expired"
 }
 
-// backupInfo fills ki's backup lease fields from c. Its name is read with
-// GETRANGE, which answers "" for a missing name: PTTL tells them apart.
-// One with no TTL is foreign, as the backup script judges it.
 // leaseInfo fills ki's lease fields from c, by the rules of the lease
 // script (leaseleft in guard_lib.lua): a lease it would drop (no TTL, not
 // a canonical decimal, above the key's counter, or with no counter) is not
@@ -231,6 +228,9 @@ func leaseInfo(ki *KeyInfo, c *inspectCmds) {
 // guard_lib.lua).
 const fenceMax = 1 << 53
 
+// backupInfo fills ki's backup lease fields from c. Its name is read with
+// GETRANGE, which answers "" for a missing name: PTTL tells them apart.
+// One with no TTL is foreign, as the backup script judges it.
 func backupInfo(ki *KeyInfo, c *inspectCmds) {
 	ttl, err := c.backupTTL.Result()
 	if err == nil && ttl == -2 {

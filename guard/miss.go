@@ -135,8 +135,11 @@ func (d *missWait) reread(ws []*waiter, resolve func(*waiter), _ bool) {
 			// stale one): refresh it as a read's flight does, or, fresh,
 			// give it back rather than leave it held with no load.
 			if st == stale {
+				// On a call of its own: the refresh runs on after this
+				// wait, which goes on using c.
 				g.leaseHook(c.key, true)
-				g.refreshAsync(d.ctx, c, rr.x, e)
+				rc := *c
+				g.refreshAsync(d.ctx, &rc, rr.x, e)
 			} else {
 				g.releaseLeases(d.ctx, []heldLease{{c.nm, rr.x}})
 			}

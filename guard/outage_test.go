@@ -173,7 +173,7 @@ func TestOutageLargeValueLoadedOnce(t *testing.T) {
 		o    Options
 		size int
 	}{
-		{"small-limits", Options{MaxValueBytes: 64, LocalBytes: 512}, 128},
+		{"small-limits", Options{MaxValueBytes: 64, LocalBytes: 1024}, 128},
 		{"defaults", Options{}, 9 << 20},                                 // MaxValueBytes 8 MiB, LocalBytes 64 MiB
 		{"not-oversize-LocalBytes-1KiB", Options{LocalBytes: 1024}, 512}, // stored in Redis as usual; over LocalBytes/8
 	} {

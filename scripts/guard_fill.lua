@@ -45,6 +45,9 @@
 -- ARGV[14] "b" for the fill of a backup load (its lease is KEYS[2], the
 --         key's lease another holder's): the fence counter is left as is.
 --         Optional
+-- ARGV[15] "B" when the last of KEYS is the key's backup lease (after
+--         KEYS[5], or KEYS[7] with a tag): a holder's fill, judged beside
+--         a backup load running (see below). Optional
 --
 -- A write is rejected (not done) when a fence above the caller's was minted
 -- after its lease was taken (another node took the lease over, or an
@@ -104,7 +107,14 @@
 -- to, foreign the names ("entry", "lease", "fence", "w", "inv", joined by
 -- ",") whose foreign values were dropped, or "".
 local entry, lease, fence, waiters, inv = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local tkeys, tinv = KEYS[6], KEYS[7]
+local nkeys, bkey = #KEYS, nil
+if ARGV[15] == 'B' then
+  bkey, nkeys = KEYS[#KEYS], #KEYS - 1
+end
+local tkeys, tinv
+if nkeys >= 7 then
+  tkeys, tinv = KEYS[6], KEYS[7]
+end
 local mine, payload = ARGV[1], ARGV[2]
 local fresh, stale, loadus = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local flags, mode, hold, msg = ARGV[6], ARGV[7], tonumber(ARGV[8]), ARGV[9]
@@ -174,13 +184,16 @@ end
 -- took it over), the backup lease holds cur, and the load's start on the
 -- Redis clock, now less its duration (no earlier than its true start: the
 -- fill is sent after the load ended), is before cur (at least the
--- backup's mint time, in microseconds: fence_lib.lua).
+-- backup's mint time, in microseconds: fence_lib.lua). A failure of the
+-- holder's (an error or failing marker) is fenced out as before.
 local function beforebackup(cur)
-  if backup or held ~= mine then
+  -- An answer only (a value, or not found): a holder's failure must not
+  -- answer the waiters while the backup, their second chance, runs.
+  if backup or not bkey or held ~= mine or not (flags == '' or flags == 'r' or flags == 'n') then
     return false
   end
-  local b = redis.pcall('GET', entry .. ':backup')
-  if type(b) ~= 'string' or b ~= cur or redis.call('PTTL', entry .. ':backup') < 0 then
+  local b = redis.pcall('GET', bkey)
+  if type(b) ~= 'string' or b ~= cur or redis.call('PTTL', bkey) < 0 then
     return false
   end
   local t = redis.call('TIME')

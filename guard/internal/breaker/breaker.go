@@ -60,6 +60,9 @@ type Breaker struct {
 	// not try. Nil: the call that asks after the cooldown probes.
 	Probe func(key string, verdict func(err error))
 
+	// hookMu orders the hooks: a verdict's state change and its hook are
+	// one step, so none is reported after Shut returned.
+	hookMu    sync.Mutex
 	mu        sync.Mutex
 	shut      bool // Shut: no verdict counts, no hook is called
 	fails     int
@@ -129,6 +132,8 @@ func (b *Breaker) Success() {
 	if b.Silence > 0 || b.Settle > 0 {
 		now = time.Now()
 	}
+	b.hookMu.Lock()
+	defer b.hookMu.Unlock()
 	b.mu.Lock()
 	if b.shut {
 		b.mu.Unlock()
@@ -173,6 +178,8 @@ func (b *Breaker) Failure() {
 	if b.Silence > 0 || b.Settle > 0 {
 		now = time.Now()
 	}
+	b.hookMu.Lock()
+	defer b.hookMu.Unlock()
 	b.mu.Lock()
 	if b.shut {
 		b.mu.Unlock()
@@ -269,6 +276,8 @@ func Unwell(err error) bool {
 // counts, and no hook is called again. It reports whether it was open, so
 // that the owner can report it closed, once.
 func (b *Breaker) Shut() (wasOpen bool) {
+	b.hookMu.Lock()
+	defer b.hookMu.Unlock()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	wasOpen = !b.shut && b.fails >= b.Threshold

@@ -2,7 +2,6 @@ package tier
 
 import (
 	"container/list"
-	"math"
 	"strings"
 	"sync"
 	"time"
@@ -29,10 +28,10 @@ import (
 //
 // It is bounded as the tier is (entries and bytes, least recently used
 // out). A value over an eighth of the bytes is kept apart, up to
-// LargeEntries of them (the guard keeps as many copies of values over
-// MaxValueBytes): a value too large for the bound must not cost the
-// origin a load per call while Redis is down. A nil *Reserve keeps
-// nothing.
+// LargeEntries of them and the bytes again (the guard keeps as many
+// copies of values over MaxValueBytes): a value too large for the tier
+// must not cost the origin a load per call while Redis is down. A value
+// over the bytes is never kept. A nil *Reserve keeps nothing.
 type Reserve struct {
 	maxBytes int // a value (or all marks) may take an eighth of it
 
@@ -40,7 +39,7 @@ type Reserve struct {
 	byKey  map[string]*list.Element // of *Kept, in values, large or marks
 	keyOf  map[string]string        // entry name → key
 	values shelf
-	large  shelf // values over an eighth of maxBytes, bounded by count
+	large  shelf // values over an eighth of maxBytes: LargeEntries, maxBytes
 	marks  shelf
 }
 
@@ -112,7 +111,7 @@ func (k *Kept) cost() int { return len(k.Key) + len(k.Value) + Overhead }
 func NewReserve(entries, bytes int) *Reserve {
 	return &Reserve{maxBytes: bytes, byKey: map[string]*list.Element{}, keyOf: map[string]string{},
 		values: shelf{maxEntries: entries, maxBytes: bytes},
-		large:  shelf{maxEntries: LargeEntries, maxBytes: math.MaxInt},
+		large:  shelf{maxEntries: LargeEntries, maxBytes: bytes},
 		marks:  shelf{maxEntries: max(entries/markEntriesShare, 1), maxBytes: bytes / markBytesShare}}
 }
 
@@ -133,10 +132,15 @@ func (r *Reserve) Put(k Kept) {
 	r.putLocked(k)
 }
 
-// fits reports whether k may be kept: a value always (a large one on its
-// shelf), a mark of an eighth of the bytes at most (the marks' whole
+// fits reports whether k may be kept: a value of the bytes at most (a
+// large one on its shelf), a mark of an eighth of them (the marks' whole
 // shelf).
-func (r *Reserve) fits(k Kept) bool { return k.Mark == Value || k.cost() <= r.maxBytes/8 }
+func (r *Reserve) fits(k Kept) bool {
+	if k.Mark == Value {
+		return k.cost() <= r.maxBytes
+	}
+	return k.cost() <= r.maxBytes/8
+}
 
 // putLocked is Put, r.mu held.
 func (r *Reserve) putLocked(k Kept) {

@@ -348,8 +348,8 @@ func (r *Reserve) check(t *testing.T) {
 		t.Fatalf("%d values, %d large and %d marks, %d keys and %d names booked", vn, ln, mn, len(r.byKey), len(r.keyOf))
 	case vn > entries || vb > r.maxBytes:
 		t.Fatalf("%d values of %d bytes, over %d and %d", vn, vb, entries, r.maxBytes)
-	case ln > LargeEntries:
-		t.Fatalf("%d large values, over %d", ln, LargeEntries)
+	case ln > LargeEntries || lb > r.maxBytes:
+		t.Fatalf("%d large values of %d bytes, over %d and %d", ln, lb, LargeEntries, r.maxBytes)
 	case mn > max(entries/markEntriesShare, 1) || mb > r.maxBytes/markBytesShare:
 		t.Fatalf("%d marks of %d bytes, over %d and %d", mn, mb, max(entries/markEntriesShare, 1), r.maxBytes/markBytesShare)
 	}
