@@ -64,7 +64,11 @@ func TestBackupLoadHolderFailureWaitsForBackup(t *testing.T) {
 		<-backupStarted
 		close(release)
 		<-aDone
-		time.Sleep(100 * time.Millisecond)
+		// The holder's fill has run: it stored no error marker for the
+		// waiters to wake to.
+		if ki, err := a.Inspect(ctx, key); err != nil || ki.State == "error" {
+			t.Errorf("after the failed holder's fill: %q %v; want no error marker beside the backup", ki.State, err)
+		}
 		close(backupRelease)
 		for range 2 {
 			an := <-answers

@@ -59,11 +59,15 @@ func proxy(ctx context.Context, p *proxyFlags) error {
 	}
 	log := newLogger(p.logLevel, p.logFormat)
 	redis.SetLogger(redisLog{log})
-	rdb, err := p.client(ctx)
+	rdb, down, redisBack, err := p.proxyClient(ctx)
 	if err != nil {
 		return err
 	}
 	defer rdb.Close()
+	if down != nil {
+		log.Warn("stampede proxy: Redis does not answer; serving without it, each proxy on its own, until it does",
+			"redis", redact(p.redis), "err", down)
+	}
 	reg := prometheus.NewRegistry()
 	m := stampedeprom.New(stampedeprom.Options{})
 	reg.MustRegister(m, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -100,6 +104,8 @@ func proxy(ctx context.Context, p *proxyFlags) error {
 		"admin", p.admin, "namespace", p.namespace, "key_host", cfg.KeyHost)
 	select {
 	case err = <-served:
+	case err = <-redisBack:
+		log.Error("stampede proxy: " + err.Error())
 	case <-ctx.Done():
 		err = nil
 	}

@@ -232,7 +232,7 @@ func TestProxyAdmin(t *testing.T) {
 	}
 	for path, want := range map[string]string{
 		"/livez": "ok", "/readyz": "ok",
-		"/metrics": `stampede_requests_total{group="default",status="miss"} 1`,
+		"/metrics": `stampede_requests_total{group="default",key="",status="miss"} 1`,
 	} {
 		if code, body := get(t, "http://"+admin+path); code != 200 || !strings.Contains(body, want) {
 			t.Errorf("GET %s: %d, want 200 with %q:\n%.2000s", path, code, want, body)
@@ -435,5 +435,53 @@ func TestProxyUpstreamTimeout(t *testing.T) {
 	bases, _ = proxies(t, 1, srv.Addr, ns+"r:", refusedURL)
 	if code, _ := get(t, bases[0]+"/refused"); code != http.StatusBadGateway {
 		t.Errorf("an upstream that refuses connections: status %d, want 502", code)
+	}
+}
+
+// TestProxyStartsWhileRedisIsDown: a proxy started while its Redis does
+// not answer (an outage, a restart) serves anyway, each request through
+// the upstream once per URL and window, and says so in one WARN line; once
+// Redis is back it coordinates through it (its entries land there). It
+// refused to start before, so a restart or a rescheduled pod during a
+// Redis outage took the service down with it. A wrong password, which
+// waiting does not mend, still stops it.
+func TestProxyStartsWhileRedisIsDown(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.Stop(t)
+	ns := namespace(t)
+	o := &origin{}
+	up := httptest.NewServer(o)
+	defer up.Close()
+	p := start(t, "proxy", "-redis", srv.Addr, "-namespace", ns, "-upstream", up.URL, "-listen", "127.0.0.1:0")
+	p.waitLine(t, 30*time.Second, "Redis does not answer")
+	line := p.waitLine(t, 30*time.Second, `"msg":"stampede proxy: serving"`)
+	var l struct{ Listen string }
+	if err := json.Unmarshal([]byte(line), &l); err != nil || l.Listen == "" {
+		t.Fatalf("start-up line %q: %v", line, err)
+	}
+	base := "http://" + l.Listen
+	for range 5 {
+		if code, body := get(t, base+"/a"); code != 200 || body != "/a v0" {
+			t.Fatalf("GET /a with Redis down: %d %q", code, body)
+		}
+	}
+	if n := o.gets.Load(); n != 1 {
+		t.Errorf("%d upstream calls for 5 requests of one URL with Redis down, want 1", n)
+	}
+	srv.Restart(t)
+	rdb := srv.Client(t)
+	redistest.Eventually(t, 30*time.Second, "the proxy's entries in Redis", func() bool {
+		_, _ = get(t, base+"/b")
+		keys, err := rdb.Keys(ctxT(t), ns+"*").Result()
+		return err == nil && len(keys) > 0
+	})
+	if code := p.stop(t, syscall.SIGTERM, 30*time.Second); code != 0 {
+		t.Errorf("exit %d, want 0:\n%s", code, p.output())
+	}
+
+	auth := redistest.Start(t, redistest.WithUser("app", "right", "~*", "&*", "+@all"))
+	r := stampede(t, nil, "proxy", "-redis", "redis://app:wrong@"+auth.Addr, "-upstream", up.URL, "-listen", "127.0.0.1:0")
+	if r.code == 0 || !strings.Contains(r.stderr, "WRONGPASS") {
+		t.Errorf("a wrong password: exit %d, %q; want a failure naming it", r.code, r.stderr)
 	}
 }

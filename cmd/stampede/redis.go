@@ -5,8 +5,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"net"
 	"net/url"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -86,6 +89,73 @@ func (c *conn) dial() (redis.UniversalClient, error) {
 	}
 	return redis.NewClient(&redis.Options{Addr: s, ContextTimeoutEnabled: true,
 		ReadTimeout: c.timeout, WriteTimeout: c.timeout}), nil
+}
+
+// proxyClient is client for the proxy, which must start during a Redis
+// outage (a restart, a failover, a pod rescheduled while Redis is down):
+// when Redis does not answer, it returns a client of the address's form
+// anyway, and the proxy serves without Redis meanwhile (each proxy loading
+// on its own, as in any outage). A Redis that cannot be configured (a
+// malformed address, a name that does not resolve, a refused password)
+// still fails. down is the error of the first try, nil when Redis
+// answered; back then reports, once Redis answers, a client that can no
+// longer serve it (a single server's client for a cluster node, which
+// only a restart of the proxy mends).
+func (c *conn) proxyClient(ctx context.Context) (rdb redis.UniversalClient, down error, back <-chan error, err error) {
+	rdb, err = c.client(ctx)
+	if err == nil || !unreachable(err) {
+		return rdb, nil, nil, err
+	}
+	down = err
+	if rdb, err = c.dial(); err != nil {
+		return nil, nil, nil, usagef("-redis %q: %v", redact(c.redis), err)
+	}
+	if single, ok := rdb.(*redis.Client); ok {
+		ch := make(chan error, 1)
+		go c.watchMode(ctx, single, ch)
+		back = ch
+	}
+	return rdb, down, back, nil
+}
+
+// watchMode pings rdb once a second until it answers, then sends an error
+// on back if the server runs in cluster mode.
+func (c *conn) watchMode(ctx context.Context, rdb *redis.Client, back chan<- error) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, c.timeout)
+		err := rdb.Ping(pctx).Err()
+		cluster := err == nil && clusterMode(pctx, rdb)
+		cancel()
+		switch {
+		case err != nil:
+			continue
+		case cluster:
+			back <- fmt.Errorf("the Redis at %s answers now as a node of a cluster, which this proxy, started while it was down, cannot follow: restart it", redact(c.redis))
+		}
+		return
+	}
+}
+
+// unreachable reports whether err, from client, says that Redis did not
+// answer (refused, reset, timed out: an outage) rather than that it is
+// misconfigured (a name that does not resolve, a refused password, TLS).
+func unreachable(err error) bool {
+	var dns *net.DNSError
+	var reply redis.Error
+	if errors.As(err, &dns) || errors.As(err, &reply) {
+		return false
+	}
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EHOSTUNREACH) ||
+		errors.Is(err, syscall.ENETUNREACH) || errors.Is(err, io.EOF) || (errors.As(err, &ne) && ne.Timeout())
 }
 
 // clusterMode reports whether the server rdb reaches runs in cluster mode
