@@ -188,7 +188,17 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 					h("subscribe", err)
 				}
 			}
-			g.unready(err) // Hooks.Unready
+			reported := g.unready(err) // Hooks.Unready
+			if rerr := redis.Error(nil); !reported || errors.As(err, &rerr) {
+				return
+			}
+			// Redis down at start: the hub subscribes once it answers
+			// (or Close ends the wait, closing the hub).
+			if g.hub.Ready(context.Background()) == nil && !g.closed.Load() {
+				if h := o.Hooks.Ready; h != nil {
+					h()
+				}
+			}
 		}
 	})
 	return g, nil

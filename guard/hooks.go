@@ -67,6 +67,9 @@ type Hooks struct {
 	// Unready: the fill subscription New starts failed, with a
 	// *ReadyError per failed check; once per Group, which still serves.
 	Unready func(err error)
+	// Ready: the fill subscription Unready reported is up after all
+	// (Redis answered again); once, after Unready, never without it.
+	Ready func()
 	// LocalTier: the in-process tier started serving or stopped. why is
 	// "" when on, else "disabled", "unsupported", "connecting", "lost",
 	// "refused" or "closed" (the last three call for an operator).
@@ -98,10 +101,21 @@ func MergeHooks(hs ...Hooks) Hooks {
 		m.Batch = chain1(m.Batch, h.Batch)
 		m.BatchLoad = chain1(m.BatchLoad, h.BatchLoad)
 		m.Unready = chain1(m.Unready, h.Unready)
+		m.Ready = chain0(m.Ready, h.Ready)
 		m.LocalTier = chain2(m.LocalTier, h.LocalTier)
 		m.HotKeys = chain1(m.HotKeys, h.HotKeys)
 	}
 	return m
+}
+
+func chain0(f, g func()) func() {
+	switch {
+	case f == nil:
+		return g
+	case g == nil:
+		return f
+	}
+	return func() { f(); g() }
 }
 
 func chain1[A any](f, g func(A)) func(A) {
@@ -188,6 +202,12 @@ func LogHooks(l *slog.Logger) Hooks {
 				return
 			}
 			l.LogAttrs(ctx, slog.LevelWarn, "stampede: Redis call failed", slog.String("op", op), slog.Any("err", err))
+		},
+		Unready: func(err error) {
+			l.LogAttrs(ctx, slog.LevelWarn, "stampede: fill subscription not up; waiters poll until it is", slog.Any("err", err))
+		},
+		Ready: func() {
+			l.LogAttrs(ctx, slog.LevelInfo, "stampede: fill subscription up")
 		},
 	}
 }

@@ -180,11 +180,11 @@ func (g *Group) scriptsRun(ctx context.Context) error {
 
 // unready reports to Hooks.Unready that the fill subscription New started
 // failed (subErr: refused, or not confirmed within WaitTimeout), with what
-// TIME says of Redis. Not after Close.
-func (g *Group) unready(subErr error) {
+// TIME says of Redis. Not after Close. It reports whether it reported.
+func (g *Group) unready(subErr error) bool {
 	h := g.opts.Hooks.Unready
 	if h == nil || errors.Is(subErr, notify.ErrClosed) || g.closed.Load() {
-		return
+		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), g.opts.RedisTimeout)
 	defer cancel()
@@ -196,6 +196,7 @@ func (g *Group) unready(subErr error) {
 		subErr = fmt.Errorf("not confirmed within WaitTimeout (%v): %w", g.opts.WaitTimeout, subErr)
 	}
 	h(errors.Join(redisErr, &ReadyError{"subscription", fmt.Errorf("fill channel not subscribed: %w", subErr)}))
+	return true
 }
 
 // checkError is a script check whose script answered, but not as the

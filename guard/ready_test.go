@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -372,5 +373,46 @@ func TestMergeHooksUnready(t *testing.T) {
 	h.Unready(errors.New("x"))
 	if strings.Join(got, "") != "ab" {
 		t.Errorf("merged Unready called %q, want a then b", got)
+	}
+}
+
+// TestReadyHookAfterUnready: a Group made while Redis is down reports
+// Unready; once Redis answers, its fill subscription comes up and Ready
+// reports it, once. A Group closed while still unready reports no Ready.
+// Before, nothing said the subscription had come up: a gauge fed by
+// Unready (stampede_started_unready) stayed 1 for the Group's life.
+func TestReadyHookAfterUnready(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.Stop(t)
+	var unready, ready atomic.Int64
+	hooks := Hooks{Unready: func(error) { unready.Add(1) }, Ready: func() { ready.Add(1) }}
+	g := newGroup(t, srv.Client(t), Options{WaitTimeout: 100 * time.Millisecond, Hooks: hooks})
+	redistest.Eventually(t, 10*time.Second, "Hooks.Unready", func() bool { return unready.Load() == 1 })
+	if ready.Load() != 0 {
+		t.Fatal("Hooks.Ready before Redis answered")
+	}
+	srv.Restart(t)
+	redistest.Eventually(t, 20*time.Second, "Hooks.Ready once Redis answers", func() bool { return ready.Load() == 1 })
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if u, r := unready.Load(), ready.Load(); u != 1 || r != 1 {
+		t.Errorf("Unready %d, Ready %d; want 1 and 1", u, r)
+	}
+
+	down := redistest.Start(t)
+	down.Stop(t)
+	var u2, r2 atomic.Int64
+	g2, err := New(down.Client(t), Options{WaitTimeout: 100 * time.Millisecond,
+		Hooks: Hooks{Unready: func(error) { u2.Add(1) }, Ready: func() { r2.Add(1) }}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, 10*time.Second, "Hooks.Unready", func() bool { return u2.Load() == 1 })
+	if err := g2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if r2.Load() != 0 {
+		t.Errorf("Hooks.Ready called for a Group closed while unready")
 	}
 }

@@ -35,7 +35,7 @@
 //	stampede.oversize.values      counter, values over MaxValueBytes (not stored)
 //	stampede.tag.full             counter, loads not stored: their tag held MaxTagKeys keys
 //	stampede.unready              counter, Groups whose start-up subscription failed
-//	stampede.started_unready      up-down counter: 1 once the Group's start-up subscription failed, else 0
+//	stampede.started_unready      up-down counter: 1 while the Group's failed start-up subscription is not up, else 0
 //	stampede.redis.errors         counter, stampede.redis.op: get, read, fill, renew, release, invalidate,
 //	                              subscribe (the fill subscription), track (the tier's reports), hotkeys,
 //	                              backup (a backup lease past WaitTimeout), master (a cluster master's
@@ -63,9 +63,8 @@
 // origin confirmed the previous value), pass (guard.Pass: an answer that
 // may not be shared, loaded with no lease by design) and error, anything
 // else; a loader's guard.NoStore and guard.Private answers count as
-// error: the hook sees only the error. stampede.started_unready does not
-// go back to 0: no hook reports the start-up subscription coming up
-// later (guard.Group.Coordinating does). The counters of a kind are recorded at zero as
+// error: the hook sees only the error. stampede.started_unready goes back
+// to 0 once the start-up subscription is up (guard.Hooks.Ready). The counters of a kind are recorded at zero as
 // soon as their hooks exist (or a key label is first seen), so rates are
 // defined before the first event.
 //

@@ -154,7 +154,7 @@ func New(opts Options) (*Telemetry, error) {
 	var err error
 	t.startedUnready, err = mt.Int64UpDownCounter("stampede.started_unready", metric.WithUnit("{group}"),
 		metric.WithDescription("Groups among those these hooks observe whose fill subscription failed at start-up "+
-			"(0 or 1 for one Group); it stays set for the life of the Group: no hook reports the subscription coming up later."))
+			"and is not up yet (0 or 1 for one Group; back to 0 on the Ready hook)."))
 	errs = append(errs, err)
 	t.redisErrs = counter("stampede.redis.errors", "{error}", "Failed Redis calls of the guard, by stampede.redis.op.")
 	t.breakerOpen, err = mt.Int64UpDownCounter("stampede.breaker.open", metric.WithUnit("{breaker}"),
@@ -336,6 +336,7 @@ func (t *Telemetry) GuardHooks() guard.Hooks {
 			t.unready.Add(bg, 1, t.plain...)
 			t.startedUnready.Add(bg, 1, t.plain...)
 		},
+		Ready:     func() { t.startedUnready.Add(bg, -1, t.plain...) },
 		LocalTier: t.tier.hook,
 		HotKeys:   t.hot.keys.Hook,
 		RedisError: func(op string, _ error) {

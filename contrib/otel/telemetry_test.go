@@ -528,7 +528,7 @@ func TestRedisErrorOpsPrimedAtZero(t *testing.T) {
 }
 
 // stampede.started_unready is 0 from GuardHooks, 1 once the Group reports
-// Unready, and stays 1: no hook says when the subscription comes up.
+// Unready, whatever other hooks say, and 0 again on Ready.
 func TestStartedUnready(t *testing.T) {
 	tel, reader, _ := setup(t, stampedeotel.Options{})
 	h := tel.GuardHooks()
@@ -542,6 +542,10 @@ func TestStartedUnready(t *testing.T) {
 	h.LocalTier(true, "")
 	if v := collect(t, reader, true)[k]; v != 1 {
 		t.Errorf("after Unready: %s = %v, want 1", k, v)
+	}
+	h.Ready()
+	if v := collect(t, reader, true)[k]; v != 0 {
+		t.Errorf("after Ready: %s = %v, want 0", k, v)
 	}
 }
 

@@ -35,7 +35,7 @@
 //	stampede_oversize_values_total           values over MaxValueBytes, not stored
 //	stampede_tag_full_total                  loads not stored: their tag held MaxTagKeys keys
 //	stampede_unready_total                   Groups whose start-up subscription failed
-//	stampede_started_unready                 gauge: 1 once the Group's start-up subscription failed, else 0
+//	stampede_started_unready                 gauge: 1 while the Group's failed start-up subscription is not up, else 0
 //	stampede_redis_errors_total{op}          get, read, fill, renew, release, invalidate,
 //	                                         subscribe (the fill subscription), track (the tier's reports),
 //	                                         hotkeys, backup (a backup lease past WaitTimeout),
@@ -72,9 +72,8 @@
 //
 // stampede_unready_total moves once per Group, within WaitTimeout of
 // guard.New, often before the first scrape, where increase() cannot see
-// it; stampede_started_unready says the same as a gauge, for dashboards.
-// Neither goes back: no hook reports the subscription coming up later
-// (guard.Group.Coordinating does).
+// it; stampede_started_unready says the same as a gauge, for dashboards,
+// and goes back to 0 once the subscription is up (guard.Hooks.Ready).
 //
 // The in-process tier is off on purpose when disabled (LocalEntries is
 // guard.Disabled) or unsupported (a client the guard cannot follow changes

@@ -145,8 +145,8 @@ func New(opts Options) *Metrics {
 		"Groups whose fill subscription failed at start-up (Redis unreachable or refusing it); they serve degraded until Ready.", nil)
 	m.unreadyVec = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: o.Namespace, Name: "started_unready", ConstLabels: cl,
-		Help: "Groups among those these hooks observe whose fill subscription failed at start-up (0 or 1 for one Group); " +
-			"it stays set for the life of the Group: no hook reports the subscription coming up later.",
+		Help: "Groups among those these hooks observe whose fill subscription failed at start-up and is not up yet " +
+			"(0 or 1 for one Group; back to 0 on the Ready hook).",
 	}, nil)
 	m.all = append(m.all, m.unreadyVec)
 	m.redisErrs = counter("", "redis_errors_total", "Failed Redis calls of the guard, by op.", []string{"op"})
@@ -319,6 +319,7 @@ func (m *Metrics) GuardHooks() guard.Hooks {
 			m.unreadyC.Inc()
 			m.unreadyG.Inc()
 		},
+		Ready:     func() { m.unreadyG.Dec() },
 		LocalTier: m.tier.hook,
 		HotKeys:   m.hot.keys.Hook,
 		RedisError: func(op string, _ error) {

@@ -380,13 +380,13 @@ func TestRedisErrorOpsPrimedAtZero(t *testing.T) {
 // stampede_started_unready says, as a gauge, that a Group's start-up
 // subscription failed: a scrape after the Unready hook, the first one of
 // the process included, sees it at 1 (an increase() of unready_total
-// would not, as the counter moves before that first scrape). It stays at
-// 1: no hook says when the subscription comes up.
+// would not, as the counter moves before that first scrape). Other hooks
+// leave it at 1; Ready, the subscription up, puts it back to 0.
 func TestStartedUnreadyGauge(t *testing.T) {
 	m, reg := newMetrics(t, stampedeprom.Options{Labels: metrics.Labels{Group: "products"}})
 	h := m.GuardHooks()
 	const before = `
-# HELP stampede_started_unready Groups among those these hooks observe whose fill subscription failed at start-up (0 or 1 for one Group); it stays set for the life of the Group: no hook reports the subscription coming up later.
+# HELP stampede_started_unready Groups among those these hooks observe whose fill subscription failed at start-up and is not up yet (0 or 1 for one Group; back to 0 on the Ready hook).
 # TYPE stampede_started_unready gauge
 stampede_started_unready{group="products"} 0
 `
@@ -398,12 +398,16 @@ stampede_started_unready{group="products"} 0
 	h.Breaker(false)
 	h.LocalTier(true, "")
 	const after = `
-# HELP stampede_started_unready Groups among those these hooks observe whose fill subscription failed at start-up (0 or 1 for one Group); it stays set for the life of the Group: no hook reports the subscription coming up later.
+# HELP stampede_started_unready Groups among those these hooks observe whose fill subscription failed at start-up and is not up yet (0 or 1 for one Group; back to 0 on the Ready hook).
 # TYPE stampede_started_unready gauge
 stampede_started_unready{group="products"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(after), "stampede_started_unready"); err != nil {
 		t.Error(err)
+	}
+	h.Ready()
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(before), "stampede_started_unready"); err != nil {
+		t.Errorf("after Ready: %v", err)
 	}
 }
 
