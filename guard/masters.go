@@ -76,10 +76,14 @@ func (g *Group) masterOpen(ctx context.Context, name string) bool {
 // clearReserve empties the reserve once coordination resumed everywhere:
 // the Group's breaker and every current master's are past their failures
 // (a master still failing has keys served from the reserve; one a
-// failover replaced has none, and is never called again to recover).
-func (g *Group) clearReserve() {
+// failover replaced has none, and is never called again to recover). It
+// reports whether it emptied it; when it did not, the breaker that called
+// it calls it again at a later success: the one left failing may be a
+// master a failover is replacing, which the client's slot map still
+// names, and which no success will ever report recovered.
+func (g *Group) clearReserve() bool {
 	if g.br.Failing() {
-		return
+		return false
 	}
 	failing := false
 	if g.masters != nil {
@@ -88,6 +92,7 @@ func (g *Group) clearReserve() {
 	if !failing {
 		g.reserve.Clear()
 	}
+	return !failing
 }
 
 // masterGate is a batch read's pass through the breakers of its keys'

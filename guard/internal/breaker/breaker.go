@@ -40,8 +40,11 @@ type Breaker struct {
 	Cooldown  time.Duration
 	Hook      func(open bool)
 	// Recovered is called when a call succeeds after failures, open or
-	// not: the caller can use Redis again.
-	Recovered func()
+	// not: the caller can use Redis again. It reports whether the caller
+	// is done recovering; false (it waits for something else, such as
+	// another server) keeps it owed, and a success at least
+	// recoverRetry (or Settle, if longer) later calls it again.
+	Recovered func() bool
 	// For a client of several servers (a cluster), where one server down
 	// leaves the others answering between its failures: with Silence set,
 	// failures open the breaker only when no call succeeded for Silence
@@ -69,6 +72,7 @@ type Breaker struct {
 	lastOK    time.Time // with Silence: when a call last succeeded
 	lastFail  time.Time // with Settle: when the last failure was recorded
 	pending   bool      // failures Recovered has not followed yet
+	retryAt   time.Time // a declined Recovered: not called again before
 	openUntil time.Time
 	probe     uint64 // the probe out, 0 when none
 	probes    uint64 // probes handed out so far: each probe's id
@@ -142,19 +146,34 @@ func (b *Breaker) Success() {
 	failing, wasOpen := b.fails > 0, b.fails >= b.Threshold
 	b.pending = b.pending || failing
 	recovered := b.pending && (b.Settle <= 0 || now.Sub(b.lastFail) >= b.Settle)
+	if recovered && !b.retryAt.IsZero() {
+		if now.IsZero() {
+			now = time.Now()
+		}
+		recovered = !now.Before(b.retryAt)
+	}
 	if recovered {
-		b.pending = false
+		b.pending, b.retryAt = false, time.Time{}
 	}
 	b.fails, b.probe = 0, 0
 	b.lastOK = now
 	b.mu.Unlock()
-	if recovered && b.Recovered != nil {
-		b.Recovered()
+	if recovered && b.Recovered != nil && !b.Recovered() {
+		// Owed again, at a later success; not at every one.
+		b.mu.Lock()
+		if !b.shut && !b.pending {
+			b.pending, b.retryAt = true, time.Now().Add(max(recoverRetry, b.Settle))
+		}
+		b.mu.Unlock()
 	}
 	if wasOpen && b.Hook != nil {
 		b.Hook(false)
 	}
 }
+
+// recoverRetry is the least time between two calls of a Recovered that
+// declined.
+const recoverRetry = 50 * time.Millisecond
 
 // ProbeNow ends the cooldown of an open breaker: the next call probes.
 func (b *Breaker) ProbeNow() {

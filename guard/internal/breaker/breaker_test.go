@@ -214,7 +214,7 @@ func TestBreakerBackgroundProbe(t *testing.T) {
 		var mu sync.Mutex
 		var recovered, closed int
 		b := &Breaker{Threshold: 1, Cooldown: time.Second,
-			Recovered: func() { recovered++ },
+			Recovered: func() bool { recovered++; return true },
 			Hook: func(open bool) {
 				if !open {
 					closed++
@@ -362,7 +362,7 @@ func TestBreakerSeveralServers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		recovered := 0
 		b := &Breaker{Threshold: 3, Cooldown: time.Second, Silence: time.Second, Settle: time.Second,
-			Recovered: func() { recovered++ }}
+			Recovered: func() bool { recovered++; return true }}
 		// One server down among answering ones: its failures come in
 		// bursts between the others' answers.
 		for range 5 {
@@ -406,4 +406,43 @@ func TestBreakerSeveralServers(t *testing.T) {
 			t.Fatalf("Recovered %d times with no failure between, want 1", recovered)
 		}
 	})
+}
+
+// TestBreakerRecoveredDeclined: a Recovered that declines (it waits for
+// something else, such as a master a failover is replacing) stays owed: a
+// later success calls it again, and no success within recoverRetry of the
+// decline does, so a fleet of successes does not run it at each one.
+func TestBreakerRecoveredDeclined(t *testing.T) {
+	for _, settle := range []time.Duration{0, time.Second} {
+		t.Run(fmt.Sprint("settle=", settle), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				calls, accept := 0, false
+				b := &Breaker{Threshold: 3, Cooldown: time.Second, Settle: settle,
+					Recovered: func() bool { calls++; return accept }}
+				b.Failure()
+				time.Sleep(settle)
+				b.Success()
+				if calls != 1 {
+					t.Fatalf("Recovered called %d times after failures and a success, want 1", calls)
+				}
+				for range 10 {
+					b.Success()
+				}
+				if calls != 1 {
+					t.Fatalf("Recovered called %d times at successes right after it declined, want 1", calls)
+				}
+				time.Sleep(max(recoverRetry, settle))
+				accept = true
+				b.Success()
+				if calls != 2 {
+					t.Fatalf("Recovered called %d times, want 2: it declined, and a later success came", calls)
+				}
+				time.Sleep(time.Minute)
+				b.Success()
+				if calls != 2 {
+					t.Fatalf("Recovered called %d times after it accepted, with no failure between; want 2", calls)
+				}
+			})
+		})
+	}
 }
