@@ -320,75 +320,96 @@ func TestBackupLoad(t *testing.T) {
 // fill rejected (the cluster runs).
 func TestBackupLoadHolderFirst(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
-		var rejected, won atomic.Int64
-		o := Options{Namespace: redistest.Key(t) + ":", WaitTimeout: 300 * time.Millisecond,
-			WaitTimeoutPolicy: BackupLoad, FreshFor: time.Hour,
-			Hooks: Hooks{FillRejected: func(string) { rejected.Add(1) }, Lease: func(_ string, w bool) {
-				if w {
-					won.Add(1)
-				}
-			}}}
-		a, b, c := newGroup(t, rdb, o), newGroup(t, rdb, o), newGroup(t, rdb, o)
-		ctx := ctxT(t)
-		key := "slow"
-		started, release := make(chan struct{}), make(chan struct{})
-		aDone := make(chan error, 1)
-		go func() {
-			_, err := a.Do(ctx, key, func(context.Context) ([]byte, error) {
-				close(started)
-				<-release
-				return []byte("from the holder"), nil
-			})
-			aDone <- err
-		}()
-		<-started
-		if n := won.Load(); n != 1 {
-			t.Fatalf("the holder won %d leases, want 1", n)
-		}
-		var loads atomic.Int64
-		backupStarted, backupRelease := make(chan struct{}), make(chan struct{})
-		type answer struct {
-			res Result
-			err error
-		}
-		answers := make(chan answer, 2)
-		for _, g := range []*Group{b, c} {
-			go func() {
-				res, err := g.Do(ctx, key, func(context.Context) ([]byte, error) {
-					if loads.Add(1) == 1 {
-						close(backupStarted)
-					}
-					<-backupRelease
-					return []byte("backup"), nil
-				})
-				answers <- answer{res, err}
-			}()
-		}
-		<-backupStarted
-		close(release)
-		if err := <-aDone; err != nil {
+		sc := startBackupBeside(t, rdb, func() ([]byte, error) { return []byte("from the holder"), nil })
+		if err := <-sc.holderDone; err != nil {
 			t.Fatal(err)
 		}
 		select {
-		case an := <-answers:
+		case an := <-sc.answers:
 			if an.err != nil || string(an.res.Value) != "from the holder" {
 				t.Errorf("the waiter beside the backup got %q %v, want the holder's value", an.res.Value, an.err)
 			}
 		case <-time.After(10 * time.Second):
-			t.Errorf("no waiter was answered by the holder's fill while the backup ran (%d loads, %d fills rejected)", loads.Load(), rejected.Load())
+			t.Errorf("no waiter was answered by the holder's fill while the backup ran (%d loads, %d fills rejected)", sc.loads.Load(), sc.rejected.Load())
 		}
-		close(backupRelease)
-		if an := <-answers; an.err != nil || string(an.res.Value) != "backup" {
+		close(sc.releaseBackup)
+		if an := <-sc.answers; an.err != nil || string(an.res.Value) != "backup" {
 			t.Errorf("the backup's caller got %q %v, want its value", an.res.Value, an.err)
 		}
-		if n, r := loads.Load(), rejected.Load(); n != 1 || r != 0 {
+		if n, r := sc.loads.Load(), sc.rejected.Load(); n != 1 || r != 0 {
 			t.Errorf("%d backup loads and %d fills rejected; want 1 and 0 (the holder's stored, then replaced)", n, r)
 		}
-		res, err := c.Do(ctx, key, nil2Loader(t))
+		res, err := sc.c.Do(sc.ctx, sc.key, nil2Loader(t))
 		if err != nil || string(res.Value) != "backup" || res.Status != Hit {
 			t.Errorf("after both fills: %q %v %v, want the backup's value, fenced higher", res.Value, res.Status, err)
 		}
 	})
+}
+
+// backupBeside is a key whose lease holder (a) loads slowly, with two
+// waiters of other nodes (b, c), one of which runs the backup load after
+// WaitTimeout (BackupLoad); see startBackupBeside.
+type backupBeside struct {
+	a, b, c       *Group
+	ctx           context.Context
+	key           string
+	holderDone    chan error    // the holder's Do ended
+	releaseBackup chan struct{} // close: the backup load answers "backup"
+	answers       chan backupAnswer
+	loads         atomic.Int64 // the waiters' loads (the backup's)
+	rejected      atomic.Int64 // Hooks.FillRejected
+}
+
+type backupAnswer struct {
+	res Result
+	err error
+}
+
+// startBackupBeside starts the holder's load, then the two waiters, and
+// once the backup load runs, ends the holder's load with holder: it
+// returns with the backup load still running.
+func startBackupBeside(t *testing.T, rdb redis.UniversalClient, holder func() ([]byte, error)) *backupBeside {
+	t.Helper()
+	sc := &backupBeside{ctx: ctxT(t), key: "slow", holderDone: make(chan error, 1),
+		releaseBackup: make(chan struct{}), answers: make(chan backupAnswer, 2)}
+	var won atomic.Int64
+	o := Options{Namespace: redistest.Key(t) + ":", WaitTimeout: 300 * time.Millisecond,
+		WaitTimeoutPolicy: BackupLoad, FreshFor: time.Hour,
+		Hooks: Hooks{FillRejected: func(string) { sc.rejected.Add(1) }, Lease: func(_ string, w bool) {
+			if w {
+				won.Add(1)
+			}
+		}}}
+	sc.a, sc.b, sc.c = newGroup(t, rdb, o), newGroup(t, rdb, o), newGroup(t, rdb, o)
+	started, release := make(chan struct{}), make(chan struct{})
+	go func() {
+		_, err := sc.a.Do(sc.ctx, sc.key, func(context.Context) ([]byte, error) {
+			close(started)
+			<-release
+			return holder()
+		})
+		sc.holderDone <- err
+	}()
+	<-started
+	if n := won.Load(); n != 1 {
+		t.Fatalf("the holder won %d leases, want 1", n)
+	}
+	backupStarted := make(chan struct{})
+	for _, g := range []*Group{sc.b, sc.c} {
+		go func() {
+			res, err := g.Do(sc.ctx, sc.key, func(context.Context) ([]byte, error) {
+				if sc.loads.Add(1) == 1 {
+					close(backupStarted)
+				}
+				<-sc.releaseBackup
+				return []byte("backup"), nil
+			})
+			sc.answers <- backupAnswer{res, err}
+		}()
+	}
+	<-backupStarted
+	close(release)
+	return sc
 }
 
 // BenchmarkInvalidateTag measures an InvalidateTag of a tag with 3,000

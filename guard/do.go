@@ -131,9 +131,7 @@ func (g *Group) readPathOnce(ctx context.Context, c *call) (Result, error) {
 		// This call joined a read sent, or a load ended, before it began,
 		// and a newer value may have been returned since (to a call that
 		// may have ended before this one began): it reads for itself.
-		seen := lk.missSeen
 		lk, err = g.readOnce(context.WithoutCancel(ctx), c, nil)
-		lk.missSeen = seen
 	}
 	if err != nil {
 		if ctx.Err() != nil {
@@ -157,9 +155,7 @@ func (g *Group) readPathOnce(ctx context.Context, c *call) (Result, error) {
 		g.missOnce(c)
 		return g.cappedLoad(ctx, c)
 	case loaded:
-		if !lk.missSeen {
-			g.missOnce(c)
-		}
+		g.missOnce(c)
 		if err := mine(c, lk.owner, lk.err); err != lk.err {
 			return Result{}, err
 		}

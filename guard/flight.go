@@ -24,8 +24,6 @@ type lookup struct {
 	err     error
 	claimed *atomic.Bool // the first caller to look claims the Miss
 	owner   *call        // whose read (and load) it was (see mine, joined)
-
-	missSeen bool // this caller's Miss hook already ran
 }
 
 type state int
@@ -97,16 +95,15 @@ func (g *Group) lookup(ctx context.Context, c *call) (lookup, error) {
 	if g.testJoined != nil {
 		g.testJoined(c.key)
 	}
-	loading, missSeen := fl.loading, false
+	loading := fl.loading
 	for {
 		select {
 		case r := <-ch:
 			lk, _ := r.Val.(lookup)
-			lk.missSeen = missSeen
 			return lk, r.Err
 		case <-loading:
-			g.missOnce(c)
-			loading, missSeen = nil, true
+			g.missOnce(c) // the call's Miss, once (call.missed)
+			loading = nil
 		case <-ctx.Done():
 			return lookup{}, ctx.Err()
 		}
