@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -82,7 +83,7 @@ type Group struct {
 	watchdogsOff bool           // set by Close under mu: no watchdog starts
 	closing      chan struct{}  // closed by Close to stop the watchdogs left
 	done         chan struct{}  // closed when Close begins
-	prober       atomic.Bool    // probeWhileOpen runs
+	probeSeq     atomic.Uint64  // probeKey's last number
 	closed       atomic.Bool
 	inv          invRetry // invalidations waiting for Redis
 	closeOnce    sync.Once
@@ -144,7 +145,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 	g.br = breaker.Breaker{Threshold: o.BreakerFailures, Cooldown: o.BreakerCooldown,
 		Hook: func(open bool) {
 			if open {
-				g.probeWhileOpen()
+				g.probeWhileOpen(&g.br, g.probeKey)
 			}
 			if h := o.Hooks.Breaker; h != nil {
 				h(open)
@@ -278,12 +279,17 @@ func (g *Group) Close() error {
 	return err
 }
 
-// probeWhileOpen probes the Group's open breaker in the background, once
-// per BreakerCooldown, until it closes: so that a Group no call reaches (an
+// probeWhileOpen probes the open breaker b in the background, once per
+// BreakerCooldown, until it closes: so that a Group no call reaches (an
 // idle instance) closes it, and says so (Hooks.Breaker), once Redis
-// answers, not at its next call. One runs at a time; Close stops it.
-func (g *Group) probeWhileOpen() {
-	if !g.prober.CompareAndSwap(false, true) {
+// answers, not at its next call; and so that a cluster master's breaker
+// closes once the master answers again (or a failover replaced it: the
+// probe's key is read from whichever master serves it now), though no
+// call reaches its keys, rather than keep the reserve from being
+// emptied. key gives each probe's key. One runs per breaker at a time;
+// Close stops them.
+func (g *Group) probeWhileOpen(b *breaker.Breaker, key func() string) {
+	if !b.Probing.CompareAndSwap(false, true) {
 		return
 	}
 	started := g.goBackground(func() {
@@ -295,28 +301,51 @@ func (g *Group) probeWhileOpen() {
 				return
 			case <-t.C:
 			}
-			if !g.br.Open() {
+			if !b.Open() {
 				// Closed; unless it opened again meanwhile, and its
 				// hook found this loop still running.
-				g.prober.Store(false)
-				if !g.br.Open() || !g.prober.CompareAndSwap(false, true) {
+				b.Probing.Store(false)
+				if !b.Open() || !b.Probing.CompareAndSwap(false, true) {
 					return
 				}
 			}
 			// Starts the probe (the read script, in the background)
 			// unless one is out or a call's probe failed lately.
-			g.br.AllowKey(breakerProbeKey)
+			b.AllowKey(key())
 			t.Reset(g.opts.BreakerCooldown)
 		}
 	})
 	if !started {
-		g.prober.Store(false)
+		b.Probing.Store(false)
 	}
 }
 
-// breakerProbeKey is the key whose entry probeWhileOpen's probes read: no
-// caller's, so nothing is loaded or held for it.
+// breakerProbeKey is the key whose entry the probes of the Group's breaker
+// read (probeKey): no caller's, so nothing is loaded or held for it.
 const breakerProbeKey = "~breaker-probe"
+
+// probeKey returns the key of the next probe of the Group's breaker. On a
+// cluster the Group's breaker says no master answers, so a probe of one
+// fixed key could stay failing while the master of its slot does, and the
+// others answer: each probe takes the next of breakerProbeKey's
+// numbered spellings, the first whose master's breaker is not open.
+func (g *Group) probeKey() string {
+	if g.masters == nil {
+		return breakerProbeKey
+	}
+	n := g.probeSeq.Add(1)
+	first := ""
+	for i := range uint64(16) {
+		k := breakerProbeKey + ":" + strconv.FormatUint(n+i, 10)
+		if i == 0 {
+			first = k
+		}
+		if !g.masterOpen(context.Background(), g.names(k).entry) {
+			return k
+		}
+	}
+	return first
+}
 
 // goBackground runs f in a goroutine Close waits for; after Close it does
 // nothing.

@@ -35,13 +35,28 @@ func (g *Group) masterBreakers(rdb redis.UniversalClient, o Options) *commit.Sha
 	threshold, cooldown, report := o.BreakerFailures, o.BreakerCooldown, o.Hooks.RedisError
 	return commit.NewShards(rdb, true, func(master *redis.Client) *breaker.Breaker {
 		b := &breaker.Breaker{Threshold: threshold, Cooldown: cooldown, Recovered: g.clearReserve, Starved: g.starved, Probe: g.probe}
-		if master != nil && report != nil {
-			addr := master.Options().Addr
-			b.Hook = func(open bool) {
-				if open {
-					report("master", fmt.Errorf("guard: Redis master %s failed %d calls in a row: its keys are served without Redis, tried again every %v",
-						addr, threshold, cooldown))
+		addr := ""
+		if master != nil {
+			addr = master.Options().Addr
+		}
+		b.Hook = func(open bool) {
+			if !open {
+				return
+			}
+			// Probed in the background, with the key of the last call
+			// that reached it: a master that answers again closes its
+			// breaker with no call to its keys, and one a failover
+			// replaced closes it as the key's new master answers (else
+			// a failback would find it open).
+			g.probeWhileOpen(b, func() string {
+				if k := b.LastKey(); k != "" {
+					return k
 				}
+				return g.probeKey()
+			})
+			if report != nil && addr != "" {
+				report("master", fmt.Errorf("guard: Redis master %s failed %d calls in a row: its keys are served without Redis, tried again every %v",
+					addr, threshold, cooldown))
 			}
 		}
 		return b

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -76,6 +77,19 @@ type Breaker struct {
 	openUntil time.Time
 	probe     uint64 // the probe out, 0 when none
 	probes    uint64 // probes handed out so far: each probe's id
+	key       string // the key of the last AllowKey
+
+	// Probing is the owner's: set while a background loop of its probes
+	// this breaker (see the guard's probeWhileOpen).
+	Probing atomic.Bool
+}
+
+// LastKey returns the key of the last AllowKey: with a breaker per server,
+// a key that server served, for a probe of it.
+func (b *Breaker) LastKey() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.key
 }
 
 // Allow reports whether a call may use Redis. ok is false while the breaker
@@ -89,6 +103,9 @@ func (b *Breaker) Allow() (probe uint64, ok bool) { return b.AllowKey("") }
 // Probe for its key instead.
 func (b *Breaker) AllowKey(key string) (probe uint64, ok bool) {
 	b.mu.Lock()
+	if key != "" {
+		b.key = key
+	}
 	if b.fails < b.Threshold {
 		b.mu.Unlock()
 		return 0, true
