@@ -325,13 +325,14 @@ func (g *Group) probeWhileOpen(b *breaker.Breaker, key func() string) {
 const breakerProbeKey = "~breaker-probe"
 
 // probeKey returns the key of the next probe of the Group's breaker. On a
-// cluster the Group's breaker says no master answers, so a probe of one
-// fixed key could stay failing while the master of its slot does, and the
-// others answer: each probe takes the next of breakerProbeKey's
-// numbered spellings, the first whose master's breaker is not open.
+// cluster (or a Ring) the Group's breaker says no server answers, so a
+// probe of one fixed key could stay failing while the server of its slot
+// does, and the others answer: each probe takes the next of
+// breakerProbeKey's numbered spellings, on a cluster the first whose
+// master's breaker is not open.
 func (g *Group) probeKey() string {
-	if g.masters == nil {
-		return breakerProbeKey
+	if g.br.Silence == 0 {
+		return breakerProbeKey // one server
 	}
 	n := g.probeSeq.Add(1)
 	first := ""
@@ -340,7 +341,9 @@ func (g *Group) probeKey() string {
 		if i == 0 {
 			first = k
 		}
-		if !g.masterOpen(context.Background(), g.names(k).entry) {
+		// A Ring has no breaker per server: the next spelling, whose
+		// server may be another.
+		if g.masters == nil || !g.masterOpen(context.Background(), g.names(k).entry) {
 			return k
 		}
 	}

@@ -235,3 +235,50 @@ func TestCloseReportsOpenBreakerClosed(t *testing.T) {
 		t.Errorf("Hooks.Breaker: %d opens, %d closes after Close; want 1 and 1", o, c)
 	}
 }
+
+// TestRingIdleBreakerClosesBesideFrozenShard: a Ring of two shards, both
+// frozen until the Group's breaker opened, then all thawed but the shard
+// of the probe key the Group once used alone; no call. The breaker says
+// no shard answers: the other does, the probes take other keys and find
+// it, so the breaker closes. (The Ring's heartbeat is slowed so that the
+// frozen shard keeps its keys, as for a Ring that has not noticed yet.)
+func TestRingIdleBreakerClosesBesideFrozenShard(t *testing.T) {
+	a, b := redistest.Start(t), redistest.Start(t)
+	rdb := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": a.Addr, "b": b.Addr}, ContextTimeoutEnabled: true,
+		HeartbeatFrequency: time.Hour, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	var opens, closes atomic.Int64
+	g := newGroup(t, rdb, Options{RedisTimeout: 100 * time.Millisecond, BreakerCooldown: 50 * time.Millisecond,
+		Hooks: Hooks{Breaker: countBreaker(&opens, &closes)}})
+	// The shard of the old fixed probe key: where a write of its entry
+	// name through the Ring lands.
+	probe := g.names(breakerProbeKey).entry
+	if err := rdb.Set(ctxT(t), probe, "x", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	frozen, other := a, b
+	if n, err := b.Client(t).Exists(ctxT(t), probe).Result(); err != nil {
+		t.Fatal(err)
+	} else if n == 1 {
+		frozen, other = b, a
+	}
+	if err := rdb.Del(ctxT(t), probe).Err(); err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{redistest.Key(t, "1"), redistest.Key(t, "2"), redistest.Key(t, "3"), redistest.Key(t, "4")}
+	load := func(context.Context) ([]byte, error) { return []byte("v"), nil }
+	frozen.Freeze(t)
+	defer frozen.Thaw(t)
+	other.Freeze(t)
+	defer other.Thaw(t)
+	redistest.Eventually(t, 10*time.Second, "the breaker to open", func() bool {
+		for _, k := range keys {
+			_, _ = g.Do(ctxT(t), k, load)
+		}
+		return opens.Load() > 0
+	})
+	other.Thaw(t)
+	redistest.Eventually(t, 10*time.Second, "the breaker of the idle Group to close, one shard still frozen", func() bool {
+		return closes.Load() == 1
+	})
+}
