@@ -88,7 +88,7 @@ func proxy(ctx context.Context, p *proxyFlags) error {
 		_ = g.Close()
 		return err
 	}
-	srv := &http.Server{Handler: guardhttp.Middleware(g, cfg)(reverseProxy(up, log)),
+	srv := &http.Server{Handler: forwardedAsSent(guardhttp.Middleware(g, cfg)(reverseProxy(up, log))),
 		ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	var adm *http.Server
 	if p.admin != "" {
@@ -163,6 +163,31 @@ func reverseProxy(up *url.URL, log *slog.Logger) http.Handler {
 			w.WriteHeader(upstreamErrorStatus(err))
 		},
 	}
+}
+
+// forwardedAsSent makes the client-address field of each request the one
+// reverseProxy sends the upstream (X-Forwarded-For: the client's address),
+// and drops the forwarding fields the upstream never sees from a client
+// (Forwarded, X-Forwarded-Host, X-Forwarded-Proto: reverseProxy replaces
+// or drops them alike for every client). The cache selects a response's
+// variant (Vary) and its key by the request's fields: a response that
+// varies by X-Forwarded-For (a client's own, as docs/security.md advises)
+// was stored under the client's field, absent or spoofed, while the
+// upstream had answered for its address, so every client that sent none
+// was served the first one's; and a client's X-Forwarded-Host split keys
+// the upstream answered alike.
+func forwardedAsSent(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := r.Header
+		delete(h, "Forwarded")
+		delete(h, "X-Forwarded-Host")
+		delete(h, "X-Forwarded-Proto")
+		delete(h, "X-Forwarded-For")
+		if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+			h["X-Forwarded-For"] = []string{ip}
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // upstreamErrorStatus is the status of a request whose upstream call

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
@@ -483,5 +486,57 @@ func TestProxyStartsWhileRedisIsDown(t *testing.T) {
 	r := stampede(t, nil, "proxy", "-redis", "redis://app:wrong@"+auth.Addr, "-upstream", up.URL, "-listen", "127.0.0.1:0")
 	if r.code == 0 || !strings.Contains(r.stderr, "WRONGPASS") {
 		t.Errorf("a wrong password: exit %d, %q; want a failure naming it", r.code, r.stderr)
+	}
+}
+
+// TestProxyVaryByClientAddress: the upstream answers each client by its
+// address (X-Forwarded-For, as the proxy sends it) and says so (Vary:
+// X-Forwarded-For), as docs/security.md advises. Clients from several
+// addresses, sending no forwarding field or spoofed ones, each receive
+// their own answer: the variant is selected by the field the upstream
+// saw. Before, every client that sent none was served the first one's.
+func TestProxyVaryByClientAddress(t *testing.T) {
+	srv := redistest.Start(t)
+	var calls atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.Header().Set("Vary", "X-Forwarded-For")
+		w.Header().Set("Cache-Control", "max-age=60")
+		_, _ = io.WriteString(w, "hello "+r.Header.Get("X-Forwarded-For"))
+	}))
+	defer up.Close()
+	bases, _ := proxies(t, 2, srv.Addr, namespace(t), up.URL)
+	spoofs := []string{"", "X-Forwarded-For: 127.0.0.9\r\n", "X-Forwarded-For: 127.0.0.2, 127.0.0.3\r\n",
+		"Forwarded: for=127.0.0.4\r\n", "X-Forwarded-Host: elsewhere\r\nX-Forwarded-Proto: https\r\n"}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 40 {
+		src := fmt.Sprintf("127.0.0.%d", 2+rng.IntN(4))
+		base := bases[rng.IntN(len(bases))]
+		raw := "GET /me HTTP/1.1\r\nHost: x\r\n" + spoofs[rng.IntN(len(spoofs))] + "Connection: close\r\n\r\n"
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 10 * time.Second}
+		c, err := d.Dial("tcp", strings.TrimPrefix(base, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+		if _, err := io.WriteString(c, raw); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		_ = c.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := "hello " + src; string(body) != want {
+			t.Fatalf("request %d from %s (%q): received %q, want %q", i, src, raw, body, want)
+		}
+	}
+	// Four addresses: one variant each, shared by both proxies.
+	if n := calls.Load(); n > 4 {
+		t.Errorf("%d upstream calls for four client addresses, want at most 4", n)
 	}
 }
