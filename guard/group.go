@@ -279,21 +279,27 @@ func (g *Group) Close() error {
 	return err
 }
 
-// probeWhileOpen probes the open breaker b in the background, once per
-// BreakerCooldown, until it closes: so that a Group no call reaches (an
+// probeWhileOpen probes the open breaker b in the background, once each
+// BreakerCooldown after its last failure (within a quarter of it), until
+// it closes: so that a Group no call reaches (an
 // idle instance) closes it, and says so (Hooks.Breaker), once Redis
 // answers, not at its next call; and so that a cluster master's breaker
 // closes once the master answers again (or a failover replaced it: the
 // probe's key is read from whichever master serves it now), though no
 // call reaches its keys, rather than keep the reserve from being
-// emptied. key gives each probe's key. One runs per breaker at a time;
-// Close stops them.
+// emptied. key gives each probe's key ("": none known, no probe). One
+// runs per breaker at a time; Close stops them.
 func (g *Group) probeWhileOpen(b *breaker.Breaker, key func() string) {
 	if !b.Probing.CompareAndSwap(false, true) {
 		return
 	}
+	// A failed probe opens the breaker for a cooldown from its failure,
+	// not from its start: ticks a quarter cooldown apart find the next
+	// probe due that soon after, where ticks a cooldown apart came a
+	// tick late, probing every second cooldown.
+	tick := max(g.opts.BreakerCooldown/4, time.Millisecond)
 	started := g.goBackground(func() {
-		t := time.NewTimer(g.opts.BreakerCooldown)
+		t := time.NewTimer(tick)
 		defer t.Stop()
 		for {
 			select {
@@ -310,9 +316,11 @@ func (g *Group) probeWhileOpen(b *breaker.Breaker, key func() string) {
 				}
 			}
 			// Starts the probe (the read script, in the background)
-			// unless one is out or a call's probe failed lately.
-			b.AllowKey(key())
-			t.Reset(g.opts.BreakerCooldown)
+			// unless one is out or the cooldown is not over.
+			if k := key(); k != "" {
+				b.AllowKey(k)
+			}
+			t.Reset(tick)
 		}
 	})
 	if !started {
@@ -334,6 +342,9 @@ func (g *Group) probeKey() string {
 	if g.br.Silence == 0 {
 		return breakerProbeKey // one server
 	}
+	// Bounded: the client's slot map may have to be loaded.
+	ctx, cancel := context.WithTimeout(context.Background(), g.opts.RedisTimeout)
+	defer cancel()
 	n := g.probeSeq.Add(1)
 	first := ""
 	for i := range uint64(16) {
@@ -343,7 +354,7 @@ func (g *Group) probeKey() string {
 		}
 		// A Ring has no breaker per server: the next spelling, whose
 		// server may be another.
-		if g.masters == nil || !g.masterOpen(context.Background(), g.names(k).entry) {
+		if g.masters == nil || !g.masterOpen(ctx, g.names(k).entry) {
 			return k
 		}
 	}

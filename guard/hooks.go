@@ -42,13 +42,13 @@ type Hooks struct {
 	// report connection was lost or refused, once per outage; "master":
 	// on a cluster, one master failed BreakerFailures calls in a row and
 	// its keys are served without Redis, once each time that opens;
-	// "probe": an open breaker's probe, sent in the background once per
-	// BreakerCooldown while it is open, found Redis still down).
+	// "probe": an open breaker's probe, sent in the background a
+	// BreakerCooldown after its last failure, found Redis still down).
 	RedisError func(op string, err error)
 	// Breaker: the Redis breaker opened or closed, once per change. An
-	// open breaker is probed once per BreakerCooldown, calls or none, so
-	// an idle Group reports it closed once Redis answers; Close reports
-	// one left open closed.
+	// open breaker is probed a BreakerCooldown after its last failure,
+	// calls or none, so an idle Group reports it closed once Redis
+	// answers; Close reports one left open closed.
 	Breaker func(open bool)
 	// Corrupt: an undecodable entry, or foreign data under one of the
 	// key's names, was dropped and treated as a miss.

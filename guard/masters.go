@@ -48,12 +48,7 @@ func (g *Group) masterBreakers(rdb redis.UniversalClient, o Options) *commit.Sha
 			// breaker with no call to its keys, and one a failover
 			// replaced closes it as the key's new master answers (else
 			// a failback would find it open).
-			g.probeWhileOpen(b, func() string {
-				if k := b.LastKey(); k != "" {
-					return k
-				}
-				return g.probeKey()
-			})
+			g.probeWhileOpen(b, b.LastKey)
 			if report != nil && addr != "" {
 				report("master", fmt.Errorf("guard: Redis master %s failed %d calls in a row: its keys are served without Redis, tried again every %v",
 					addr, threshold, cooldown))

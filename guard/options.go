@@ -50,9 +50,9 @@ type Options struct {
 	// lateness when its CPU is saturated. Default: 250ms.
 	RedisTimeout time.Duration
 	// BreakerFailures Redis failures in a row open the breaker: the Group
-	// serves without Redis, and probes it every BreakerCooldown (a read
-	// of a caller's key, or of a key no caller uses when none calls, sent
-	// in the background: no call waits on it).
+	// serves without Redis, and probes it a BreakerCooldown after each
+	// failure (a read of a caller's key, or of a key no caller uses when
+	// none calls, sent in the background: no call waits on it).
 	// Default: 3 and 1s. On a cluster (or a Ring) they open it only when
 	// no server answered for the longer of RedisTimeout and
 	// BreakerCooldown: one master down leaves the others' keys served

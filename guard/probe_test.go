@@ -243,10 +243,11 @@ func TestCloseReportsOpenBreakerClosed(t *testing.T) {
 // it, so the breaker closes. (The Ring's heartbeat is slowed so that the
 // frozen shard keeps its keys, as for a Ring that has not noticed yet.)
 func TestRingIdleBreakerClosesBesideFrozenShard(t *testing.T) {
+	defer noLeaks(t)()
 	a, b := redistest.Start(t), redistest.Start(t)
 	rdb := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": a.Addr, "b": b.Addr}, ContextTimeoutEnabled: true,
 		HeartbeatFrequency: time.Hour, MaxRetries: -1})
-	t.Cleanup(func() { _ = rdb.Close() })
+	defer rdb.Close()
 	var opens, closes atomic.Int64
 	g := newGroup(t, rdb, Options{RedisTimeout: 100 * time.Millisecond, BreakerCooldown: 50 * time.Millisecond,
 		Hooks: Hooks{Breaker: countBreaker(&opens, &closes)}})
@@ -281,4 +282,7 @@ func TestRingIdleBreakerClosesBesideFrozenShard(t *testing.T) {
 	redistest.Eventually(t, 10*time.Second, "the breaker of the idle Group to close, one shard still frozen", func() bool {
 		return closes.Load() == 1
 	})
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
 }
