@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 
 	"github.com/stampede-go/stampede/guard/internal/entry"
@@ -128,25 +129,52 @@ type overKey struct {
 }
 
 // loadOversize loads the keys ks as loadOversize does for one key: each
-// through this node's flight of that key, with the batch's loader asked
-// for that key alone (batches of oversized values are rare).
+// through this node's flight of that key (so that a call of the key alone
+// joins it), the flights of up to MaxBatch keys sharing one loader call.
+// Before, each key had a loader call of its own, all at once: a batch of
+// 60 such keys made 60 calls to the origin where one was promised.
 func (b *batch) loadOversize(ks []overKey) {
-	for _, k := range ks {
-		key := b.keys[k.i]
-		load := func(ctx context.Context) ([]byte, error) {
-			vals, _, err := b.load(ctx, []string{key})
-			if err != nil {
-				return nil, err
-			}
-			v, ok := vals[key]
-			if !ok {
-				return nil, ErrNotFound
-			}
-			return v, nil
+	for len(ks) > 0 {
+		chunk := ks[:min(len(ks), b.g.opts.MaxBatch)]
+		ks = ks[len(chunk):]
+		shared := &sharedLoad{b: b, keys: make([]string, len(chunk))}
+		for j, k := range chunk {
+			shared.keys[j] = b.keys[k.i]
 		}
-		b.wg.Go(func() {
-			res, err := b.g.loadOversize(b.ctx, key, load, k.e, k.now)
-			b.set(k.i, keyResult{v: res.Value, st: res.Status, err: err})
-		})
+		for _, k := range chunk {
+			key := b.keys[k.i]
+			load := func(context.Context) ([]byte, error) {
+				vals, err := shared.get()
+				if err != nil {
+					return nil, err
+				}
+				v, ok := vals[key]
+				if !ok {
+					return nil, ErrNotFound
+				}
+				return v, nil
+			}
+			b.wg.Go(func() {
+				res, err := b.g.loadOversize(b.ctx, key, load, k.e, k.now)
+				b.set(k.i, keyResult{v: res.Value, st: res.Status, err: err})
+			})
+		}
 	}
+}
+
+// sharedLoad is one loader call for the keys of several flights: the
+// first flight to ask runs it (callBatch: bounded by LoadTimeout, a panic
+// or runtime.Goexit an error), the others wait for its outcome. A flight
+// another call runs already never asks; its key is loaded once more.
+type sharedLoad struct {
+	once sync.Once
+	b    *batch
+	keys []string
+	vals map[string][]byte
+	err  error
+}
+
+func (s *sharedLoad) get() (map[string][]byte, error) {
+	s.once.Do(func() { s.vals, _, _, s.err = s.b.callBatch(s.keys) })
+	return s.vals, s.err
 }

@@ -3,11 +3,13 @@ package guard
 import (
 	"bytes"
 	"context"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stampede-go/stampede/internal/redistest"
 )
 
@@ -124,4 +126,47 @@ func TestOversizeRefreshEpochs(t *testing.T) {
 	if n := batchLoads.Load(); n != 2 {
 		t.Fatalf("%d batch loads; want 2 (one per node)", n)
 	}
+}
+
+// TestGetManyOversizeKeysOneLoaderCall: 60 keys whose values are over
+// MaxValueBytes, loaded by node A (Redis keeps markers, not the values);
+// node B, which holds no copy, asks for all 60 in one GetMany. Its loader
+// is called once for them (MaxBatch is 100), not once per key: the keys'
+// flights share one call. Each key gets its own value.
+func TestGetManyOversizeKeysOneLoaderCall(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, rdb redis.UniversalClient) {
+		prefix := redistest.Key(t)
+		keys := make([]string, 60)
+		for i := range keys {
+			keys[i] = prefix + ":" + strconv.Itoa(i)
+		}
+		big := func(k string) []byte { return bytes.Repeat([]byte(k), 2048/len(k)+1) }
+		var calls atomic.Int64
+		load := func(_ context.Context, ks []string) (map[string][]byte, error) {
+			calls.Add(1)
+			out := make(map[string][]byte, len(ks))
+			for _, k := range ks {
+				out[k] = big(k)
+			}
+			return out, nil
+		}
+		a := newGroup(t, rdb, Options{MaxValueBytes: 1024, FreshFor: time.Minute})
+		if _, err := a.GetMany(ctxT(t), keys, load); err != nil {
+			t.Fatal(err)
+		}
+		calls.Store(0)
+		b := newGroup(t, rdb, Options{MaxValueBytes: 1024, FreshFor: time.Minute})
+		got, err := b.GetMany(ctxT(t), keys, load)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range keys {
+			if !bytes.Equal(got[k], big(k)) {
+				t.Fatalf("key %s: %d bytes, not its value", k, len(got[k]))
+			}
+		}
+		if n := calls.Load(); n != 1 {
+			t.Errorf("node B: %d loader calls for a batch of %d oversize keys, want 1", n, len(keys))
+		}
+	})
 }
