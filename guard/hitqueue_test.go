@@ -521,13 +521,8 @@ func TestClusterMasterFrozenOthersServed(t *testing.T) {
 		cooldown  = time.Second
 		frozenFor = 2 * time.Second
 	)
-	var masterOpened atomic.Int64
-	g, opened := countingOpens(t, rdb, Options{RedisTimeout: timeout, BreakerCooldown: cooldown, LocalEntries: Disabled,
-		Hooks: Hooks{RedisError: func(op string, _ error) {
-			if op == "master" {
-				masterOpened.Add(1)
-			}
-		}}})
+	o, masterOpened := countMasterOpens(Options{RedisTimeout: timeout, BreakerCooldown: cooldown, LocalEntries: Disabled})
+	g, opened := countingOpens(t, rdb, o)
 	defer g.Close()
 	masters, byMaster := keysOnTwoMasters(t, cl, g, 8)
 	frozen, others := byMaster[0], byMaster[1]
@@ -731,13 +726,9 @@ func TestClusterMasterFrozenBatch(t *testing.T) {
 func TestClusterMasterBreakerFailover(t *testing.T) {
 	defer noLeaks(t)()
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{Replicas: 1, NodeTimeout: time.Minute})
-	var masterOpened atomic.Int64
-	g, _ := countingOpens(t, cl.Client(t), Options{RedisTimeout: 300 * time.Millisecond, BreakerCooldown: 300 * time.Millisecond,
-		LocalEntries: Disabled, Hooks: Hooks{RedisError: func(op string, _ error) {
-			if op == "master" {
-				masterOpened.Add(1)
-			}
-		}}})
+	o, masterOpened := countMasterOpens(Options{RedisTimeout: 300 * time.Millisecond, BreakerCooldown: 300 * time.Millisecond,
+		LocalEntries: Disabled})
+	g, _ := countingOpens(t, cl.Client(t), o)
 	defer g.Close()
 	masters, byMaster := keysOnTwoMasters(t, cl, g, 4)
 	m, keys := masters[0], byMaster[0]

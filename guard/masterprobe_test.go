@@ -32,6 +32,18 @@ func mastersOpen(g *Group) (open, failing int) {
 	return open, failing
 }
 
+// countMasterOpens returns o with a RedisError hook that counts the
+// openings of master breakers (op "master").
+func countMasterOpens(o Options) (Options, *atomic.Int64) {
+	n := new(atomic.Int64)
+	o.Hooks.RedisError = func(op string, _ error) {
+		if op == "master" {
+			n.Add(1)
+		}
+	}
+	return o, n
+}
+
 // TestClusterIdleBreakerClosesBesideFrozenMaster: every master frozen
 // until the Group's breaker opened, then all thawed but one, the master of
 // the probe key the Group once used alone; no call. The Group's breaker
@@ -81,14 +93,9 @@ func TestClusterIdleBreakerClosesBesideFrozenMaster(t *testing.T) {
 func TestClusterThawedMasterClosesWithoutCalls(t *testing.T) {
 	defer noLeaks(t)()
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{NodeTimeout: time.Minute})
-	var masterOpened atomic.Int64
-	g := newGroup(t, cl.Client(t, func(o *redis.ClusterOptions) { o.MaxRetries = -1 }), Options{
-		RedisTimeout: 200 * time.Millisecond, BreakerCooldown: 300 * time.Millisecond, FreshFor: time.Minute,
-		Hooks: Hooks{RedisError: func(op string, _ error) {
-			if op == "master" {
-				masterOpened.Add(1)
-			}
-		}}})
+	o, masterOpened := countMasterOpens(Options{
+		RedisTimeout: 200 * time.Millisecond, BreakerCooldown: 300 * time.Millisecond, FreshFor: time.Minute})
+	g := newGroup(t, cl.Client(t, func(o *redis.ClusterOptions) { o.MaxRetries = -1 }), o)
 	defer g.Close()
 	masters, byMaster := keysOnTwoMasters(t, cl, g, 3)
 	for _, ks := range byMaster {
@@ -141,14 +148,10 @@ func TestClusterThawedMasterClosesWithoutCalls(t *testing.T) {
 func TestClusterFailbackFindsBreakerClosed(t *testing.T) {
 	defer noLeaks(t)()
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{Replicas: 1, NodeTimeout: time.Minute})
-	var masterOpened, loads atomic.Int64
-	g := newGroup(t, cl.Client(t, func(o *redis.ClusterOptions) { o.MaxRetries = -1 }), Options{
-		RedisTimeout: 200 * time.Millisecond, BreakerCooldown: 300 * time.Millisecond, FreshFor: time.Hour,
-		Hooks: Hooks{RedisError: func(op string, _ error) {
-			if op == "master" {
-				masterOpened.Add(1)
-			}
-		}}})
+	var loads atomic.Int64
+	o, masterOpened := countMasterOpens(Options{
+		RedisTimeout: 200 * time.Millisecond, BreakerCooldown: 300 * time.Millisecond, FreshFor: time.Hour})
+	g := newGroup(t, cl.Client(t, func(o *redis.ClusterOptions) { o.MaxRetries = -1 }), o)
 	defer g.Close()
 	masters, byMaster := keysOnTwoMasters(t, cl, g, 4)
 	x, keys := masters[0], byMaster[0]
