@@ -306,18 +306,16 @@ func (g *Group) storeMany(ctx context.Context, items []fillItem) {
 	}
 	var unsettled []heldLease
 	calls := make([]lua.Call, len(items))
+	size := 0 // the values' bytes, for the deadline
 	for i, it := range items {
 		f := it.f
+		size += len(f.value)
 		fresh := f.fresh
 		if f.mode == fillNone {
 			fresh = time.Millisecond // windows are not used, but must be valid
 		}
 		calls[i] = lua.Call{Keys: it.nm.keys, Args: []any{f.fence, f.value, ms(fresh), ms(f.stale),
 			f.loadDur.Microseconds(), string(f.flags), string(f.mode), ms(f.keepLease), it.nm.entry, g.keepArg, 0, "", g.capArg}}
-	}
-	size := 0
-	for _, it := range items {
-		size += len(it.f.value)
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.batchTimeout(len(items), size))
 	defer cancel()

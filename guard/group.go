@@ -346,19 +346,15 @@ func (g *Group) probeKey() string {
 	ctx, cancel := context.WithTimeout(context.Background(), g.opts.RedisTimeout)
 	defer cancel()
 	n := g.probeSeq.Add(1)
-	first := ""
+	spelling := func(i uint64) string { return breakerProbeKey + ":" + strconv.FormatUint(n+i, 10) }
 	for i := range uint64(16) {
-		k := breakerProbeKey + ":" + strconv.FormatUint(n+i, 10)
-		if i == 0 {
-			first = k
-		}
 		// A Ring has no breaker per server: the next spelling, whose
 		// server may be another.
-		if g.masters == nil || !g.masterOpen(ctx, g.names(k).entry) {
+		if k := spelling(i); g.masters == nil || !g.masterOpen(ctx, g.names(k).entry) {
 			return k
 		}
 	}
-	return first
+	return spelling(0)
 }
 
 // goBackground runs f in a goroutine Close waits for; after Close it does
