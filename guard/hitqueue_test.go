@@ -516,10 +516,13 @@ func TestClusterMasterFrozenOthersServed(t *testing.T) {
 	defer noLeaks(t)()
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{NodeTimeout: time.Minute})
 	rdb := cl.Client(t)
+	// A RedisTimeout well above a loaded machine's scheduling delays (a
+	// hit took 322 ms once under -race with 300 ms), so that a call taking
+	// it is one that waited on the frozen master.
 	const (
-		timeout   = 300 * time.Millisecond
+		timeout   = time.Second
 		cooldown  = time.Second
-		frozenFor = 2 * time.Second
+		frozenFor = 3 * time.Second
 	)
 	o, masterOpened := countMasterOpens(Options{RedisTimeout: timeout, BreakerCooldown: cooldown, LocalEntries: Disabled})
 	g, opened := countingOpens(t, rdb, o)
@@ -589,7 +592,7 @@ func TestClusterMasterFrozenOthersServed(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(frozenFor) // the condition under test: 2s of a frozen master
+	time.Sleep(frozenFor) // the condition under test: 3s of a frozen master
 	close(stop)
 	wg.Wait()
 	t.Logf("%d calls of the other master's keys; %d of the frozen master's, %d of them slow", calls, frozenCalls, len(frozenSlow))
