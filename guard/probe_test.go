@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -285,4 +286,81 @@ func TestRingIdleBreakerClosesBesideFrozenShard(t *testing.T) {
 	if err := g.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestIdleProbesOnePerCooldown: Redis frozen, the breaker open, no call:
+// the background prober starts each probe a BreakerCooldown after the
+// last one failed (docs: "probes it a BreakerCooldown after each
+// failure"), give or take the prober's tick of a quarter cooldown. With a
+// tick of a whole cooldown it came a tick late, one probe per two
+// cooldowns, so an idle Group stayed open up to twice as long after Redis
+// came back.
+func TestIdleProbesOnePerCooldown(t *testing.T) {
+	srv := redistest.Start(t)
+	const timeout, cooldown = 100 * time.Millisecond, 400 * time.Millisecond
+	rdb := srv.Client(t, func(o *redis.Options) { o.MaxRetries = -1 })
+	var mu sync.Mutex
+	type span struct{ start, end time.Time }
+	var probes []span
+	rdb.AddHook(probeRecorder(func(start, end time.Time) {
+		mu.Lock()
+		probes = append(probes, span{start, end})
+		mu.Unlock()
+	}))
+	var opens, closes atomic.Int64
+	g := newGroup(t, rdb, Options{RedisTimeout: timeout, BreakerCooldown: cooldown,
+		Hooks: Hooks{Breaker: countBreaker(&opens, &closes)}})
+	key := redistest.Key(t)
+	srv.Freeze(t)
+	defer srv.Thaw(t)
+	redistest.Eventually(t, 10*time.Second, "the breaker to open", func() bool {
+		_, _ = g.Do(ctxT(t), key, func(context.Context) ([]byte, error) { return []byte("v"), nil })
+		return opens.Load() > 0
+	})
+	mu.Lock()
+	from := len(probes) // the calls' own reads, before the breaker opened
+	mu.Unlock()
+	// The condition under test: an idle Group beside a frozen Redis.
+	time.Sleep(12 * cooldown)
+	mu.Lock()
+	idle := slices.Clone(probes[from:])
+	mu.Unlock()
+	var gaps []time.Duration // from a probe's failure to the next probe
+	for i := 1; i < len(idle); i++ {
+		gaps = append(gaps, idle[i].start.Sub(idle[i-1].end))
+	}
+	if len(gaps) < 4 {
+		t.Fatalf("%d probes in %v of an open breaker, cooldown %v; want about one per cooldown", len(idle), 12*cooldown, cooldown)
+	}
+	slices.Sort(gaps)
+	// At least a cooldown apart; at most a tick late, and a scheduling
+	// delay of a loaded machine: the median, so that one late wake-up
+	// does not decide.
+	if gaps[0] < cooldown-10*time.Millisecond {
+		t.Errorf("a probe began %v after the last one failed; want a cooldown (%v) at least", gaps[0], cooldown)
+	}
+	if med, most := gaps[len(gaps)/2], cooldown+cooldown/4+100*time.Millisecond; med > most {
+		t.Errorf("probes began a median %v after the last one failed (all: %v); want at most %v (a cooldown, and the prober's tick)", med, gaps, most)
+	}
+}
+
+// probeRecorder is a go-redis hook that reports each single command's
+// start and end (a probe is one script call: EVALSHA).
+type probeRecorder func(start, end time.Time)
+
+func (probeRecorder) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (r probeRecorder) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		start := time.Now()
+		err := next(ctx, cmd)
+		if cmd.Name() == "evalsha" || cmd.Name() == "eval" {
+			r(start, time.Now())
+		}
+		return err
+	}
+}
+
+func (probeRecorder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
