@@ -3,6 +3,8 @@ package guard
 import (
 	"context"
 	"fmt"
+	"net"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stampede-go/stampede/guard/internal/tier"
 	"github.com/stampede-go/stampede/internal/redistest"
 )
 
@@ -305,17 +308,51 @@ func connsOfB(t *testing.T, admin *redis.Client, pick func(c clientEntry, target
 // tracked the key on the killed connection, so the change is reported to
 // nobody; B must not serve the replaced copy to a read that begins more
 // than LocalLag after the change returned (here 3 x LocalLag after).
+// B's connections are plain TCP, TCP through a dialer that wraps them (as
+// tracing and metrics dialers do), or a Unix socket.
 //
 // Before the barriers watched the reader's socket (readerLost), the tier
 // learnt of a lost reader only when the reader was used again, and B
 // served the replaced copy as long as it read nothing new (the lag
-// checker's "kill reader, held": 3,069 reads up to 218 ms late).
+// checker's "kill reader, held": 3,069 reads up to 218 ms late). Before
+// they asked a reader whose socket cannot be asked (checkReader), the
+// wrapped and Unix connections still did: 1,715 of 1,715 reads, up to
+// 15 s late.
 func TestLocalTierHeldReaderKilled(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "r.sock")
+	for _, kind := range []string{"tcp", "wrapped", "unix"} {
+		t.Run(kind, func(t *testing.T) {
+			srv := redistest.Start(t, redistest.WithArgs("--unixsocket", sock+"."+kind, "--unixsocketperm", "700"))
+			var bRdb *redis.Client
+			switch kind {
+			case "tcp":
+				bRdb = srv.Client(t, func(o *redis.Options) { o.ClientName = lagName })
+			case "wrapped":
+				bRdb = srv.Client(t, func(o *redis.Options) { o.ClientName = lagName; o.Dialer = wrappingDialer })
+			case "unix":
+				bRdb = redis.NewClient(&redis.Options{Network: "unix", Addr: sock + "." + kind, ClientName: lagName, ContextTimeoutEnabled: true})
+				t.Cleanup(func() { _ = bRdb.Close() })
+			}
+			heldReaderKilled(t, srv, bRdb)
+		})
+	}
+}
+
+// wrappingDialer dials TCP and hides the *net.TCPConn behind a wrapper.
+func wrappingDialer(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return struct{ net.Conn }{c}, nil
+}
+
+func heldReaderKilled(t *testing.T, srv *redistest.Server, bRdb *redis.Client) {
 	const lag = 100 * time.Millisecond
-	srv := redistest.Start(t)
 	o := Options{Namespace: redistest.Key(t) + ":", LocalLag: lag, FreshFor: time.Hour, LocalEntries: 100, LocalTracking: TrackHeld}
 	a := newLocalNode(t, srv.Client(t), o)
-	b := newLocalNode(t, srv.Client(t, func(o *redis.Options) { o.ClientName = lagName }), o)
+	b := newLocalNode(t, bRdb, o)
 	waitLocal(t, a)
 	waitLocal(t, b)
 	const key = "held"
@@ -355,5 +392,71 @@ func TestLocalTierHeldReaderKilled(t *testing.T) {
 		if string(got) != "v2" {
 			t.Fatalf("B got %q %v after A's change returned, want v2 (B's tier hits: %d)", got, 3*lag, b.local.Load())
 		}
+	}
+}
+
+// TestLocalTierJoinedReadPastLag: B's data connections reach Redis through
+// a path that delays the replies 300 ms (its report connection is
+// direct). B reads a key it holds nothing of; 20 ms later A changes it
+// (an Invalidate, then a fill of v2); 150 ms after A's change returned
+// (past LocalLag, 100 ms) a second call on B begins, while B's first read
+// is still in flight. It must get v2, under either tracking mode.
+//
+// Under TrackHeld, Redis reports no change of a key B never read tracked,
+// so the tier could not tell the first read stale, and the second call
+// joined it: 9-10 of 10 got v1, replaced 150 ms before they began. A
+// call now joins only a read sent within LocalLag before it began.
+func TestLocalTierJoinedReadPastLag(t *testing.T) {
+	for _, mode := range []Tracking{TrackAll, TrackHeld} {
+		t.Run(map[Tracking]string{TrackAll: "all", TrackHeld: "held"}[mode], func(t *testing.T) {
+			const lag = 100 * time.Millisecond
+			srv := redistest.Start(t)
+			proxy := redistest.NewProxy(t, srv.Addr)
+			o := Options{Namespace: redistest.Key(t) + ":", LocalLag: lag, FreshFor: time.Hour, LocalEntries: 100, LocalTracking: mode}
+			a := newLocalNode(t, srv.Client(t), o)
+			tier.ReportAddr = func(string) string { return srv.Addr } // B's report connection direct
+			bRdb := redis.NewClient(&redis.Options{Addr: proxy.Addr, ContextTimeoutEnabled: true, ClientName: lagName})
+			t.Cleanup(func() { _ = bRdb.Close() })
+			b := newLocalNode(t, bRdb, o)
+			tier.ReportAddr = nil
+			waitLocal(t, a)
+			waitLocal(t, b)
+			var v atomic.Value
+			load := func(context.Context) ([]byte, error) { return []byte(v.Load().(string)), nil }
+			for i := range 5 {
+				key := fmt.Sprintf("joined-%d", i)
+				v.Store("v1")
+				if _, err := a.Get(ctxT(t), key, load); err != nil {
+					t.Fatal(err)
+				}
+				proxy.Delay(300 * time.Millisecond)
+				first := make(chan error, 1)
+				go func() {
+					_, err := b.Get(context.Background(), key, load)
+					first <- err
+				}()
+				time.Sleep(20 * time.Millisecond) // B's read sent, not answered
+				v.Store("v2")
+				if err := a.Invalidate(ctxT(t), key); err != nil {
+					t.Fatal(err)
+				}
+				changed := time.Now()
+				if got, err := a.Get(ctxT(t), key, load); err != nil || string(got) != "v2" {
+					t.Fatalf("A's fill: %q %v", got, err)
+				}
+				time.Sleep(time.Until(changed.Add(150 * time.Millisecond))) // the claim: past LocalLag
+				got, err := b.Get(ctxT(t), key, load)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := <-first; err != nil {
+					t.Fatal(err)
+				}
+				proxy.Delay(0)
+				if string(got) != "v2" {
+					t.Fatalf("%s: a call of B begun 150ms after A's change returned got %q, want v2", key, got)
+				}
+			}
+		})
 	}
 }

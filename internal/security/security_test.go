@@ -49,6 +49,7 @@ var clientCommands = []string{
 	"evalsha",         // scripts.*.Run (guard, lock)
 	"eval",            // scripts.*.Run when EVALSHA answers NOSCRIPT
 	"get",             // guard/fasthit.go: a hit
+	"getrange",        // guard/internal/tier/track.go: TrackHeld's tracked read of a copy's entry header
 	"mget",            // guard/hitqueue.go: a batch of hits, or a hit of a key with a tag (its entry and the tag's invalidation)
 	"set",             // lock/obtain.go: a free token lock, not waited for, is a plain SET NX PX
 	"subscribe",       // internal/notify: a Group's fill channel, a lock Client's wake channel; guard/coherence.go: the tier's reports

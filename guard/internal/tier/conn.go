@@ -48,10 +48,17 @@ type tracker struct {
 	id    atomic.Int64
 	opts  *redis.Options
 	keeps chan keepReq // copies waiting for their tracked read
+	// queued is what the copies in keeps cost; the trackers' together
+	// are bounded by half the tier's bytes (track).
+	queued atomic.Int64
 	// reader is the socket of the tracked reader's connection (TrackHeld),
-	// watched by the barriers: nil when none, or once its loss was seen.
-	reader atomic.Pointer[syscall.RawConn]
-	resp3  bool // the report connection runs in RESP3 (resp3.go)
+	// watched by the barriers: nil when none, or once its loss was seen,
+	// or when it cannot be asked (readerBlind). readerClient is that
+	// reader, which the barriers ask instead then (checkReader).
+	reader       atomic.Pointer[syscall.RawConn]
+	readerBlind  atomic.Bool
+	readerClient atomic.Pointer[redis.Client]
+	resp3        bool // the report connection runs in RESP3 (resp3.go)
 	// server is the address the report connection reached, when dialled
 	// as the client dials (not through ReportAddr); client: the one the
 	// client reached last; moved: the two differ (switch.go).
@@ -193,14 +200,16 @@ func (c *coherence) listen(t *tracker, ts *trackState) error {
 	dials := t.dials.Load()
 	done := make(chan struct{})
 	defer close(done)
-	go c.sendBarriers(t, ps, done)
+	c.goTracker(func() { c.sendBarriers(t, ps, done) })
 	if c.perKey {
 		reader := redis.NewClient(readerOptions(t.opts, t.id.Load(), c.readerDialed(t)))
 		if !t.own(reader) {
 			return nil
 		}
 		defer t.disown(reader)
-		go c.readTracked(t, reader, done)
+		t.readerClient.Store(reader)
+		defer t.readerClient.Store(nil)
+		c.goTracker(func() { c.readTracked(t, reader, done) })
 	}
 	probed := false
 	for {
@@ -285,11 +294,13 @@ func (c *coherence) sendBarriers(t *tracker, ps *redis.PubSub, done <-chan struc
 			timer.Reset(wait)
 			continue
 		}
+		// The barrier vouches for the reader as of before it was checked.
+		at := time.Now()
 		if c.perKey {
-			c.readerLost(t) // once per barrier, as the tier is used
+			c.checkReader(t) // once per barrier, as the tier is used
 		}
 		c.probeData()
-		if err := t.bar.send(func() error { return ps.Subscribe(t.life, invalidateChannel) }); err != nil {
+		if err := t.bar.sendAt(at, func() error { return ps.Subscribe(t.life, invalidateChannel) }); err != nil {
 			return // the connection is gone; listen sees it too
 		}
 		timer.Reset(recheck)
@@ -506,4 +517,14 @@ func (t *Tier) Watched() (conns, watched int) {
 		}
 	}
 	return conns, watched
+}
+
+// goTracker runs f, a goroutine of a report connection's, in c.wg: Close
+// returns once it has.
+func (c *coherence) goTracker(f func()) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		f()
+	}()
 }

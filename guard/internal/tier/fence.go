@@ -292,11 +292,15 @@ func Nanotime() int64 { return nanotime() }
 
 // send records a barrier and sends it with f (a SUBSCRIBE on the report
 // connection, whose confirmation is the barrier's reply).
-func (b *barriers) send(f func() error) error {
+func (b *barriers) send(f func() error) error { return b.sendAt(time.Now(), f) }
+
+// sendAt is send, the barrier recorded as sent at at (before now): it
+// vouches for no more than what was checked since at (checkReader).
+func (b *barriers) sendAt(at time.Time, f func() error) error {
 	b.sendMu.Lock()
 	defer b.sendMu.Unlock()
 	b.mu.Lock()
-	b.sent = append(b.sent, time.Now())
+	b.sent = append(b.sent, at)
 	b.inflight.Store(int64(len(b.sent)))
 	b.mu.Unlock()
 	return f()

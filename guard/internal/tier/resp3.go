@@ -62,7 +62,7 @@ func (c *coherence) listenRESP3(t *tracker, ts *trackState) error {
 	done := make(chan struct{})
 	defer close(done)
 	if c.perKey {
-		go c.readTracked(t, rdb, done)
+		c.goTracker(func() { c.readTracked(t, rdb, done) })
 	}
 	tick := time.NewTicker(min(max(c.lag/2, time.Millisecond), healthEvery))
 	defer tick.Stop()

@@ -258,7 +258,9 @@ func (t *Tier) Keep(key, name string, tk Ticket, e *entry.Entry, left time.Durat
 	// the key on a tracked connection: the copy is kept after such a read
 	// found the same entry (track). Meanwhile its version is known.
 	t.Seen(key, name, e)
-	t.coh.track(keepReq{key: key, name: name, tk: tk, e: *e, until: until, base: base, stale: stale})
+	if cost := len(e.Value) + len(key) + len(name) + Overhead; cost <= t.maxItem {
+		t.coh.track(keepReq{key: key, name: name, tk: tk, e: *e, until: until, base: base, stale: stale, cost: cost})
+	}
 }
 
 // keepNow keeps the copy of Keep, with mu not held: until and base are

@@ -28,21 +28,37 @@ type keepReq struct {
 	e           entry.Entry
 	until, base int64 // nanotimes
 	stale       bool
+	cost        int // what the copy costs the tier, counted in queued
 }
 
 // maxTrackBatch bounds the reads of one pipeline of a reader.
 const maxTrackBatch = 256
 
 // track queues r for its tracked read on the reader of r's master; a copy
-// whose read cannot be queued (no reader yet, the queue full) is not kept.
+// whose read cannot be queued (no reader yet, the queue full, or the
+// copies queued already cost half of Bytes) is not kept. The queue holds
+// each copy's value: bounded by count alone, a reader slower than the
+// reads (a stalled path to Redis) held up to 1,280 values of up to
+// Bytes/8 each beside the tier, 250 MB and more for a tier of 4 MiB.
 func (c *coherence) track(r keepReq) {
 	t := c.trackerOf(r.name)
 	if t == nil {
 		return
 	}
+	queued := int64(r.cost)
+	if all := c.all.Load(); all != nil {
+		for _, o := range *all {
+			queued += o.queued.Load()
+		}
+	}
+	if queued > int64(c.tier.maxBytes/2) {
+		return
+	}
+	t.queued.Add(int64(r.cost))
 	select {
 	case t.keeps <- r:
 	default:
+		t.queued.Add(-int64(r.cost))
 	}
 }
 
@@ -65,6 +81,18 @@ func (c *coherence) trackerOf(name string) *tracker {
 // queued are kept once their reads found their entries unchanged.
 func (c *coherence) readTracked(t *tracker, reader *redis.Client, done <-chan struct{}) {
 	batch := make([]keepReq, 0, maxTrackBatch)
+	defer func() {
+		// The copies still queued go: their reads would be on another
+		// connection, after more changes.
+		for {
+			select {
+			case r := <-t.keeps:
+				t.queued.Add(-int64(r.cost))
+			default:
+				return
+			}
+		}
+	}()
 	for {
 		batch = batch[:0]
 		select {
@@ -83,12 +111,17 @@ func (c *coherence) readTracked(t *tracker, reader *redis.Client, done <-chan st
 			}
 		}
 		c.readBatch(reader, batch)
+		for i := range batch {
+			t.queued.Add(-int64(batch[i].cost))
+			batch[i] = keepReq{} // its value is not held until the next batch
+		}
 	}
 }
 
-// readBatch reads the entries of batch (and their tags' invalidation
-// times) on the tracked reader in one pipeline, and keeps the copies whose
-// entries are as they were read.
+// readBatch reads the entries' headers of batch (and their tags'
+// invalidation times) on the tracked reader in one pipeline, and keeps
+// the copies whose entries are as they were read. A GET of each entry
+// had cost Redis every copy's value twice.
 func (c *coherence) readBatch(reader *redis.Client, batch []keepReq) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.rt)
 	defer cancel()
@@ -96,7 +129,9 @@ func (c *coherence) readBatch(reader *redis.Client, batch []keepReq) {
 	gets := make([]*redis.StringCmd, len(batch))
 	tinvs := make([]*redis.StringCmd, len(batch))
 	for i, r := range batch {
-		gets[i] = pipe.Get(ctx, r.name)
+		// The header alone tells the version (and begins the tracking):
+		// the value was read already, by the read that offered the copy.
+		gets[i] = pipe.GetRange(ctx, r.name, 0, entry.MaxHeaderLen-1)
 		if b := tagBase(c.prefix, r.name); len(b) < len(r.name) {
 			tinvs[i] = pipe.Get(ctx, b+":tinv")
 		}
@@ -166,28 +201,50 @@ func readerOptions(o *redis.Options, id int64, dialed func(net.Conn)) *redis.Opt
 // readerDialed returns the dial hook of t's reader: a second connection
 // means the first was lost, and with it the tracking of the keys read on
 // it; the tier flushes, so that no copy whose change Redis would not
-// report is served. The connection's socket is kept for readerLost.
+// report is served. The connection's socket is kept for checkReader.
 func (c *coherence) readerDialed(t *tracker) func(net.Conn) {
 	var n atomic.Int64
 	return func(cn net.Conn) {
 		if n.Add(1) > 1 {
 			c.tier.Flush()
 		}
-		t.reader.Store(rawConn(cn))
+		rc := rawConn(cn)
+		t.readerBlind.Store(rc == nil || !tcpInfoWorks)
+		t.reader.Store(rc)
 	}
 }
 
-// readerLost flushes the tier once t's tracked reader's connection is no
-// longer established: a CLIENT KILL, a timeout or an output-buffer limit
-// on Redis's side ends the tracking of every key read on it, and an idle
-// reader would only notice at its next read, while the copies it vouched
+// checkReader flushes the tier once t's tracked reader's connection is
+// lost: a CLIENT KILL, a timeout or an output-buffer limit on Redis's side
+// ends the tracking of every key read on it, and a reader with nothing to
+// read would only notice at its next read, while the copies it vouched
 // for are served. The barriers run it, so a copy goes within LocalLag.
-func (c *coherence) readerLost(t *tracker) {
-	rc := t.reader.Load()
-	if rc == nil || !tcpInfoWorks {
+//
+// A TCP socket on Linux is asked whether it is still established. Any
+// other (a Unix socket, a dialer that wraps the connection, another OS)
+// cannot be: the reader sends CLIENT ID on it instead, one round trip per
+// barrier, and an error, or a new connection (readerDialed), flushes. A
+// lost reader had been seen only at its next dial, and a node serving
+// only hits never dialled: its copies outlived their changes until
+// LocalTTL.
+func (c *coherence) checkReader(t *tracker) {
+	if !t.readerBlind.Load() {
+		rc := t.reader.Load()
+		if rc == nil {
+			return // no connection yet, or its loss was seen
+		}
+		if _, ok := bytesReceived(*rc); !ok && t.reader.CompareAndSwap(rc, nil) {
+			c.tier.Flush()
+		}
 		return
 	}
-	if _, ok := bytesReceived(*rc); !ok && t.reader.CompareAndSwap(rc, nil) {
+	r := t.readerClient.Load()
+	if r == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(t.life, c.rt)
+	defer cancel()
+	if err := r.Do(ctx, "CLIENT", "ID").Err(); err != nil && t.life.Err() == nil {
 		c.tier.Flush()
 	}
 }
