@@ -199,8 +199,20 @@ func (g *Group) joinedFits(c *call, lk *lookup) bool {
 // began at start and joined that read: the read was sent after the call
 // began, or no newer value was returned since it was sent
 // (localTier.current).
+//
+// With TrackHeld, Redis reports only the changes of keys this node read
+// tracked, so the tier cannot tell of the others: a read sent more than
+// LocalLag before the call began may have missed a change that returned
+// more than LocalLag before it, and the call reads for itself. A read
+// sent within LocalLag saw every change returned before that.
 func (g *Group) joinedCurrent(start, at time.Time, name string, tk tier.Ticket, e *entry.Entry) bool {
-	return !start.After(at) || g.loc.Current(name, tk, e)
+	if !start.After(at) {
+		return true
+	}
+	if g.loc != nil && g.opts.LocalTracking == TrackHeld && start.Sub(at) > g.opts.LocalLag {
+		return false
+	}
+	return g.loc.Current(name, tk, e)
 }
 
 // localHit serves key from the in-process tier when it holds a copy
