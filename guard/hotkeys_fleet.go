@@ -68,6 +68,9 @@ func shortKey(key string) string {
 // names (an index of many members, huge views) costs a bounded read.
 const (
 	maxHotNodes = 1000 // the most recent publishers read
+	// maxHotNodeName is above any publisher's name (host/pid/random): a
+	// member of the index longer than that is no Group's.
+	maxHotNodeName = 512
 	// maxHotViewBytes is above any view a Group publishes: 2 × maxHotKeys
 	// keys of at most maxHotKeyBytes, each byte escaped as "\ufffd" at worst.
 	maxHotViewBytes = 4 << 20
@@ -102,7 +105,18 @@ func (g *Group) FleetHotKeys(ctx context.Context) (HotKeys, error) {
 	case len(nodes) == 0:
 		return HotKeys{}, nil
 	}
+	// A member no Group would list (longer than any node name) is not
+	// sent back as a name: five of 20 MB each cost 300 MB.
+	long := 0
+	nodes = slices.DeleteFunc(nodes, func(n string) bool {
+		if len(n) > maxHotNodeName {
+			long++
+			return true
+		}
+		return false
+	})
 	names, skipped, err := g.hotViews(rctx, prefix, nodes)
+	skipped += long
 	if err != nil {
 		return HotKeys{}, fmt.Errorf("guard: hot keys: %w", err)
 	}

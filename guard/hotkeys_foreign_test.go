@@ -286,3 +286,42 @@ func (h *replyCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 		return err
 	}
 }
+
+// TestHotKeysLongMembersNotSentBack: members of the publishers' index
+// longer than any Group's name are skipped and counted, not sent back to
+// Redis as names to read: five of 20 MB each cost `stampede top` 300 MB,
+// each sent back twice (STRLEN, PTTL).
+func TestHotKeysLongMembersNotSentBack(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := ctxT(t)
+	ns := "long:"
+	g := newGroup(t, rdb, Options{Namespace: ns})
+	index, _ := hotNames(ns)
+	score := float64(time.Now().Add(time.Minute).UnixMilli())
+	for i := range 5 {
+		m := strconv.Itoa(i) + strings.Repeat("n", 1<<20)
+		if err := rdb.ZAdd(ctx, index, redis.Z{Score: score, Member: m}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	received := func() int64 {
+		v, err := rdb.InfoMap(ctx, "stats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _ := strconv.ParseInt(v["Stats"]["total_net_input_bytes"], 10, 64)
+		return n
+	}
+	before := received()
+	hk, err := g.FleetHotKeys(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := received() - before; n > 64<<10 {
+		t.Errorf("FleetHotKeys sent Redis %d bytes for an index of five 1 MiB members; want none of them sent back", n)
+	}
+	if hk.Foreign != 5 || hk.Nodes != 0 {
+		t.Errorf("FleetHotKeys = %d nodes, %d foreign; want 0 and 5", hk.Nodes, hk.Foreign)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -68,7 +69,7 @@ func (g *Group) Inspect(ctx context.Context, key string) (KeyInfo, error) {
 		return KeyInfo{}, fmt.Errorf("guard: inspect: %w", err)
 	}
 	now := t.UnixMilli()
-	ki.Counter, _ = decimal(c.fence, "fence", &ki)
+	ki.Counter, _ = decimal(c.fence, c.fenceTTL, "fence", &ki)
 	leaseInfo(&ki, c)
 	backupInfo(&ki, c)
 	ki.Waiters = int(count(c.waiters, "w", &ki))
@@ -78,7 +79,7 @@ func (g *Group) Inspect(ctx context.Context, key string) (KeyInfo, error) {
 		ki.TagKeys = g.tagKeys(c.tagKeys.Val())
 		// Written before the tag's last invalidation (Redis µs): the read
 		// script deletes it as one the invalidation missed.
-		if inv, held := decimal(c.tagInv, "tinv", &ki); held && ok && (ki.Fence < inv || (written+1)*1000 <= inv) {
+		if inv, held := decimal(c.tagInv, c.tagInvTTL, "tinv", &ki); held && ok && (ki.Fence < inv || (written+1)*1000 <= inv) {
 			ki.State = "invalidated"
 		}
 	}
@@ -93,7 +94,8 @@ type inspectCmds struct {
 	tagInv                 *redis.StringCmd // nil without a tag
 	size, waiters, tagSize *redis.IntCmd    // tagSize: nil without a tag
 	ttl, leaseTTL          *redis.DurationCmd
-	backupTTL              *redis.DurationCmd
+	backupTTL, fenceTTL    *redis.DurationCmd
+	tagInvTTL              *redis.DurationCmd // nil without a tag
 	tagKeys                *redis.StringSliceCmd
 }
 
@@ -114,21 +116,25 @@ func (g *Group) inspectRead(ctx context.Context, nm names) (*inspectCmds, error)
 	c := &inspectCmds{
 		time: p.Time(ctx),
 		// The header only: a value may be megabytes.
-		head:     p.GetRange(ctx, e, 0, entry.MaxHeaderLen-1),
-		size:     p.StrLen(ctx, e),
-		ttl:      p.PTTL(ctx, e),
-		lease:    p.Get(ctx, nm.keys[1]),
-		leaseTTL: p.PTTL(ctx, nm.keys[1]),
-		// A foreign value may be megabytes: at most a fence's digits.
-		backup:    p.GetRange(ctx, nm.backupLease(), 0, 20),
+		head: p.GetRange(ctx, e, 0, entry.MaxHeaderLen-1),
+		size: p.StrLen(ctx, e),
+		ttl:  p.PTTL(ctx, e),
+		// A foreign value may be megabytes: at most a number's digits
+		// (and one more, so that a longer one is not read as a number),
+		// its PTTL telling a missing name from an empty one.
+		lease:     p.GetRange(ctx, nm.keys[1], 0, numberBytes),
+		leaseTTL:  p.PTTL(ctx, nm.keys[1]),
+		backup:    p.GetRange(ctx, nm.backupLease(), 0, numberBytes),
 		backupTTL: p.PTTL(ctx, nm.backupLease()),
-		fence:     p.Get(ctx, nm.keys[2]),
+		fence:     p.GetRange(ctx, nm.keys[2], 0, numberBytes),
+		fenceTTL:  p.PTTL(ctx, nm.keys[2]),
 		waiters:   p.SCard(ctx, nm.keys[3]),
 	}
 	if len(nm.keys) == 7 {
 		c.tagSize = p.SCard(ctx, nm.keys[5])
 		c.tagKeys = p.SRandMemberN(ctx, nm.keys[5], inspectTagKeys)
-		c.tagInv = p.Get(ctx, nm.keys[6])
+		c.tagInv = p.GetRange(ctx, nm.keys[6], 0, numberBytes)
+		c.tagInvTTL = p.PTTL(ctx, nm.keys[6])
 	}
 	_, err := p.Exec(ctx)
 	var rerr redis.Error
@@ -162,9 +168,9 @@ func entryInfo(ki *KeyInfo, c *inspectCmds, now int64) (written int64, ok bool) 
 		return 0, false
 	}
 	ki.Size = int(c.size.Val()) - len(head[:bytes.IndexByte(head, '\n')+1])
-	ki.FreshLeft = time.Duration(e.FreshUntil-now) * time.Millisecond
-	ki.StaleLeft = time.Duration(e.StaleUntil-now) * time.Millisecond
-	ki.Age = time.Duration(max(now-e.Written, 0)) * time.Millisecond
+	ki.FreshLeft = millis(e.FreshUntil - now)
+	ki.StaleLeft = millis(e.StaleUntil - now)
+	ki.Age = millis(max(now-e.Written, 0))
 	ki.Fence = e.Fence
 	ki.State = entryState(&e, now)
 	return e.Written, true
@@ -213,7 +219,7 @@ func entryState(e *entry.Entry, now int64) string {
 // a canonical decimal, above the key's counter, or with no counter) is not
 // held; it is listed as foreign.
 func leaseInfo(ki *KeyInfo, c *inspectCmds) {
-	f, held := decimal(c.lease, "lease", ki)
+	f, held := decimal(c.lease, c.leaseTTL, "lease", ki)
 	switch {
 	case !held || slices.Contains(ki.Foreign, "lease"):
 	case c.leaseTTL.Val() < 0 || c.lease.Val() != strconv.FormatInt(f, 10) || f > fenceMax ||
@@ -232,11 +238,8 @@ const fenceMax = 1 << 53
 // GETRANGE, which answers "" for a missing name: PTTL tells them apart.
 // One with no TTL is foreign, as the backup script judges it.
 func backupInfo(ki *KeyInfo, c *inspectCmds) {
-	ttl, err := c.backupTTL.Result()
-	if err == nil && ttl == -2 {
-		return
-	}
-	f, held := decimal(c.backup, "backup", ki)
+	ttl := c.backupTTL.Val()
+	f, held := decimal(c.backup, c.backupTTL, "backup", ki)
 	switch {
 	case !held || slices.Contains(ki.Foreign, "backup"):
 	case ttl < 0:
@@ -246,12 +249,26 @@ func backupInfo(ki *KeyInfo, c *inspectCmds) {
 	}
 }
 
-// decimal reads a counter or lease: its number, and whether the name
-// holds anything. A value the guard did not write is listed as foreign.
-func decimal(c *redis.StringCmd, name string, ki *KeyInfo) (int64, bool) {
+// millis is ms milliseconds as a Duration, saturated: an entry's times
+// may be any int64 (fresh until year 292,277,026,596 overflowed into a
+// time long past).
+func millis(ms int64) time.Duration {
+	const most = math.MaxInt64 / int64(time.Millisecond)
+	return time.Duration(min(max(ms, -most), most)) * time.Millisecond
+}
+
+// numberBytes is the last byte of a name holding a number that Inspect
+// reads: 19 digits, and one more.
+const numberBytes = 19
+
+// decimal reads a counter or lease, read with GETRANGE: its number, and
+// whether the name holds anything (GETRANGE answers "" for a missing
+// name: its PTTL, ttl, tells). A value the guard did not write is listed
+// as foreign.
+func decimal(c *redis.StringCmd, ttl *redis.DurationCmd, name string, ki *KeyInfo) (int64, bool) {
 	s, err := c.Result()
 	switch {
-	case errors.Is(err, redis.Nil):
+	case errors.Is(err, redis.Nil) || (err == nil && s == "" && ttl.Val() == -2):
 		return 0, false
 	case err != nil:
 		ki.Foreign = append(ki.Foreign, name)

@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -367,4 +368,73 @@ func isWrite(t *testing.T, rdb redis.UniversalClient, cmd string) bool {
 	}
 	flags, _ := info[2].([]any)
 	return slices.Contains(flags, any("write"))
+}
+
+// TestInspectReadsForeignNamesBounded: large foreign values under a key's
+// lease, fence counter and tag invalidation names cost Inspect a few
+// bytes each, as the entry's and the backup lease's already did: each
+// was read whole (100 MB under :lease and :fence made `stampede inspect`
+// 415 MiB, and stalled Redis for its other clients 130-183 ms). They are
+// still listed as foreign.
+func TestInspectReadsForeignNamesBounded(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := ctxT(t)
+	g := newGroup(t, rdb, Options{})
+	const key = "{tag}k" // a key of a tag of its own: its tag's names too
+	if _, err := g.Do(ctx, key, func(context.Context) ([]byte, error) { return []byte("v"), nil }); err != nil {
+		t.Fatal(err)
+	}
+	nm := g.names(key)
+	if len(nm.keys) != 7 {
+		t.Fatalf("%q has no tag names: %q", key, nm.keys)
+	}
+	big := strings.Repeat("7", 4<<20)
+	for _, name := range []string{nm.keys[1], nm.keys[2], nm.keys[6]} {
+		if err := rdb.Set(ctx, name, big, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sent := func() int64 {
+		v, err := rdb.InfoMap(ctx, "stats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _ := strconv.ParseInt(v["Stats"]["total_net_output_bytes"], 10, 64)
+		return n
+	}
+	before := sent()
+	ki, err := g.Inspect(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := sent() - before; n > 64<<10 {
+		t.Errorf("Inspect made Redis send %d bytes for 4 MiB values under three of the key's names; want a few bytes each", n)
+	}
+	for _, name := range []string{"lease", "fence", "tinv"} {
+		if !slices.Contains(ki.Foreign, name) {
+			t.Errorf("Foreign = %q: want %s listed", ki.Foreign, name)
+		}
+	}
+}
+
+// TestInspectFarFreshUntil: an entry fresh until the largest time an int64
+// of milliseconds holds is shown fresh for a long time, not for a
+// negative one (the Duration overflowed).
+func TestInspectFarFreshUntil(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	ctx := ctxT(t)
+	g := newGroup(t, rdb, Options{Namespace: redistest.Key(t) + ":"})
+	const key = "far"
+	far := strconv.FormatInt(math.MaxInt64, 10)
+	if err := rdb.Set(ctx, g.names(key).entry, "~1,"+far+","+far+",1,0,1,\nv", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	ki, err := g.Inspect(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ki.State != "fresh" || ki.FreshLeft < 100*365*24*time.Hour || ki.StaleLeft < ki.FreshLeft {
+		t.Errorf("Inspect = state %s, fresh for %v, stale for %v; want fresh for centuries", ki.State, ki.FreshLeft, ki.StaleLeft)
+	}
 }
