@@ -38,6 +38,9 @@ func inspect(ctx context.Context, out io.Writer, t *target, asJSON bool, keys []
 	if err := t.one("name a key, or -url", "name keys or -url, not both", len(keys)); err != nil {
 		return err
 	}
+	if err := checkKeys(keys); err != nil {
+		return err
+	}
 	r, stop, err := t.open(ctx)
 	if err != nil {
 		return err
@@ -115,7 +118,7 @@ func writeInfos(w io.Writer, infos []guard.KeyInfo, url bool) error {
 			if i == 1 {
 				fmt.Fprintf(tw, "\nvariants of the URL (%d)\n", len(infos)-1)
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", ki.Key, ki.State, windows(ki), size(ki))
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", strconv.Quote(ki.Key), ki.State, windows(ki), size(ki))
 			continue
 		}
 		if i > 0 {
@@ -232,10 +235,10 @@ func writeJSON(w io.Writer, infos []guard.KeyInfo) error {
 		}
 		out[i] = j
 	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(out); err != nil {
+	b, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
 		return errors.Join(errors.New("writing JSON"), err)
 	}
-	return nil
+	_, err = w.Write(append(escapeJSON(b), '\n'))
+	return err
 }

@@ -33,6 +33,12 @@ func invalidate(ctx context.Context, out io.Writer, t *target, tags []string, ke
 	if err := t.one(usage, usage, len(keys), len(tags)); err != nil {
 		return err
 	}
+	if err := checkKeys(keys); err != nil {
+		return err
+	}
+	if err := checkTags(tags); err != nil {
+		return err
+	}
 	r, stop, err := t.open(ctx)
 	if err != nil {
 		return err

@@ -89,7 +89,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2 // the flag package printed why, and the usage
 	}
 	if err := fromEnv(fs); err != nil {
-		fmt.Fprintf(stderr, "stampede %s: %v\n", c.name, err)
+		fmt.Fprintf(stderr, "stampede %s: %s\n", c.name, printable(err.Error()))
 		return 2
 	}
 	if f := flagAfterArgs(fs, args[1:]); f != "" {
@@ -106,11 +106,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case err == nil:
 		return 0
 	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "stampede %s: %v\n", c.name, err)
+		fmt.Fprintf(stderr, "stampede %s: %s\n", c.name, printable(err.Error()))
 		fs.Usage()
 		return 2
 	}
-	fmt.Fprintf(stderr, "stampede %s: %v\n", c.name, err)
+	// Error text may carry bytes from Redis (an error reply, a key).
+	fmt.Fprintf(stderr, "stampede %s: %s\n", c.name, printable(err.Error()))
 	return 1
 }
 

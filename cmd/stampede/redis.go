@@ -38,6 +38,11 @@ func (c *conn) client(ctx context.Context) (redis.UniversalClient, error) {
 	if c.timeout <= 0 {
 		return nil, usagef("-timeout %v: want a positive duration", c.timeout)
 	}
+	if c.namespace == "" {
+		// guard.New would take the default, and watch's tracking the
+		// whole keyspace: say which.
+		return nil, usagef(`-namespace "": want the Groups' Namespace (the default is "stampede:")`)
+	}
 	rdb, err := c.dial()
 	if err != nil {
 		return nil, usagef("-redis %q: %v", redact(c.redis), err)
@@ -47,6 +52,10 @@ func (c *conn) client(ctx context.Context) (redis.UniversalClient, error) {
 	if err := rdb.Ping(pctx).Err(); err != nil {
 		_ = rdb.Close()
 		return nil, fmt.Errorf("cannot reach Redis at %s: %w", redact(c.redis), err)
+	}
+	if single, ok := rdb.(*redis.Client); ok && sentinelMode(pctx, single) {
+		_ = rdb.Close()
+		return nil, usagef("-redis %s is a Sentinel: give the address of the master it names (SENTINEL GET-MASTER-ADDR-BY-NAME)", redact(c.redis))
 	}
 	if single, ok := rdb.(*redis.Client); ok && clusterMode(pctx, single) {
 		// One seed of a cluster: follow its map.
@@ -72,14 +81,14 @@ func (c *conn) dial() (redis.UniversalClient, error) {
 	case strings.Contains(s, "://") && strings.Contains(s, "addr="):
 		o, err := redis.ParseClusterURL(s)
 		if err != nil {
-			return nil, err
+			return nil, urlError(err)
 		}
 		o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout = true, c.timeout, c.timeout
 		return redis.NewClusterClient(o), nil
 	case strings.Contains(s, "://"):
 		o, err := redis.ParseURL(s)
 		if err != nil {
-			return nil, err
+			return nil, urlError(err)
 		}
 		o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout = true, c.timeout, c.timeout
 		return redis.NewClient(o), nil
@@ -165,10 +174,35 @@ func clusterMode(ctx context.Context, rdb *redis.Client) bool {
 	return err == nil && strings.Contains(info, "cluster_enabled:1")
 }
 
-// redact hides the password of a Redis URL.
+// urlError is the error of a Redis URL that did not parse, without the
+// URL (net/url's errors quote it, password and all, or a piece of it).
+func urlError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return errors.New("not a valid URL (a password's '#', '%', '/', '?', '@' or space must be percent-encoded)")
+	}
+	return err
+}
+
+// sentinelMode reports whether the server rdb reaches is a Sentinel,
+// which holds no keys (INFO server, a read).
+func sentinelMode(ctx context.Context, rdb *redis.Client) bool {
+	info, err := rdb.Info(ctx, "server").Result()
+	return err == nil && strings.Contains(info, "redis_mode:sentinel")
+}
+
+// redact hides the password of a Redis URL. One that does not parse (a
+// password with an unescaped '#', '%' or space) hides all between the
+// scheme and its last '@'.
 func redact(s string) string {
 	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
+	if err != nil {
+		if i, j := strings.Index(s, "://"), strings.LastIndex(s, "@"); i >= 0 && j > i {
+			return s[:i+3] + "xxxxx" + s[j:]
+		}
+		return s
+	}
+	if u.User == nil {
 		return s
 	}
 	if _, ok := u.User.Password(); ok {

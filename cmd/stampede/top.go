@@ -34,6 +34,9 @@ var topCommand = command{
 			if *n <= 0 {
 				return usagef("-n %d: want at least 1", *n)
 			}
+			if *every != 0 && *every < 100*time.Millisecond {
+				return usagef("-every %v: want 0 (once) or at least 100ms", *every)
+			}
 			return top(ctx, out, &c, *n, *asJSON, *every)
 		}
 	},
@@ -112,5 +115,10 @@ func writeTopJSON(w io.Writer, hk guard.HotKeys) error {
 		}
 		return out
 	}
-	return json.NewEncoder(w).Encode(jsonTop{Nodes: hk.Nodes, Foreign: hk.Foreign, Calls: conv(hk.Calls), Loads: conv(hk.Loads)})
+	b, err := json.Marshal(jsonTop{Nodes: hk.Nodes, Foreign: hk.Foreign, Calls: conv(hk.Calls), Loads: conv(hk.Loads)})
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(escapeJSON(b), '\n'))
+	return err
 }

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"sync"
 	"time"
 
@@ -47,13 +49,13 @@ func watch(ctx context.Context, out io.Writer, c *conn, maxLines int) error {
 	if err != nil {
 		return err
 	}
-	w := &watcher{g: g, out: out, maxLines: maxLines, counts: map[string]int{}, stale: map[string]bool{}}
+	w := &watcher{g: g, rdb: rdb, timeout: c.timeout, out: out, maxLines: maxLines, counts: map[string]int{}, stale: map[string]bool{}}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
 	ready := make(chan error, len(masters))
 	for _, o := range masters {
-		wg.Go(func() { track(ctx, o, c.namespace, w, ready) })
+		wg.Go(func() { track(ctx, o, c.namespace, c.timeout, w, ready) })
 	}
 	for range masters {
 		select {
@@ -61,7 +63,7 @@ func watch(ctx context.Context, out io.Writer, c *conn, maxLines int) error {
 			if err != nil {
 				cancel()
 				wg.Wait()
-				return fmt.Errorf("client tracking refused: %w", err)
+				return fmt.Errorf("client tracking refused, or not confirmed within -timeout: %w", err)
 			}
 		case <-ctx.Done():
 			wg.Wait()
@@ -97,11 +99,16 @@ func masterOptions(ctx context.Context, rdb redis.UniversalClient) ([]*redis.Opt
 
 // track keeps a tracking connection to the master of o, reporting its
 // reports to w, until ctx ends. The first subscription's outcome goes to
-// ready; after it, a lost connection is dialled again.
-func track(ctx context.Context, o *redis.Options, ns string, w *watcher, ready chan<- error) {
+// ready (its confirmation awaited for timeout at most); after it, a lost
+// connection is dialled again. A connection silent for healthEvery is
+// probed (a SUBSCRIBE it already holds, confirmed): one that does not
+// answer within timeout is lost, so that a frozen or cut Redis prints
+// "lost" rather than looking like a quiet one.
+func track(ctx context.Context, o *redis.Options, ns string, timeout time.Duration, w *watcher, ready chan<- error) {
 	rdb := redis.NewClient(&redis.Options{
 		Addr: o.Addr, Username: o.Username, Password: o.Password, TLSConfig: o.TLSConfig,
 		Protocol: 2, PoolSize: 1, MaxRetries: -1, ContextTimeoutEnabled: true,
+		DialTimeout: timeout, WriteTimeout: timeout,
 		OnConnect: func(ctx context.Context, cn *redis.Conn) error {
 			// RESP2: the reports go to this same connection, subscribed.
 			id, err := cn.ClientID(ctx).Result()
@@ -112,12 +119,12 @@ func track(ctx context.Context, o *redis.Options, ns string, w *watcher, ready c
 		},
 	})
 	defer rdb.Close()
-	first := true
+	first, lost := true, false
 	for ctx.Err() == nil {
-		ps := rdb.Subscribe(ctx, "__redis__:invalidate")
+		ps := rdb.Subscribe(ctx, invalidateChannel)
 		// Closing the subscription is what ends a Receive for sure.
 		unwatch := context.AfterFunc(ctx, func() { _ = ps.Close() })
-		_, err := ps.Receive(ctx) // the confirmation, or why not
+		_, err := ps.ReceiveTimeout(ctx, timeout) // the confirmation, or why not
 		if first {
 			ready <- err
 			first = false
@@ -127,23 +134,22 @@ func track(ctx context.Context, o *redis.Options, ns string, w *watcher, ready c
 				return
 			}
 		}
-		for err == nil {
-			var msg any
-			msg, err = ps.Receive(ctx)
-			if m, ok := msg.(*redis.Message); ok {
-				names := m.PayloadSlice
-				if m.Payload != "" {
-					names = append(names, m.Payload)
-				}
-				w.changed(ctx, names)
+		if err == nil {
+			if lost {
+				w.event(time.Now(), "back", "", o.Addr+": listening")
+				lost = false
 			}
+			err = listen(ctx, ps, timeout, w)
 		}
 		unwatch()
 		_ = ps.Close()
 		if ctx.Err() == nil {
-			// A flush's report (go-redis cannot parse it), or a lost
-			// connection: say so, and listen again.
-			w.event(time.Now(), "lost", "", fmt.Sprintf("%s: %v; listening again", o.Addr, err))
+			// A flush's report (go-redis cannot parse it), a lost or
+			// silent connection: say so once, and listen again.
+			if !lost {
+				w.event(time.Now(), "lost", "", fmt.Sprintf("%s: %v; listening again", o.Addr, err))
+				lost = true
+			}
 			select {
 			case <-ctx.Done():
 			case <-time.After(time.Second):
@@ -152,9 +158,52 @@ func track(ctx context.Context, o *redis.Options, ns string, w *watcher, ready c
 	}
 }
 
+const invalidateChannel = "__redis__:invalidate"
+
+// healthEvery is how long a tracking connection may be silent before
+// watch asks it whether it is still there.
+const healthEvery = 5 * time.Second
+
+// listen passes ps's reports to w until the connection is lost (the
+// error) or silent past its probe.
+func listen(ctx context.Context, ps *redis.PubSub, timeout time.Duration, w *watcher) error {
+	probed := false
+	for {
+		wait := healthEvery
+		if probed {
+			wait = timeout
+		}
+		msg, err := ps.ReceiveTimeout(ctx, wait)
+		var ne net.Error
+		switch {
+		case err == nil:
+		case errors.As(err, &ne) && ne.Timeout() && !probed:
+			if err := ps.Subscribe(ctx, invalidateChannel); err != nil {
+				return err
+			}
+			probed = true
+			continue
+		case errors.As(err, &ne) && ne.Timeout():
+			return fmt.Errorf("no answer within %v", timeout)
+		default:
+			return err
+		}
+		probed = false
+		if m, ok := msg.(*redis.Message); ok {
+			names := m.PayloadSlice
+			if m.Payload != "" {
+				names = append(names, m.Payload)
+			}
+			w.changed(ctx, names)
+		}
+	}
+}
+
 // watcher turns reports of changed names into event lines and counts.
 type watcher struct {
 	g        *guard.Group
+	rdb      redis.UniversalClient
+	timeout  time.Duration
 	out      io.Writer
 	maxLines int
 

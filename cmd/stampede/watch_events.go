@@ -22,6 +22,10 @@ func (w *watcher) changed(ctx context.Context, names []string) {
 		if !ok || role == "hotkeys" {
 			continue
 		}
+		if (role == "taginv" || role == "inv") && !w.present(ctx, n) {
+			// The marker expired (or was dropped): no invalidation.
+			continue
+		}
 		if role == "taginv" {
 			w.event(now, "invalidate-tag", key, "")
 			continue
@@ -157,7 +161,20 @@ func (w *watcher) event(now time.Time, kind, key, detail string) {
 		line += " " + strconv.Quote(key)
 	}
 	if detail != "" {
-		line += "  " + detail
+		line += "  " + printable(detail) // may carry Redis's error text
 	}
 	fmt.Fprintln(w.out, line)
+}
+
+// present reports whether the name, reported changed, holds a value: an
+// invalidation marker is reported when written and again when it expires
+// (a tag's when its key set's time is up, a key's after the hold time),
+// and only the first is an invalidation. Unknown (Redis did not answer):
+// present.
+func (w *watcher) present(ctx context.Context, name string) bool {
+	ctx, cancel := context.WithTimeout(ctx, w.timeout)
+	defer cancel()
+	// PTTL, not EXISTS: the read-only operator user has it already.
+	ttl, err := w.rdb.PTTL(ctx, name).Result()
+	return err != nil || ttl != -2
 }
