@@ -460,3 +460,140 @@ func TestLocalTierJoinedReadPastLag(t *testing.T) {
 		})
 	}
 }
+
+// TestLocalTierHeldReaderKilledLongLag: as TestLocalTierHeldReaderKilled,
+// with LocalLag 1 s and B calling every 10 ms meanwhile: every call begun
+// past LocalLag after A's change must get the new value. The report
+// connection's own silence probes (every 500 ms) confirmed barriers that
+// never looked at the reader, and kept the next barrier that did from
+// coming due: a killed reader went unseen, and about 385 of 487 calls got
+// the replaced value, up to 5 s after. A barrier now counts no later than
+// the reader was last known alive (checkReader, readerProof).
+func TestLocalTierHeldReaderKilledLongLag(t *testing.T) {
+	const lag = time.Second
+	sock := filepath.Join(t.TempDir(), "r.sock")
+	for _, kind := range []string{"tcp", "unix"} {
+		t.Run(kind, func(t *testing.T) {
+			srv := redistest.Start(t, redistest.WithArgs("--unixsocket", sock+"."+kind, "--unixsocketperm", "700"))
+			bRdb := srv.Client(t, func(o *redis.Options) { o.ClientName = lagName })
+			if kind == "unix" {
+				bRdb = redis.NewClient(&redis.Options{Network: "unix", Addr: sock + "." + kind, ClientName: lagName, ContextTimeoutEnabled: true})
+				t.Cleanup(func() { _ = bRdb.Close() })
+			}
+			o := Options{Namespace: redistest.Key(t) + ":", LocalLag: lag, FreshFor: time.Hour, LocalEntries: 100, LocalTracking: TrackHeld}
+			a := newLocalNode(t, srv.Client(t), o)
+			b := newLocalNode(t, bRdb, o)
+			waitLocal(t, a)
+			waitLocal(t, b)
+			const key = "held"
+			var v atomic.Pointer[string]
+			v.Store(new("v1"))
+			load := func(context.Context) ([]byte, error) { return []byte(*v.Load()), nil }
+			redistest.Eventually(t, 10*time.Second, "B holding v1", func() bool {
+				hits := b.local.Load()
+				if _, err := b.Get(ctxT(t), key, load); err != nil {
+					t.Fatal(err)
+				}
+				return b.local.Load() > hits
+			})
+			admin := srv.Client(t)
+			ids := connsOfB(t, admin, readerConn, nil)
+			if len(ids) == 0 {
+				t.Fatal("no tracked reader of B's")
+			}
+			for _, id := range ids {
+				if err := admin.Do(ctxT(t), "CLIENT", "KILL", "ID", id).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			v.Store(new("v2"))
+			if err := a.Invalidate(ctxT(t), key); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := a.Get(ctxT(t), key, load); err != nil {
+				t.Fatal(err)
+			}
+			changed := time.Now()
+			var late, calls int
+			for time.Since(changed) < 3*lag {
+				start := time.Now()
+				got, err := b.Get(ctxT(t), key, load)
+				if err != nil {
+					t.Fatal(err)
+				}
+				calls++
+				if string(got) != "v2" && start.Sub(changed) > lag {
+					late++
+				}
+				time.Sleep(10 * time.Millisecond) // a hot node's pace
+			}
+			if late > 0 {
+				t.Errorf("%d of %d calls of B begun past LocalLag (%v) after A's change got the replaced value", late, calls, lag)
+			}
+		})
+	}
+}
+
+// TestLocalTierHeldLateJoinersShareARead: under TrackHeld a call joins
+// another's read only if it was sent within LocalLag before the call
+// began; one sent earlier is waited for, then the calls in that case
+// share the next read, not one each. Here 100 callers of one stale key,
+// Redis's replies delayed 300 ms (3 x LocalLag) for 3 s: the reads stay
+// about one per round trip. Each such call had read alone: 123 reads for
+// 50 callers, 423 for 200.
+func TestLocalTierHeldLateJoinersShareARead(t *testing.T) {
+	const lag = 100 * time.Millisecond
+	srv := redistest.Start(t)
+	proxy := redistest.NewProxy(t, srv.Addr)
+	o := Options{Namespace: redistest.Key(t) + ":", LocalLag: lag, FreshFor: 50 * time.Millisecond, StaleFor: time.Hour,
+		LocalEntries: 100, LocalTracking: TrackHeld}
+	tier.ReportAddr = func(string) string { return srv.Addr }
+	bRdb := redis.NewClient(&redis.Options{Addr: proxy.Addr, ContextTimeoutEnabled: true, PoolSize: 200})
+	t.Cleanup(func() { _ = bRdb.Close() })
+	b := newLocalNode(t, bRdb, o)
+	tier.ReportAddr = nil
+	waitLocal(t, b)
+	release := make(chan struct{})
+	var loads atomic.Int64
+	load := func(ctx context.Context) ([]byte, error) {
+		if loads.Add(1) == 1 {
+			return []byte("v1"), nil
+		}
+		select { // the refresh is stuck: the entry stays stale
+		case <-release:
+		case <-ctx.Done():
+		}
+		return []byte("v2"), nil
+	}
+	defer close(release)
+	if _, err := b.Get(ctxT(t), "hot", load); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // the condition: the entry stale
+	proxy.Delay(300 * time.Millisecond)
+	defer proxy.Delay(0)
+	admin := srv.Client(t)
+	if err := admin.ConfigResetStat(ctxT(t)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	const callers = 100
+	var wg sync.WaitGroup
+	end := time.Now().Add(3 * time.Second)
+	for i := range callers {
+		wg.Go(func() {
+			time.Sleep(time.Duration(i) * 300 * time.Millisecond / callers) // arrivals spread over a round trip
+			for time.Now().Before(end) {
+				if _, err := b.Get(context.Background(), "hot", load); err != nil {
+					t.Error(err)
+					return
+				}
+				time.Sleep(time.Duration(i%7) * 7 * time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+	st := commandCalls(t, admin)
+	if reads := st["get"] + st["mget"]; reads > 60 {
+		t.Errorf("%d reads of the key (GET %d, MGET %d) by %d callers over 3 s of 300 ms round trips; want about one per round trip", reads, st["get"], st["mget"], callers)
+	}
+}

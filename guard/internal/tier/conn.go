@@ -58,7 +58,12 @@ type tracker struct {
 	reader       atomic.Pointer[syscall.RawConn]
 	readerBlind  atomic.Bool
 	readerClient atomic.Pointer[redis.Client]
-	resp3        bool // the report connection runs in RESP3 (resp3.go)
+	// readerAt is when (nanotime) the reader's connection was last known
+	// alive: its socket found established, or a reply on it to a command
+	// sent then; 0: never. readerProbing: a CLIENT ID is out on it.
+	readerAt      atomic.Int64
+	readerProbing atomic.Bool
+	resp3         bool // the report connection runs in RESP3 (resp3.go)
 	// server is the address the report connection reached, when dialled
 	// as the client dials (not through ReportAddr); client: the one the
 	// client reached last; moved: the two differ (switch.go).
@@ -252,7 +257,7 @@ func (c *coherence) apply(t *tracker, ts *trackState, msg any) {
 	switch m := msg.(type) {
 	case *redis.Subscription:
 		if m.Kind == "subscribe" {
-			t.bar.confirmed()
+			t.bar.confirmed(c.readerProof(t))
 			ts.backoff, ts.reported = time.Millisecond, false
 			c.setUp(t, true)
 		}
@@ -294,13 +299,11 @@ func (c *coherence) sendBarriers(t *tracker, ps *redis.PubSub, done <-chan struc
 			timer.Reset(wait)
 			continue
 		}
-		// The barrier vouches for the reader as of before it was checked.
-		at := time.Now()
 		if c.perKey {
 			c.checkReader(t) // once per barrier, as the tier is used
 		}
 		c.probeData()
-		if err := t.bar.sendAt(at, func() error { return ps.Subscribe(t.life, invalidateChannel) }); err != nil {
+		if err := t.bar.send(func() error { return ps.Subscribe(t.life, invalidateChannel) }); err != nil {
 			return // the connection is gone; listen sees it too
 		}
 		timer.Reset(recheck)

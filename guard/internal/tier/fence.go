@@ -292,23 +292,23 @@ func Nanotime() int64 { return nanotime() }
 
 // send records a barrier and sends it with f (a SUBSCRIBE on the report
 // connection, whose confirmation is the barrier's reply).
-func (b *barriers) send(f func() error) error { return b.sendAt(time.Now(), f) }
-
-// sendAt is send, the barrier recorded as sent at at (before now): it
-// vouches for no more than what was checked since at (checkReader).
-func (b *barriers) sendAt(at time.Time, f func() error) error {
+func (b *barriers) send(f func() error) error {
 	b.sendMu.Lock()
 	defer b.sendMu.Unlock()
 	b.mu.Lock()
-	b.sent = append(b.sent, at)
+	b.sent = append(b.sent, time.Now())
 	b.inflight.Store(int64(len(b.sent)))
 	b.mu.Unlock()
 	return f()
 }
 
 // confirmed records that the oldest barrier in flight came back (its
-// SUBSCRIBE's confirmation); false when none was in flight.
-func (b *barriers) confirmed() bool {
+// SUBSCRIBE's confirmation); false when none was in flight. A barrier
+// vouches for the reports of what Redis tracks for this node; under
+// TrackHeld that is also what its tracked reader read, which the barrier
+// says nothing of: limit (nanotime, 0: none) is when that reader was last
+// known alive (readerProof), and applied goes no later.
+func (b *barriers) confirmed(limit int64) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.sent) == 0 {
@@ -317,10 +317,26 @@ func (b *barriers) confirmed() bool {
 	at := b.sent[0]
 	b.sent = b.sent[1:]
 	b.inflight.Store(int64(len(b.sent)))
-	b.applied.Store(int64(at.Sub(clockBase)))
+	applied := int64(at.Sub(clockBase))
+	if limit > 0 {
+		applied = min(applied, limit)
+	}
+	b.applied.Store(applied)
 	old := b.rtt.Load()
 	b.rtt.Store(max(int64(time.Since(at)), old-old/4))
 	return true
+}
+
+// slow records that a round trip the barriers wait on (the tracked
+// reader's CLIENT ID, checkReader) took d (ns): the next barriers go out
+// that much earlier (next), as for a slow barrier.
+func (b *barriers) slow(d int64) {
+	for {
+		old := b.rtt.Load()
+		if d <= old || b.rtt.CompareAndSwap(old, d) {
+			return
+		}
+	}
 }
 
 // next returns how long from now (nanotime) the next barrier is due: Lag

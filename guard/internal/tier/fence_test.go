@@ -157,13 +157,13 @@ func TestBarriers(t *testing.T) {
 	if b.recent(nanotime(), time.Hour) {
 		t.Error("recent with no barrier confirmed")
 	}
-	if b.confirmed() {
+	if b.confirmed(0) {
 		t.Error("a confirmation with no barrier in flight counted")
 	}
 	_ = b.send(func() error { return nil })
 	sent := nanotime()
 	_ = b.send(func() error { return nil })
-	if !b.confirmed() {
+	if !b.confirmed(0) {
 		t.Fatal("the first barrier's confirmation did not count")
 	}
 	if a := b.applied.Load(); a > sent {
@@ -177,7 +177,7 @@ func TestBarriers(t *testing.T) {
 		t.Error("a barrier two hours old is recent within an hour")
 	}
 	b.reset()
-	if b.recent(nanotime(), time.Hour) || b.confirmed() {
+	if b.recent(nanotime(), time.Hour) || b.confirmed(0) {
 		t.Error("reset kept a barrier")
 	}
 }
@@ -192,7 +192,7 @@ func TestBarrierNext(t *testing.T) {
 		t.Fatalf("next with none back: %v, want 0", got)
 	}
 	_ = b.send(func() error { return nil })
-	b.confirmed()
+	b.confirmed(0)
 	a := b.applied.Load()
 	for _, tc := range []struct {
 		rtt, want time.Duration
@@ -230,7 +230,7 @@ func TestFencedNotWhileBarrierOut(t *testing.T) {
 	c := &coherence{lag: time.Hour}
 	c.all.Store(&[]*tracker{tr})
 	_ = tr.bar.send(func() error { return nil })
-	tr.bar.confirmed()
+	tr.bar.confirmed(0)
 	if !c.fenced(nanotime()) {
 		t.Fatal("not fenced: quiet, a barrier back, none out")
 	}
@@ -238,7 +238,7 @@ func TestFencedNotWhileBarrierOut(t *testing.T) {
 	if c.fenced(nanotime()) {
 		t.Error("fenced while a barrier is in flight")
 	}
-	tr.bar.confirmed()
+	tr.bar.confirmed(0)
 	if !c.fenced(nanotime()) {
 		t.Error("not fenced once the barrier came back")
 	}

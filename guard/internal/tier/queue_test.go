@@ -32,32 +32,29 @@ func TestTrackedQueueOnlyPerKey(t *testing.T) {
 
 // TestTrackedQueueBoundedByBytes: the copies waiting for their tracked
 // reads (each holding its value) cost at most half the tier's bytes,
-// whatever the reader's pace: here no reader runs (Redis unreachable), as
-// when the path to Redis stalls. Bounded by count alone, the queue held
-// 1,024 values of up to Bytes/8 each: 250 MB and more beside a 4 MiB tier.
+// whatever the reader's pace: here no reader runs, as when the path to
+// Redis stalls. Bounded by count alone, the queue held 1,024 values of up
+// to Bytes/8 each: 250 MB and more beside a 4 MiB tier.
 func TestTrackedQueueBoundedByBytes(t *testing.T) {
 	const bytes = 1 << 20
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
-	defer rdb.Close()
-	tr := New(rdb, Config{Entries: 10, Bytes: bytes, Namespace: "q:", Lag: time.Second, Timeout: time.Second, PerKey: true})
-	defer tr.Close()
+	tk := &tracker{keeps: make(chan keepReq, 4*maxTrackBatch)}
+	c := &coherence{tier: &Tier{maxBytes: bytes, maxItem: bytes / 8}, trackers: map[string]*tracker{"": tk}}
+	c.all.Store(&[]*tracker{tk})
 	value := make([]byte, bytes/16)
 	for i := range 1000 {
 		key := fmt.Sprintf("k%d", i)
-		e := entry.Entry{Value: value, Fence: 1, Written: 1}
-		tr.Keep(key, "q:{"+key+"}", Ticket{}, &e, time.Minute, 0, false)
+		c.track(keepReq{key: key, name: "q:{" + key + "}", e: entry.Entry{Value: value}, cost: len(value) + 2*len(key) + Overhead})
 	}
-	tr.coh.mu.Lock()
-	tk := tr.coh.trackers[""]
-	tr.coh.mu.Unlock()
-	var held int
+	var held, cost int
 	for range len(tk.keeps) {
-		held += len((<-tk.keeps).e.Value)
+		r := <-tk.keeps
+		held += len(r.e.Value)
+		cost += r.cost
 	}
-	if held > bytes/2 {
-		t.Errorf("the queue held %d bytes of values for a tier of %d; want at most half", held, bytes)
+	if held > bytes/2 || held == 0 {
+		t.Errorf("the queue held %d bytes of values for a tier of %d; want some, and at most half", held, bytes)
 	}
-	if held == 0 {
-		t.Error("nothing queued: the test checks nothing")
+	if q := tk.queued.Load(); q != int64(cost) {
+		t.Errorf("queued counts %d bytes; the queue holds copies costing %d", q, cost)
 	}
 }

@@ -89,7 +89,7 @@ func (c *coherence) listenRESP3(t *tracker, ts *trackState) error {
 		if t.moved.Load() {
 			return errMoved
 		}
-		t.bar.confirmed()
+		t.bar.confirmed(0) // the reports and the tracked reads share this connection
 		ts.backoff, ts.reported = time.Millisecond, false
 		c.setUp(t, true)
 		select {

@@ -110,7 +110,7 @@ func (c *coherence) readTracked(t *tracker, reader *redis.Client, done <-chan st
 				break more
 			}
 		}
-		c.readBatch(reader, batch)
+		c.readBatch(t, reader, batch)
 		for i := range batch {
 			t.queued.Add(-int64(batch[i].cost))
 			batch[i] = keepReq{} // its value is not held until the next batch
@@ -122,9 +122,10 @@ func (c *coherence) readTracked(t *tracker, reader *redis.Client, done <-chan st
 // invalidation times) on the tracked reader in one pipeline, and keeps
 // the copies whose entries are as they were read. A GET of each entry
 // had cost Redis every copy's value twice.
-func (c *coherence) readBatch(reader *redis.Client, batch []keepReq) {
+func (c *coherence) readBatch(t *tracker, reader *redis.Client, batch []keepReq) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.rt)
 	defer cancel()
+	sent := nanotime()
 	pipe := reader.Pipeline()
 	gets := make([]*redis.StringCmd, len(batch))
 	tinvs := make([]*redis.StringCmd, len(batch))
@@ -137,6 +138,11 @@ func (c *coherence) readBatch(reader *redis.Client, batch []keepReq) {
 		}
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command
+	if gets[0].Err() == nil {
+		// A reply: the reader was alive when the reads were sent, and
+		// the copies kept below depend on it since.
+		storeMax(&t.readerAt, sent)
+	}
 	for i, r := range batch {
 		raw, err := gets[i].Bytes()
 		if err != nil {
@@ -214,17 +220,20 @@ func (c *coherence) readerDialed(t *tracker) func(net.Conn) {
 	}
 }
 
-// checkReader flushes the tier once t's tracked reader's connection is
-// lost: a CLIENT KILL, a timeout or an output-buffer limit on Redis's side
-// ends the tracking of every key read on it, and a reader with nothing to
-// read would only notice at its next read, while the copies it vouched
-// for are served. The barriers run it, so a copy goes within LocalLag.
+// checkReader looks at t's tracked reader's connection, at each barrier
+// while the tier is used: a CLIENT KILL, a timeout or an output-buffer
+// limit on Redis's side ends the tracking of every key read on it, and a
+// reader with nothing to read would only notice at its next read, while
+// the copies it vouched for are served. A barrier therefore counts no
+// later than the reader was last known alive (readerProof), so a copy
+// goes within LocalLag of the reader's loss.
 //
-// A TCP socket on Linux is asked whether it is still established. Any
-// other (a Unix socket, a dialer that wraps the connection, another OS)
-// cannot be: the reader sends CLIENT ID on it instead, one round trip per
-// barrier, and an error, or a new connection (readerDialed), flushes. A
-// lost reader had been seen only at its next dial, and a node serving
+// A TCP socket on Linux is asked whether it is still established: if so,
+// it was alive now; if not, the tier flushes. Any other (a Unix socket, a
+// dialer that wraps the connection, another OS) cannot be: a CLIENT ID is
+// sent on the reader instead, beside the barrier, and its reply proves it
+// alive when it was sent (as does any tracked read's); an error flushes.
+// A lost reader had been seen only at its next dial, and a node serving
 // only hits never dialled: its copies outlived their changes until
 // LocalTTL.
 func (c *coherence) checkReader(t *tracker) {
@@ -233,19 +242,53 @@ func (c *coherence) checkReader(t *tracker) {
 		if rc == nil {
 			return // no connection yet, or its loss was seen
 		}
-		if _, ok := bytesReceived(*rc); !ok && t.reader.CompareAndSwap(rc, nil) {
-			c.tier.Flush()
+		if _, ok := bytesReceived(*rc); !ok {
+			if t.reader.CompareAndSwap(rc, nil) {
+				c.tier.Flush()
+			}
+			return
 		}
+		storeMax(&t.readerAt, nanotime())
 		return
 	}
 	r := t.readerClient.Load()
-	if r == nil {
+	if r == nil || !t.readerProbing.CompareAndSwap(false, true) {
 		return
 	}
-	ctx, cancel := context.WithTimeout(t.life, c.rt)
-	defer cancel()
-	if err := r.Do(ctx, "CLIENT", "ID").Err(); err != nil && t.life.Err() == nil {
-		c.tier.Flush()
+	c.goTracker(func() {
+		defer t.readerProbing.Store(false)
+		ctx, cancel := context.WithTimeout(t.life, c.rt)
+		defer cancel()
+		sent := nanotime()
+		if err := r.Do(ctx, "CLIENT", "ID").Err(); err != nil {
+			if t.life.Err() == nil {
+				c.tier.Flush()
+			}
+			return
+		}
+		storeMax(&t.readerAt, sent)
+		t.bar.slow(nanotime() - sent)
+	})
+}
+
+// readerProof is the limit of t's barriers (barriers.confirmed): when its
+// tracked reader was last known alive; 0 (none) for a tier that tracks
+// every change (no reader), or before the reader read anything (no copy
+// depends on it yet).
+func (c *coherence) readerProof(t *tracker) int64 {
+	if !c.perKey {
+		return 0
+	}
+	return t.readerAt.Load()
+}
+
+// storeMax stores v in a unless a holds more.
+func storeMax(a *atomic.Int64, v int64) {
+	for {
+		cur := a.Load()
+		if cur >= v || a.CompareAndSwap(cur, v) {
+			return
+		}
 	}
 }
 
