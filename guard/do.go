@@ -130,8 +130,15 @@ func (g *Group) readPathOnce(ctx context.Context, c *call) (Result, error) {
 	if err == nil && lk.owner != c && !g.joinedFits(c, &lk) {
 		// This call joined a read sent, or a load ended, before it began,
 		// and a newer value may have been returned since (to a call that
-		// may have ended before this one began): it reads for itself.
-		lk, err = g.readOnce(context.WithoutCancel(ctx), c, nil)
+		// may have ended before this one began): it reads again. That
+		// flight ended, so the one it joins now (or starts) was sent
+		// after it began: the calls in the same case share one read,
+		// not one each (as many reads as calls under TrackHeld, which
+		// joins only reads sent within LocalLag).
+		lk, err = g.lookup(ctx, c)
+		if err == nil && lk.owner != c && !g.joinedFits(c, &lk) {
+			lk, err = g.readOnce(context.WithoutCancel(ctx), c, nil)
+		}
 	}
 	if err != nil {
 		if ctx.Err() != nil {
