@@ -350,6 +350,21 @@ func wrappingDialer(ctx context.Context, network, addr string) (net.Conn, error)
 
 func heldReaderKilled(t *testing.T, srv *redistest.Server, bRdb *redis.Client) {
 	const lag = 100 * time.Millisecond
+	b, get, _ := killHeldReader(t, srv, bRdb, lag)
+	time.Sleep(3 * lag) // the claim: reads begun this long after the change
+	for range 100 {
+		if got := get(); got != "v2" {
+			t.Fatalf("B got %q %v after A's change returned, want v2 (B's tier hits: %d)", got, 3*lag, b.local.Load())
+		}
+	}
+}
+
+// killHeldReader makes node B, on bRdb, hold a copy (v1) of a key under
+// TrackHeld, kills B's tracked reader's connection, and has node A change
+// the key (v2). It returns B, a call of the key on B (its value), and
+// when A's change returned.
+func killHeldReader(t *testing.T, srv *redistest.Server, bRdb *redis.Client, lag time.Duration) (*localNode, func() string, time.Time) {
+	t.Helper()
 	o := Options{Namespace: redistest.Key(t) + ":", LocalLag: lag, FreshFor: time.Hour, LocalEntries: 100, LocalTracking: TrackHeld}
 	a := newLocalNode(t, srv.Client(t), o)
 	b := newLocalNode(t, bRdb, o)
@@ -383,16 +398,15 @@ func heldReaderKilled(t *testing.T, srv *redistest.Server, bRdb *redis.Client) {
 	if _, err := a.Get(ctxT(t), key, load); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(3 * lag) // the claim: reads begun this long after the change
-	for range 100 {
+	changed := time.Now()
+	get := func() string {
 		got, err := b.Get(ctxT(t), key, load)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if string(got) != "v2" {
-			t.Fatalf("B got %q %v after A's change returned, want v2 (B's tier hits: %d)", got, 3*lag, b.local.Load())
-		}
+		return string(got)
 	}
+	return b, get, changed
 }
 
 // TestLocalTierJoinedReadPastLag: B's data connections reach Redis through
@@ -480,49 +494,13 @@ func TestLocalTierHeldReaderKilledLongLag(t *testing.T) {
 				bRdb = redis.NewClient(&redis.Options{Network: "unix", Addr: sock + "." + kind, ClientName: lagName, ContextTimeoutEnabled: true})
 				t.Cleanup(func() { _ = bRdb.Close() })
 			}
-			o := Options{Namespace: redistest.Key(t) + ":", LocalLag: lag, FreshFor: time.Hour, LocalEntries: 100, LocalTracking: TrackHeld}
-			a := newLocalNode(t, srv.Client(t), o)
-			b := newLocalNode(t, bRdb, o)
-			waitLocal(t, a)
-			waitLocal(t, b)
-			const key = "held"
-			var v atomic.Pointer[string]
-			v.Store(new("v1"))
-			load := func(context.Context) ([]byte, error) { return []byte(*v.Load()), nil }
-			redistest.Eventually(t, 10*time.Second, "B holding v1", func() bool {
-				hits := b.local.Load()
-				if _, err := b.Get(ctxT(t), key, load); err != nil {
-					t.Fatal(err)
-				}
-				return b.local.Load() > hits
-			})
-			admin := srv.Client(t)
-			ids := connsOfB(t, admin, readerConn, nil)
-			if len(ids) == 0 {
-				t.Fatal("no tracked reader of B's")
-			}
-			for _, id := range ids {
-				if err := admin.Do(ctxT(t), "CLIENT", "KILL", "ID", id).Err(); err != nil {
-					t.Fatal(err)
-				}
-			}
-			v.Store(new("v2"))
-			if err := a.Invalidate(ctxT(t), key); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := a.Get(ctxT(t), key, load); err != nil {
-				t.Fatal(err)
-			}
-			changed := time.Now()
+			_, get, changed := killHeldReader(t, srv, bRdb, lag)
 			var late, calls int
 			for time.Since(changed) < 3*lag {
 				start := time.Now()
-				got, err := b.Get(ctxT(t), key, load)
-				if err != nil {
-					t.Fatal(err)
-				}
+				got := get()
 				calls++
-				if string(got) != "v2" && start.Sub(changed) > lag {
+				if got != "v2" && start.Sub(changed) > lag {
 					late++
 				}
 				time.Sleep(10 * time.Millisecond) // a hot node's pace
