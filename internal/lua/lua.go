@@ -95,16 +95,16 @@ func Pipeline(ctx context.Context, rdb redis.UniversalClient, gets []string, s *
 // noScript returns the indexes among idx (all of cmds when nil) of the
 // commands a server answered NOSCRIPT.
 func noScript(cmds []*redis.Cmd, idx []int) []int {
-	var out []int
+	n := len(idx)
 	if idx == nil {
-		for i, c := range cmds {
-			if redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
-				out = append(out, i)
-			}
-		}
-		return out
+		n = len(cmds)
 	}
-	for _, i := range idx {
+	var out []int
+	for k := range n {
+		i := k
+		if idx != nil {
+			i = idx[k]
+		}
 		if redis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") {
 			out = append(out, i)
 		}
