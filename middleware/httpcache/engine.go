@@ -103,7 +103,11 @@ func (e *engine) serve(w http.ResponseWriter, r *http.Request, key string, direc
 	if len(r.Header["Range"]) > 0 {
 		return e.serveRange(w, r, key, direct, h)
 	}
-	if handled, err := e.fromTier(w, r, key, direct, h); handled {
+	if handled, body, err := e.fromTier(w, r, key, direct, h); handled {
+		if body != nil {
+			// Written here, not deeper: see fromTier.
+			_, _ = w.Write(body)
+		}
 		return err
 	}
 	return e.serveCall(w, r, &call{e: e, key: key, w: w, r: r, h: h}, direct, again)
@@ -116,42 +120,61 @@ func (e *engine) serve(w http.ResponseWriter, r *http.Request, key string, direc
 // serveCall handles otherwise (garbage under the key); serveCall then
 // calls Do. A URL that varies takes its record and its variant from the
 // tier too, or serves the variant through serveCall.
-func (e *engine) fromTier(w http.ResponseWriter, r *http.Request, key string, direct func() error, h Handler) (handled bool, err error) {
+//
+// The response's head is written here; its body, when it has one, is
+// returned for serve to write. net/http writes the head to the connection
+// on that first Write, in frames of about 4.5 KiB of stack, on top of
+// whatever frames are on the stack then. Made from serve, the Write keeps
+// a hit's deepest point within the 8 KiB stack net/http's connection
+// goroutine keeps between collections; made from the frames below serve,
+// it crossed it, and the goroutine's stack was copied to a larger one
+// after every collection had shrunk it: 3-4 % of a node's CPU in
+// BenchmarkHTTPPeers. So the rare paths (a vary record, garbage) are
+// functions of their own, and this one stays small.
+func (e *engine) fromTier(w http.ResponseWriter, r *http.Request, key string, direct func() error, h Handler) (handled bool, body []byte, err error) {
 	res, ok := e.tierHit(r, key)
 	if !ok {
-		return false, nil
+		return false, nil, nil
 	}
-	var (
-		vary    []string
-		primary string
-	)
 	if isRecord(res.Value) {
-		rec, derr := decodeRecord(res.Value)
-		if derr != nil {
-			return true, e.garbage(w, r, &call{e: e, key: key, w: w, r: r, h: h}, res.Value, direct, true)
-		}
-		vkey := variantKey(key, rec, r)
-		vres, ok := e.tierHit(r, vkey)
-		if !ok || isRecord(vres.Value) {
-			v := &call{e: e, key: vkey, w: w, r: r, h: h, vary: rec.names, primary: key}
-			if !ok {
-				return true, e.serveCall(w, r, v, direct, true)
-			}
-			return true, e.garbage(w, r, v, vres.Value, direct, true)
-		}
-		key, res, vary, primary = vkey, vres, rec.names, key
+		return e.fromTierVaried(w, r, key, &res, direct, h)
 	}
+	return e.fromTierServe(w, r, key, &res, nil, "", direct, h)
+}
+
+// fromTierVaried is fromTier for a key that holds a vary record: the
+// variant r selects is served from the tier too, or through serveCall.
+func (e *engine) fromTierVaried(w http.ResponseWriter, r *http.Request, key string, res *guard.Result, direct func() error, h Handler) (bool, []byte, error) {
+	rec, derr := decodeRecord(res.Value)
+	if derr != nil {
+		return true, nil, e.garbage(w, r, &call{e: e, key: key, w: w, r: r, h: h}, res.Value, direct, true)
+	}
+	vkey := variantKey(key, rec, r)
+	vres, ok := e.tierHit(r, vkey)
+	if !ok || isRecord(vres.Value) {
+		v := &call{e: e, key: vkey, w: w, r: r, h: h, vary: rec.names, primary: key}
+		if !ok {
+			return true, nil, e.serveCall(w, r, v, direct, true)
+		}
+		return true, nil, e.garbage(w, r, v, vres.Value, direct, true)
+	}
+	return e.fromTierServe(w, r, vkey, &vres, rec.names, key, direct, h)
+}
+
+// fromTierServe serves res, the tier's answer for key, which is not a
+// vary record; vary and primary are the record's names and key when key
+// is a variant's.
+func (e *engine) fromTierServe(w http.ResponseWriter, r *http.Request, key string, res *guard.Result, vary []string, primary string, direct func() error, h Handler) (bool, []byte, error) {
 	sr, derr := e.decoded(key, res.Value)
 	if derr != nil {
 		c := &call{e: e, key: key, w: w, r: r, h: h, vary: vary, primary: primary}
-		return true, e.garbage(w, r, c, res.Value, direct, true)
+		return true, nil, e.garbage(w, r, c, res.Value, direct, true)
 	}
-	if !e.usable(r, &sr, res) {
+	if !e.usable(r, &sr, *res) {
 		w.Header().Set("Cache-Status", cachestatus.Request)
-		return true, runDirect(direct, h, w, r)
+		return true, nil, runDirect(direct, h, w, r)
 	}
-	e.write(w, r, &sr, res, cachestatus.Of(res.Status))
-	return true, nil
+	return true, e.writeHead(w, r, &sr, *res, cachestatus.Of(res.Status)), nil
 }
 
 // tierHit is the guard's answer for key from its in-process tier alone,
@@ -344,17 +367,25 @@ func (e *engine) usable(r *http.Request, sr *storedResponse, res guard.Result) b
 // write serves a stored response, or the 304 or 412 the request's
 // preconditions make of it.
 func (e *engine) write(w http.ResponseWriter, r *http.Request, sr *storedResponse, res guard.Result, status string) {
+	if body := e.writeHead(w, r, sr, res, status); body != nil {
+		_, _ = w.Write(body)
+	}
+}
+
+// writeHead is write without the body's Write: it returns the body to
+// write, or nil when the response has none (a HEAD, a 204, a 304, a 412).
+func (e *engine) writeHead(w http.ResponseWriter, r *http.Request, sr *storedResponse, res guard.Result, status string) []byte {
 	age := sr.ageField(min(sr.initialAge+int64(res.Age/time.Second), maxDelta))
 	switch precondition(r, sr) {
 	case http.StatusNotModified:
 		writeNotModified(w, sr, age, status)
-		return
+		return nil
 	case http.StatusPreconditionFailed:
 		dst := w.Header()
 		dst["Cache-Status"] = statusField(status)
 		dst["Content-Type"] = []string{"text/plain; charset=utf-8"}
 		w.WriteHeader(http.StatusPreconditionFailed)
-		return
+		return nil
 	}
 	dst := w.Header()
 	for _, f := range sr.fields {
@@ -375,9 +406,17 @@ func (e *engine) write(w http.ResponseWriter, r *http.Request, sr *storedRespons
 	}
 	w.WriteHeader(sr.status)
 	if withBody && r.Method != http.MethodHead {
-		_, _ = w.Write(sr.body)
+		if sr.body == nil {
+			return emptyBody // written all the same, as before
+		}
+		return sr.body
 	}
+	return nil
 }
+
+// emptyBody is the body of a response whose body is empty: not nil, which
+// says there is none to write.
+var emptyBody = []byte{}
 
 // followCacheStatus is the Cache-Status of a response that carried
 // upstream's members: this cache's member follows them (RFC 9211 §2: the

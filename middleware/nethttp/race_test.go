@@ -1,0 +1,6 @@
+//go:build race
+
+package guardhttp_test
+
+// raceEnabled: the race detector is on (its frames are larger).
+const raceEnabled = true
