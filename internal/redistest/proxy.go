@@ -27,8 +27,16 @@ type Proxy struct {
 	conns   map[*proxied]struct{}
 	closed  bool
 	refuse  bool // REDIRECT turned into an option Redis refuses
+	sent    []sentWatch
 	wg      sync.WaitGroup
 	dialed  atomic.Int64 // connections accepted and joined to the server
+}
+
+// sentWatch is one Sent: pattern, and the channel closed when a client
+// has sent it.
+type sentWatch struct {
+	pattern []byte
+	done    chan struct{}
 }
 
 // proxied is one connection through the proxy.
@@ -67,6 +75,35 @@ func (p *Proxy) Resume() { p.set(func() { p.stalled = false }) }
 // the server does not know (same length, so the command stays whole), and
 // the server answers an error.
 func (p *Proxy) RefuseRedirect() { p.set(func() { p.refuse = true }) }
+
+// Sent returns a channel closed once a client has sent bytes holding
+// pattern (within one read from its connection) and the proxy has passed
+// them to the server: the server has the command, whatever the proxy does
+// to its reply. How a test knows a command was sent before something it
+// does next, without a sleep.
+func (p *Proxy) Sent(pattern []byte) <-chan struct{} {
+	w := sentWatch{pattern: bytes.Clone(pattern), done: make(chan struct{})}
+	p.mu.Lock()
+	p.sent = append(p.sent, w)
+	p.mu.Unlock()
+	return w.done
+}
+
+// passed closes the Sent channels whose pattern b holds.
+func (p *Proxy) passed(b []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	kept := p.sent[:0]
+	for _, w := range p.sent {
+		if bytes.Contains(b, w.pattern) {
+			close(w.done)
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	clear(p.sent[len(kept):])
+	p.sent = kept
+}
 
 // Dialed returns how many connections the proxy has accepted and joined
 // to the server so far.
@@ -139,6 +176,7 @@ func (p *Proxy) up(c *proxied) {
 			if _, werr := c.server.Write(buf[:n]); werr != nil {
 				break
 			}
+			p.passed(buf[:n])
 		}
 		if err != nil {
 			break
