@@ -411,10 +411,10 @@ func killHeldReader(t *testing.T, srv *redistest.Server, bRdb *redis.Client, lag
 
 // TestLocalTierJoinedReadPastLag: B's data connections reach Redis through
 // a path that delays the replies 300 ms (its report connection is
-// direct). B reads a key it holds nothing of; 20 ms later A changes it
-// (an Invalidate, then a fill of v2); 150 ms after A's change returned
-// (past LocalLag, 100 ms) a second call on B begins, while B's first read
-// is still in flight. It must get v2, under either tracking mode.
+// direct). B reads a key it holds nothing of; once Redis ran that read
+// (the proxy tells), A changes it (an Invalidate, then a fill of v2);
+// 150 ms after A's change returned (past LocalLag, 100 ms) a second call
+// on B begins, while B's first read is still in flight. It must get v2, under either tracking mode.
 //
 // Under TrackHeld, Redis reports no change of a key B never read tracked,
 // so the tier could not tell the first read stale, and the second call
@@ -444,14 +444,14 @@ func TestLocalTierJoinedReadPastLag(t *testing.T) {
 					t.Fatal(err)
 				}
 				proxy.Delay(300 * time.Millisecond)
-				sent := proxy.Sent([]byte(key))
+				ran := proxy.Ran([]byte(key))
 				first := make(chan error, 1)
 				go func() {
 					_, err := b.Get(context.Background(), key, load)
 					first <- err
 				}()
 				select {
-				case <-sent: // B's read is at Redis, its reply held
+				case <-ran: // Redis ran B's read; the proxy holds its reply
 				case <-time.After(5 * time.Second):
 					t.Fatalf("%s: B's first call sent no read of the key", key)
 				}

@@ -26,15 +26,15 @@ type Proxy struct {
 	changed chan struct{} // closed and replaced when delay or stall change
 	conns   map[*proxied]struct{}
 	closed  bool
-	refuse  bool // REDIRECT turned into an option Redis refuses
-	sent    []sentWatch
+	refuse  bool       // REDIRECT turned into an option Redis refuses
+	watches []ranWatch // Ran's, not yet sent by a client
 	wg      sync.WaitGroup
 	dialed  atomic.Int64 // connections accepted and joined to the server
 }
 
-// sentWatch is one Sent: pattern, and the channel closed when a client
-// has sent it.
-type sentWatch struct {
+// ranWatch is one Ran: pattern, and the channel closed when the server
+// answered it.
+type ranWatch struct {
 	pattern []byte
 	done    chan struct{}
 }
@@ -42,6 +42,7 @@ type sentWatch struct {
 // proxied is one connection through the proxy.
 type proxied struct {
 	client, server net.Conn
+	ran            []ranWatch // sent to the server here, not answered yet (p.mu)
 }
 
 // NewProxy starts a proxy to upstream (a loopback host:port), stopped
@@ -76,33 +77,45 @@ func (p *Proxy) Resume() { p.set(func() { p.stalled = false }) }
 // the server answers an error.
 func (p *Proxy) RefuseRedirect() { p.set(func() { p.refuse = true }) }
 
-// Sent returns a channel closed once a client has sent bytes holding
-// pattern (within one read from its connection) and the proxy has passed
-// them to the server: the server has the command, whatever the proxy does
-// to its reply. How a test knows a command was sent before something it
-// does next, without a sleep.
-func (p *Proxy) Sent(pattern []byte) <-chan struct{} {
-	w := sentWatch{pattern: bytes.Clone(pattern), done: make(chan struct{})}
+// Ran returns a channel closed once a client has sent bytes holding
+// pattern (within one read from its connection) and the server has then
+// sent its first bytes back on that connection, before the proxy delays
+// or stalls them. With nothing else outstanding on the connection, those
+// are the command's reply: the server has run it. How a test knows a
+// command ran before something it does next, without a sleep.
+func (p *Proxy) Ran(pattern []byte) <-chan struct{} {
+	w := ranWatch{pattern: bytes.Clone(pattern), done: make(chan struct{})}
 	p.mu.Lock()
-	p.sent = append(p.sent, w)
+	p.watches = append(p.watches, w)
 	p.mu.Unlock()
 	return w.done
 }
 
-// passed closes the Sent channels whose pattern b holds.
-func (p *Proxy) passed(b []byte) {
+// passed moves the Ran watches whose pattern b holds to c's, now that b
+// went to the server on c.
+func (p *Proxy) passed(c *proxied, b []byte) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	kept := p.sent[:0]
-	for _, w := range p.sent {
+	kept := p.watches[:0]
+	for _, w := range p.watches {
 		if bytes.Contains(b, w.pattern) {
-			close(w.done)
+			c.ran = append(c.ran, w)
 		} else {
 			kept = append(kept, w)
 		}
 	}
-	clear(p.sent[len(kept):])
-	p.sent = kept
+	clear(p.watches[len(kept):])
+	p.watches = kept
+}
+
+// answered closes c's Ran watches: the server sent bytes back on c.
+func (p *Proxy) answered(c *proxied) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, w := range c.ran {
+		close(w.done)
+	}
+	c.ran = nil
 }
 
 // Dialed returns how many connections the proxy has accepted and joined
@@ -173,10 +186,10 @@ func (p *Proxy) up(c *proxied) {
 			if refuse {
 				copy(buf[:n], bytes.ReplaceAll(buf[:n], []byte("REDIRECT"), []byte("REDIRECX")))
 			}
+			p.passed(c, buf[:n]) // before: the reply may come at once
 			if _, werr := c.server.Write(buf[:n]); werr != nil {
 				break
 			}
-			p.passed(buf[:n])
 		}
 		if err != nil {
 			break
@@ -201,6 +214,7 @@ func (p *Proxy) down(c *proxied) {
 		for {
 			n, err := c.server.Read(buf)
 			if n > 0 {
+				p.answered(c)
 				q <- chunk{b: append([]byte(nil), buf[:n]...), at: time.Now()}
 			}
 			if err != nil {
