@@ -85,6 +85,9 @@ func (g *Group) claimLoads(keys []string) []*runningLoad {
 // most one load of a key runs in this process at a time.
 func (b *batch) degrade(idx []int) {
 	g := b.g
+	for _, i := range idx {
+		g.loc.ToReserve(b.keys[i]) // see alone
+	}
 	idx = b.fromReserve(idx)
 	var mine []int
 	var slots []*runningLoad

@@ -12,8 +12,8 @@ import (
 // Serving without Redis. While the Group cannot coordinate through Redis
 // (the breaker is open, or a call's Redis read failed), it degrades to a
 // per-node cache, never below: a value this node holds in memory (the
-// reserve: the tier's copies when Redis went away, and what it loaded
-// since) is served within its windows, as Degraded while fresh and as
+// reserve: the tier's copies when Redis went away, taken as soon as a
+// call finds Redis unreachable, and what it loaded since) is served within its windows, as Degraded while fresh and as
 // Stale after, with no load; a stale one is refreshed in the background,
 // once per node, backing off ErrorBackoff after a failure; only a key
 // this node holds nothing of is loaded for its callers, one load of a key
@@ -50,6 +50,13 @@ func (g *Group) degraded(ctx context.Context, c *call) (Result, error) {
 func (g *Group) alone(ctx context.Context, c *call) (Result, error) {
 	if res, err, ok := g.fromReserve(ctx, c); ok {
 		return res, err
+	}
+	// The tier may hold a copy it has not handed over yet: Redis frozen,
+	// or the path to it stalled, is seen here first (tier.ToReserve).
+	if g.loc.ToReserve(c.key) {
+		if res, err, ok := g.fromReserve(ctx, c); ok {
+			return res, err
+		}
 	}
 	detached := context.WithoutCancel(ctx)
 	return g.takeTurns(ctx, c, func() (Result, error) {

@@ -74,7 +74,10 @@ type Options struct {
 	// hot keys from memory, coherent with the fleet (docs/local-tier.md);
 	// LocalTTL bounds a copy's life. Default: 10000, 64 MiB and 1m. On a
 	// *redis.Client the tier adds a dial hook to the client, to follow it
-	// to another server (a Sentinel failover).
+	// to another server (a Sentinel failover). They bound too what a node
+	// keeps to serve while Redis is unreachable (the reserve, even with
+	// the tier off): size them for the hot set to carry through an
+	// outage, whose other keys are loaded again as they are evicted.
 	LocalEntries int
 	LocalBytes   int
 	LocalTTL     time.Duration

@@ -439,6 +439,36 @@ func (t *Tier) toReserve() {
 	}
 }
 
+// ToReserve hands the copy of key, if the tier holds one, to the reserve,
+// as the tier hands over all its copies when it stops, and reports whether
+// it did. For a Group that cannot reach Redis while the tier has not
+// stopped yet: a path that stalls or a server that freezes is seen from a
+// call's timeout, well before the report connection is given up, and the
+// copy the tier would have handed over then must not be loaded again
+// meanwhile. The copy stays in the tier.
+func (t *Tier) ToReserve(key string) bool {
+	if t == nil || t.reserve == nil || t.redisNow == nil {
+		return false
+	}
+	rnow, known := t.redisNow()
+	if !known {
+		return false
+	}
+	now := time.Now()
+	at := func(redisMs int64) time.Time { return now.Add(time.Duration(redisMs-rnow) * time.Millisecond) }
+	t.mu.Lock()
+	it := t.byKey[key]
+	if it == nil || it.mark {
+		t.mu.Unlock()
+		return false
+	}
+	k := Kept{Key: it.key, Name: it.name, Value: it.Entry.Value, FreshUntil: at(it.Entry.FreshUntil),
+		StaleUntil: at(it.Entry.StaleUntil), Base: clockBase.Add(time.Duration(it.Base))}
+	t.mu.Unlock()
+	t.reserve.Offer(k)
+	return true
+}
+
 // Serving reports whether the tier serves: every report connection is
 // confirmed, so Redis is up.
 func (t *Tier) Serving() bool { return t != nil && t.Live.Load() }
