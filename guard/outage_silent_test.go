@@ -72,16 +72,8 @@ func TestSilentOutageServesTierCopies(t *testing.T) {
 				t.Helper()
 				for _, n := range fleet {
 					waitLocal(t, n)
-					for i := range keys {
-						redistest.Eventually(t, 10*time.Second, "a hit from the tier", func() bool {
-							before := n.local.Load()
-							if _, err := n.Get(ctxT(t), key(i), load); err != nil {
-								t.Fatal(err)
-							}
-							return n.local.Load() > before
-						})
-					}
 				}
+				holdEvery(t, fleet, keys, key, load)
 			}
 			warm()
 			if got := loads.Load(); got != keys {
@@ -178,17 +170,7 @@ func TestFlappingRedisKeepsReserve(t *testing.T) {
 		return []byte("v"), nil
 	}
 	key := func(i int) string { return fmt.Sprintf("hot-%d", i) }
-	for _, n := range fleet {
-		for i := range keys {
-			redistest.Eventually(t, 10*time.Second, "a hit from the tier", func() bool {
-				before := n.local.Load()
-				if _, err := n.Get(ctxT(t), key(i), load); err != nil {
-					t.Fatal(err)
-				}
-				return n.local.Load() > before
-			})
-		}
-	}
+	holdEvery(t, fleet, keys, key, load)
 	if got := loads.Load(); got != keys {
 		t.Fatalf("%d loads to fill %d keys, want one each", got, keys)
 	}
@@ -226,5 +208,22 @@ func TestFlappingRedisKeepsReserve(t *testing.T) {
 	// reload of them is allowed (see above).
 	if got := loads.Load(); got > keys {
 		t.Errorf("%d loads while Redis flapped, of %d keys every node of %d held fresh; want 0 (at most %d)", got, keys, nodes, keys)
+	}
+}
+
+// holdEvery has every node of fleet hold the keys key(0..n-1) in its tier
+// (a hit from memory), as hot keys are held.
+func holdEvery(t *testing.T, fleet []*localNode, n int, key func(int) string, load LoadFunc) {
+	t.Helper()
+	for _, node := range fleet {
+		for i := range n {
+			redistest.Eventually(t, 10*time.Second, "a hit from the tier", func() bool {
+				before := node.local.Load()
+				if _, err := node.Get(ctxT(t), key(i), load); err != nil {
+					t.Fatal(err)
+				}
+				return node.local.Load() > before
+			})
+		}
 	}
 }
