@@ -23,7 +23,7 @@ import (
 // node get ErrBackoff (ErrNotFound) with no load. So the origin's load
 // during an outage follows the number of keys and nodes, not the rate of
 // calls, even while the origin fails too. The reserve is emptied when
-// coordination has resumed for BreakerCooldown.
+// coordination resumes.
 
 // degraded serves a caller while Redis is unavailable: from the reserve,
 // else by one loader call per key in this process at a time, whose value

@@ -38,13 +38,8 @@ type Group struct {
 	// reserve holds what this node serves while it cannot coordinate
 	// (degrade.go)
 	reserve *tier.Reserve
-	// liveClear empties the reserve a BreakerCooldown after the tier came
-	// back, if it stayed on (settleReserve); nil when none is due.
-	liveMu    sync.Mutex
-	liveClear *time.Timer
-	liveAt    atomic.Int64 // tier.Nanotime the tier last came back; 0: never
-	reach     *reach       // whether Redis accepts connections, past the client's pool
-	over      overStore    // this node's copies of values over MaxValueBytes
+	reach   *reach    // whether Redis accepts connections, past the client's pool
+	over    overStore // this node's copies of values over MaxValueBytes
 
 	hot *hotTracker // the hot keys (hotkeys.go); nil when off
 
@@ -145,9 +140,8 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 	// named (of the Group's windows) may be there still.
 	g.tagLifeArg = ms(max(satAdd(o.FreshFor, o.StaleFor), time.Millisecond))
 	// The reserve serves while this node's calls to Redis fail, and no
-	// longer: it is emptied when calls succeed again for a cooldown, or
-	// when the tier comes back and stays on for one while calls succeed
-	// (a report connection lost alone).
+	// longer: it is emptied when a call succeeds again, or when the tier
+	// comes back while calls succeed (a report connection lost alone).
 	g.br = breaker.Breaker{Threshold: o.BreakerFailures, Cooldown: o.BreakerCooldown,
 		Hook: func(open bool) {
 			if open {
@@ -157,13 +151,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 				h(open)
 			}
 		},
-		Recovered: g.clearReserve, Starved: g.starved, Probe: g.probe,
-		// The reserve is emptied once Redis answered for a cooldown, not
-		// at its first answer: a Redis that flaps (connections reset,
-		// or a server that freezes, every few hundred ms) emptied it at
-		// each short return, and the next failure sent every key to a
-		// load per node (TestFlappingRedisKeepsReserve).
-		Settle: o.BreakerCooldown}
+		Recovered: g.clearReserve, Starved: g.starved, Probe: g.probe}
 	g.masters = g.masterBreakers(rdb, o)
 	switch rdb.(type) {
 	case *redis.ClusterClient, *redis.Ring:
@@ -180,7 +168,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 	g.loc = tier.New(rdb, tier.Config{Namespace: o.Namespace, Entries: o.LocalEntries, Bytes: o.LocalBytes,
 		TTL: o.LocalTTL, Lag: o.LocalLag, Timeout: o.RedisTimeout, PerKey: o.LocalTracking == TrackHeld, OnRedisError: o.Hooks.RedisError, OnState: o.Hooks.LocalTier,
 		Reserve: g.reserve, RedisNow: g.clk.now, OnLive: func() {
-			g.settleReserve()
+			g.clearReserve()
 			// The report connections reach Redis again: an open breaker
 			// probes at the next call rather than at the end of its
 			// cooldown.
@@ -215,33 +203,6 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 		}
 	})
 	return g, nil
-}
-
-// settleReserve empties the reserve once the tier, back on, stayed on for
-// BreakerCooldown (and the breakers allow it, clearReserve). At once, a
-// path that flapped (every connection reset every few ms) emptied it at
-// each short return, while the tier's own copies were just flushed: the
-// next failure sent every key to a load per node. Meanwhile the reserve
-// serves only calls that Redis failed, and every change reported since
-// the tier came back drops its copy there too.
-func (g *Group) settleReserve() {
-	g.liveAt.Store(tier.Nanotime())
-	g.liveMu.Lock()
-	defer g.liveMu.Unlock()
-	if g.closed.Load() {
-		return
-	}
-	if g.liveClear != nil {
-		g.liveClear.Stop()
-	}
-	g.liveClear = time.AfterFunc(g.opts.BreakerCooldown, func() {
-		g.liveMu.Lock()
-		g.liveClear = nil
-		g.liveMu.Unlock()
-		if g.loc.Serving() && !g.closed.Load() {
-			g.clearReserve()
-		}
-	})
 }
 
 // newReserve returns the reserve of a Group: bounded as the tier is, or as
@@ -305,15 +266,6 @@ func (g *Group) Close() error {
 		if g.br.Shut() && g.opts.Hooks.Breaker != nil {
 			g.opts.Hooks.Breaker(false)
 		}
-		if g.masters != nil {
-			g.masters.Each(func(b *breaker.Breaker) { b.Shut() }) // their settle timers
-		}
-		g.liveMu.Lock()
-		if g.liveClear != nil {
-			g.liveClear.Stop()
-			g.liveClear = nil
-		}
-		g.liveMu.Unlock()
 		g.hot.clear(g.opts.Hooks.HotKeys)
 		g.mu.Lock()
 		g.watchdogsOff = true

@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stampede-go/stampede/guard/internal/breaker"
 	"github.com/stampede-go/stampede/guard/internal/commit"
-	"github.com/stampede-go/stampede/guard/internal/tier"
 )
 
 // One master down on a cluster. The Group's breaker opens only when no
@@ -85,10 +83,8 @@ func (g *Group) masterOpen(ctx context.Context, name string) bool {
 	return g.masters != nil && g.masters.For(ctx, name).Open()
 }
 
-// clearReserve empties the reserve once coordination resumed everywhere
-// and settled: the Group's breaker saw no failure for a cooldown, the tier
-// (if it came back) stayed on for one, and every current master's breaker
-// is past its failures
+// clearReserve empties the reserve once coordination resumed everywhere:
+// the Group's breaker and every current master's are past their failures
 // (a master still failing has keys served from the reserve; one a
 // failover replaced has none, and is never called again to recover). It
 // reports whether it emptied it; when it did not, the breaker that called
@@ -96,12 +92,7 @@ func (g *Group) masterOpen(ctx context.Context, name string) bool {
 // master a failover is replacing, which the client's slot map still
 // names, and which no success will ever report recovered.
 func (g *Group) clearReserve() bool {
-	if !g.br.Settled() {
-		// The Group's breaker calls it again once Redis settled.
-		return false
-	}
-	if at := g.liveAt.Load(); at != 0 && time.Duration(tier.Nanotime()-at) < g.opts.BreakerCooldown {
-		// The tier came back lately (settleReserve calls it again).
+	if g.br.Failing() {
 		return false
 	}
 	failing := false

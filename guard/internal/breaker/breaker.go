@@ -51,9 +51,7 @@ type Breaker struct {
 	// failures open the breaker only when no call succeeded for Silence
 	// (every server is failing, not one); with Settle set, Recovered waits
 	// for a success Settle or more after the last failure (the one down is
-	// back, not another answering; a success before that has it called
-	// Settle after the last failure, if none came since, though no call
-	// succeeds then). Zero: Recovered at the first success.
+	// back, not another answering). Zero: a single server.
 	Silence, Settle time.Duration
 	// Starved reports whether this process runs its goroutines so late
 	// that a timeout says nothing about Redis: its reply may have waited
@@ -77,10 +75,9 @@ type Breaker struct {
 	pending   bool      // failures Recovered has not followed yet
 	retryAt   time.Time // a declined Recovered: not called again before
 	openUntil time.Time
-	settling  *time.Timer // with Settle: calls settle when it is due
-	probe     uint64      // the probe out, 0 when none
-	probes    uint64      // probes handed out so far: each probe's id
-	key       string      // the key of the last AllowKey
+	probe     uint64 // the probe out, 0 when none
+	probes    uint64 // probes handed out so far: each probe's id
+	key       string // the key of the last AllowKey
 
 	// Probing is the owner's: set while a background loop of its probes
 	// this breaker (see the guard's probeWhileOpen).
@@ -177,9 +174,6 @@ func (b *Breaker) Success() {
 	}
 	b.fails, b.probe = 0, 0
 	b.lastOK = now
-	if b.pending && b.Settle > 0 && b.settling == nil && b.retryAt.IsZero() {
-		b.settling = time.AfterFunc(b.Settle-now.Sub(b.lastFail), b.settle)
-	}
 	b.mu.Unlock()
 	if recovered && b.Recovered != nil && !b.Recovered() {
 		// Owed again, at a later success; not at every one.
@@ -192,45 +186,6 @@ func (b *Breaker) Success() {
 	if wasOpen && b.Hook != nil {
 		b.Hook(false)
 	}
-}
-
-// settle calls Recovered once Settle has passed since the last failure
-// with no failure since, when a success came before it: the calls of a
-// recovered Redis may all be served without one (an in-process tier), or
-// not come at all.
-func (b *Breaker) settle() {
-	b.hookMu.Lock()
-	defer b.hookMu.Unlock()
-	b.mu.Lock()
-	b.settling = nil
-	if b.shut || !b.pending || b.fails > 0 {
-		// Recovered already, or failing again: the next success decides.
-		b.mu.Unlock()
-		return
-	}
-	if wait := b.Settle - time.Since(b.lastFail); wait > 0 {
-		// A failure came and went since this was set.
-		b.settling = time.AfterFunc(wait, b.settle)
-		b.mu.Unlock()
-		return
-	}
-	b.pending, b.retryAt = false, time.Time{}
-	b.mu.Unlock()
-	if b.Recovered != nil && !b.Recovered() {
-		b.mu.Lock()
-		if !b.shut && !b.pending {
-			b.pending, b.retryAt = true, time.Now().Add(max(recoverRetry, b.Settle))
-		}
-		b.mu.Unlock()
-	}
-}
-
-// Settled reports whether the last call succeeded and, with Settle, the
-// last failure is Settle old or more.
-func (b *Breaker) Settled() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.fails == 0 && (b.Settle <= 0 || b.lastFail.IsZero() || time.Since(b.lastFail) >= b.Settle)
 }
 
 // recoverRetry is the least time between two calls of a Recovered that
@@ -363,10 +318,6 @@ func (b *Breaker) Shut() (wasOpen bool) {
 	defer b.mu.Unlock()
 	wasOpen = !b.shut && b.fails >= b.Threshold
 	b.shut, b.fails, b.probe = true, 0, 0
-	if b.settling != nil {
-		b.settling.Stop()
-		b.settling = nil
-	}
 	return wasOpen
 }
 

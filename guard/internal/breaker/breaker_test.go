@@ -9,7 +9,6 @@ import (
 	"runtime"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -446,66 +445,4 @@ func TestBreakerRecoveredDeclined(t *testing.T) {
 			})
 		})
 	}
-}
-
-// TestSettleRecoversWithoutASuccess: with Settle, a success that comes too
-// soon after the last failure leaves Recovered owed; it is called once
-// Settle has passed since that failure, though no call succeeds then (a
-// recovered Redis whose calls an in-process tier answers, or none comes).
-// A failure in between puts it off; Shut cancels it.
-func TestSettleRecoversWithoutASuccess(t *testing.T) {
-	const settle = time.Second
-	t.Run("alone", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			var recovered atomic.Int32
-			b := &Breaker{Threshold: 5, Cooldown: time.Second, Settle: settle, Recovered: func() bool { recovered.Add(1); return true }}
-			b.Failure()
-			time.Sleep(100 * time.Millisecond)
-			b.Success()
-			synctest.Wait()
-			if recovered.Load() != 0 || b.Settled() {
-				t.Fatalf("Recovered called %d times 100ms after the failure (settled %v); want 0, not settled", recovered.Load(), b.Settled())
-			}
-			time.Sleep(settle)
-			synctest.Wait()
-			if recovered.Load() != 1 || !b.Settled() {
-				t.Fatalf("Recovered called %d times Settle after the failure (settled %v); want once, settled", recovered.Load(), b.Settled())
-			}
-		})
-	})
-	t.Run("failed-again", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			var recovered atomic.Int32
-			b := &Breaker{Threshold: 5, Cooldown: time.Second, Settle: settle, Recovered: func() bool { recovered.Add(1); return true }}
-			b.Failure()
-			b.Success()
-			time.Sleep(settle / 2)
-			b.Failure()
-			b.Success()
-			time.Sleep(settle/2 + time.Millisecond)
-			synctest.Wait()
-			if recovered.Load() != 0 {
-				t.Fatalf("Recovered called %d times %v after a failure; want 0", recovered.Load(), settle/2)
-			}
-			time.Sleep(settle / 2)
-			synctest.Wait()
-			if recovered.Load() != 1 {
-				t.Fatalf("Recovered called %d times Settle after the last failure; want once", recovered.Load())
-			}
-		})
-	})
-	t.Run("shut", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			var recovered atomic.Int32
-			b := &Breaker{Threshold: 5, Cooldown: time.Second, Settle: settle, Recovered: func() bool { recovered.Add(1); return true }}
-			b.Failure()
-			b.Success()
-			b.Shut()
-			time.Sleep(2 * settle)
-			synctest.Wait()
-			if recovered.Load() != 0 {
-				t.Fatalf("Recovered called %d times after Shut; want 0", recovered.Load())
-			}
-		})
-	})
 }
