@@ -23,7 +23,10 @@ import (
 // node get ErrBackoff (ErrNotFound) with no load. So the origin's load
 // during an outage follows the number of keys and nodes, not the rate of
 // calls, even while the origin fails too. The reserve is emptied when
-// coordination resumes.
+// coordination has resumed for BreakerCooldown: Redis answered for one,
+// and the tier, if it lost its report connection, is back and stayed on
+// for one (so that the tier holds the node's copies before the reserve
+// lets them go).
 
 // degraded serves a caller while Redis is unavailable: from the reserve,
 // else by one loader call per key in this process at a time, whose value

@@ -38,8 +38,13 @@ type Group struct {
 	// reserve holds what this node serves while it cannot coordinate
 	// (degrade.go)
 	reserve *tier.Reserve
-	reach   *reach    // whether Redis accepts connections, past the client's pool
-	over    overStore // this node's copies of values over MaxValueBytes
+	// liveClear calls clearReserve when what it waits for is due (Redis
+	// settled, the tier on for a cooldown); nil when none is armed.
+	liveMu    sync.Mutex
+	liveClear *time.Timer
+	liveAt    atomic.Int64 // tier.Nanotime the tier last came back; 0: never
+	reach     *reach       // whether Redis accepts connections, past the client's pool
+	over      overStore    // this node's copies of values over MaxValueBytes
 
 	hot *hotTracker // the hot keys (hotkeys.go); nil when off
 
@@ -140,8 +145,9 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 	// named (of the Group's windows) may be there still.
 	g.tagLifeArg = ms(max(satAdd(o.FreshFor, o.StaleFor), time.Millisecond))
 	// The reserve serves while this node's calls to Redis fail, and no
-	// longer: it is emptied when a call succeeds again, or when the tier
-	// comes back while calls succeed (a report connection lost alone).
+	// longer: it is emptied once calls succeeded again for a cooldown
+	// and the tier, if it lost its report connection, came back and
+	// stayed on for one (clearReserve).
 	g.br = breaker.Breaker{Threshold: o.BreakerFailures, Cooldown: o.BreakerCooldown,
 		Hook: func(open bool) {
 			if open {
@@ -151,7 +157,13 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 				h(open)
 			}
 		},
-		Recovered: g.clearReserve, Starved: g.starved, Probe: g.probe}
+		Recovered: g.clearReserve, Starved: g.starved, Probe: g.probe,
+		// The reserve is emptied once Redis answered for a cooldown, not
+		// at its first answer: a Redis that flaps (connections reset,
+		// or a server that freezes, every few hundred ms) emptied it at
+		// each short return, and the next failure sent every key to a
+		// load per node (TestFlappingRedisKeepsReserve).
+		Settle: o.BreakerCooldown}
 	g.masters = g.masterBreakers(rdb, o)
 	switch rdb.(type) {
 	case *redis.ClusterClient, *redis.Ring:
@@ -167,8 +179,8 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 	}
 	g.loc = tier.New(rdb, tier.Config{Namespace: o.Namespace, Entries: o.LocalEntries, Bytes: o.LocalBytes,
 		TTL: o.LocalTTL, Lag: o.LocalLag, Timeout: o.RedisTimeout, PerKey: o.LocalTracking == TrackHeld, OnRedisError: o.Hooks.RedisError, OnState: o.Hooks.LocalTier,
-		Reserve: g.reserve, RedisNow: g.clk.now, OnLive: func() {
-			g.clearReserve()
+		Reserve: g.reserve, RedisNow: g.clk.now, OnLive: func(loc *tier.Tier) {
+			g.settleReserve(loc)
 			// The report connections reach Redis again: an open breaker
 			// probes at the next call rather than at the end of its
 			// cooldown.
@@ -203,6 +215,41 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 		}
 	})
 	return g, nil
+}
+
+// settleReserve records that the tier loc came back on (New may not have
+// returned it yet: g.loc is not read), and has the reserve
+// emptied once it stayed on for BreakerCooldown (clearReserve). At once, a
+// path that flapped (every connection reset every few ms) emptied it at
+// each short return, while the tier's own copies were just flushed: the
+// next failure sent every key to a load per node. Meanwhile the reserve
+// serves only calls that Redis failed, and every change reported since
+// the tier came back drops its copy there too.
+func (g *Group) settleReserve(loc *tier.Tier) {
+	g.liveAt.Store(tier.Nanotime())
+	g.nudge(&g.br, g.probeKey)
+	g.clearReserveWith(loc)
+}
+
+// clearLater calls clearReserveWith(loc) after d, in place of a call it
+// had armed.
+func (g *Group) clearLater(d time.Duration, loc *tier.Tier) {
+	g.liveMu.Lock()
+	defer g.liveMu.Unlock()
+	if g.closed.Load() {
+		return
+	}
+	if g.liveClear != nil {
+		g.liveClear.Stop()
+	}
+	g.liveClear = time.AfterFunc(d, func() {
+		g.liveMu.Lock()
+		g.liveClear = nil
+		g.liveMu.Unlock()
+		if !g.closed.Load() {
+			g.clearReserveWith(loc)
+		}
+	})
 }
 
 // newReserve returns the reserve of a Group: bounded as the tier is, or as
@@ -266,6 +313,15 @@ func (g *Group) Close() error {
 		if g.br.Shut() && g.opts.Hooks.Breaker != nil {
 			g.opts.Hooks.Breaker(false)
 		}
+		if g.masters != nil {
+			g.masters.Each(func(b *breaker.Breaker) { b.Shut() }) // their settle timers
+		}
+		g.liveMu.Lock()
+		if g.liveClear != nil {
+			g.liveClear.Stop()
+			g.liveClear = nil
+		}
+		g.liveMu.Unlock()
 		g.hot.clear(g.opts.Hooks.HotKeys)
 		g.mu.Lock()
 		g.watchdogsOff = true

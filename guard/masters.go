@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stampede-go/stampede/guard/internal/breaker"
 	"github.com/stampede-go/stampede/guard/internal/commit"
+	"github.com/stampede-go/stampede/guard/internal/tier"
 )
 
 // One master down on a cluster. The Group's breaker opens only when no
@@ -83,26 +85,84 @@ func (g *Group) masterOpen(ctx context.Context, name string) bool {
 	return g.masters != nil && g.masters.For(ctx, name).Open()
 }
 
-// clearReserve empties the reserve once coordination resumed everywhere:
-// the Group's breaker and every current master's are past their failures
-// (a master still failing has keys served from the reserve; one a
-// failover replaced has none, and is never called again to recover). It
-// reports whether it emptied it; when it did not, the breaker that called
-// it calls it again at a later success: the one left failing may be a
-// master a failover is replacing, which the client's slot map still
-// names, and which no success will ever report recovered.
-func (g *Group) clearReserve() bool {
-	if g.br.Failing() {
+// clearReserve empties the reserve once coordination resumed everywhere
+// and settled: the Group's breaker saw no failure for a cooldown, the tier
+// is not coming back from a lost report connection, and stayed on for a
+// cooldown if it came back, and every current master's breaker is past
+// its failures (a master still failing has keys served from the reserve;
+// one a failover replaced has none, and is never called again to
+// recover). What is only a matter of time is waited for with a timer
+// (clearLater), so that the reserve is emptied with no call to come: a
+// recovered Redis may be called by nobody, its keys all served from the
+// tier. It reports whether it emptied the reserve or armed that timer;
+// when it did neither, what it waits for calls it again: the breaker
+// still failing (its Recovered, at a later success; the one left failing
+// may be a master a failover is replacing, which the client's slot map
+// still names, and which no success will ever report recovered), or the
+// tier's return (settleReserve).
+func (g *Group) clearReserve() bool { return g.clearReserveWith(g.loc) }
+
+// clearReserveWith is clearReserve with loc, the Group's tier: the tier's
+// own callbacks may run before New has set g.loc.
+func (g *Group) clearReserveWith(loc *tier.Tier) bool {
+	wait, ok := g.br.SettlesIn()
+	if !ok {
+		if loc.Serving() {
+			g.nudge(&g.br, g.probeKey)
+		}
 		return false
+	}
+	if loc.Returning() {
+		// Its report connection is coming back: the reserve is what this
+		// node holds meanwhile. Emptied now, a call Redis failed before
+		// the tier was back and had its copies found neither, and loaded.
+		return false
+	}
+	if at := g.liveAt.Load(); at != 0 {
+		wait = max(wait, g.opts.BreakerCooldown-time.Duration(tier.Nanotime()-at))
 	}
 	failing := false
 	if g.masters != nil {
-		g.masters.EachCurrent(context.Background(), func(b *breaker.Breaker) { failing = failing || b.Failing() })
+		g.masters.EachCurrent(context.Background(), func(b *breaker.Breaker) {
+			if b.Failing() {
+				failing = true
+				if loc.Serving() {
+					g.nudge(b, b.LastKey)
+				}
+			}
+		})
 	}
-	if !failing {
+	switch {
+	case failing:
+		return false
+	case wait > 0:
+		g.clearLater(wait, loc)
+	default:
 		g.reserve.Clear()
 	}
-	return !failing
+	return true
+}
+
+// nudge tries Redis once in the background for b, a breaker whose last
+// call failed but which is not open (an open one probes on its own,
+// probeWhileOpen), with the key key gives, and records the verdict: a
+// node whose calls the tier serves from memory sends Redis nothing that
+// could tell b it answers again, and the reserve is not emptied while b
+// says its last call failed. Called as the tier comes back or while it
+// serves: Redis answered its report connections lately.
+func (g *Group) nudge(b *breaker.Breaker, key func() string) {
+	if b.Open() || !b.Failing() {
+		return
+	}
+	g.goBackground(func() { // key may read the cluster's slot map
+		if k := key(); k != "" {
+			g.probe(k, func(err error) {
+				if err != breaker.ErrNoVerdict {
+					b.Record(err, nil)
+				}
+			})
+		}
+	})
 }
 
 // masterGate is a batch read's pass through the breakers of its keys'

@@ -2,13 +2,18 @@ package guard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stampede-go/stampede/internal/redistest"
 )
 
@@ -71,16 +76,8 @@ func TestSilentOutageServesTierCopies(t *testing.T) {
 				t.Helper()
 				for _, n := range fleet {
 					waitLocal(t, n)
-					for i := range keys {
-						redistest.Eventually(t, 10*time.Second, "a hit from the tier", func() bool {
-							before := n.local.Load()
-							if _, err := n.Get(ctxT(t), key(i), load); err != nil {
-								t.Fatal(err)
-							}
-							return n.local.Load() > before
-						})
-					}
 				}
+				holdEvery(t, fleet, keys, key, load)
 			}
 			warm()
 			if got := loads.Load(); got != keys {
@@ -137,5 +134,231 @@ func TestSilentOutageServesTierCopies(t *testing.T) {
 				t.Errorf("%d of %d calls failed during the outages; want all served from memory", errs.Load(), calls.Load())
 			}
 		})
+	}
+}
+
+// TestFlappingRedisKeepsReserve: three nodes hold five hot keys when every
+// connection to Redis is reset every 10 ms for 300 ms, then left alone for
+// 300 ms, twelve times (a path that flaps), with ten callers per node
+// calling throughout, BreakerCooldown 200 ms. These keys stay fresh and
+// every node holds them: nothing is to be loaded.
+//
+// Between resets Redis answers, and the reserve was emptied at its first
+// answer, or when the tier's report connection came back: the next reset
+// found the reserve empty and the tier just flushed, and sent the key to
+// a load. Here 21-41 loads (14-37 with eight flaps); in the attack that
+// found it (four nodes of 50 callers, 14 flaps) 159-187, up to 43 of one
+// key in one FreshFor. Then the reserve was emptied once Redis answered
+// for BreakerCooldown: 0 loads alone, but 5 and 10 beside the rest of the
+// package, where a tier slow to come back was still coming back when the
+// cooldown ended (TestReserveKeptWhileTierReturns). It is now emptied
+// only once the tier, back, stayed on for a cooldown: 0 in 36 runs under
+// the race detector, most beside a run of the whole package.
+func TestFlappingRedisKeepsReserve(t *testing.T) {
+	const (
+		nodes, keys, callers = 3, 5, 10
+		flaps                = 12
+		down, up             = 300 * time.Millisecond, 300 * time.Millisecond
+	)
+	srv := redistest.Start(t)
+	o := Options{Namespace: redistest.Key(t) + ":", FreshFor: time.Minute, LocalEntries: 1000,
+		RedisTimeout: 100 * time.Millisecond, BreakerCooldown: 200 * time.Millisecond}
+	var fleet []*localNode
+	var proxies []*redistest.Proxy
+	for range nodes {
+		p := redistest.NewProxy(t, srv.Addr)
+		n := newLocalNode(t, redis.NewClient(&redis.Options{Addr: p.Addr, ContextTimeoutEnabled: true}), o)
+		waitLocal(t, n)
+		fleet, proxies = append(fleet, n), append(proxies, p)
+	}
+	var loads atomic.Int64
+	load := func(context.Context) ([]byte, error) {
+		loads.Add(1)
+		return []byte("v"), nil
+	}
+	key := func(i int) string { return fmt.Sprintf("hot-%d", i) }
+	holdEvery(t, fleet, keys, key, load)
+	if got := loads.Load(); got != keys {
+		t.Fatalf("%d loads to fill %d keys, want one each", got, keys)
+	}
+	loads.Store(0)
+	var each [nodes][keys]atomic.Int64 // loads of each key by each node
+	end := time.Now().Add(flaps * (down + up))
+	var calls, errs atomic.Int64
+	var wg sync.WaitGroup
+	for j, n := range fleet {
+		for range callers {
+			wg.Go(func() {
+				for c := 0; c < 1_000_000 && time.Now().Before(end); c++ {
+					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+					i := rand.IntN(keys)
+					_, err := n.Get(ctx, key(i), func(ctx context.Context) ([]byte, error) {
+						each[j][i].Add(1)
+						return load(ctx)
+					})
+					cancel()
+					calls.Add(1)
+					if err != nil {
+						errs.Add(1)
+					}
+				}
+			})
+		}
+	}
+	for range flaps {
+		for stop := time.Now().Add(down); time.Now().Before(stop); {
+			for _, p := range proxies {
+				p.Cut()
+			}
+			time.Sleep(10 * time.Millisecond) // the fault's own pace
+		}
+		time.Sleep(up) // the fault's own pace
+	}
+	wg.Wait()
+	t.Logf("%d calls while Redis flapped, %d errors", calls.Load(), errs.Load())
+	if got := loads.Load(); got != 0 {
+		var per []string
+		for j := range nodes {
+			for i := range keys {
+				if n := each[j][i].Load(); n > 0 {
+					per = append(per, fmt.Sprintf("node %d %s: %d", j, key(i), n))
+				}
+			}
+		}
+		t.Errorf("%d loads while Redis flapped (%s), of %d keys every node of %d held fresh; want 0", got, strings.Join(per, ", "), keys, nodes)
+	}
+}
+
+// holdEvery has every node of fleet hold the keys key(0..n-1) in its tier
+// (a hit from memory), as hot keys are held.
+func holdEvery(t *testing.T, fleet []*localNode, n int, key func(int) string, load LoadFunc) {
+	t.Helper()
+	for _, node := range fleet {
+		for i := range n {
+			redistest.Eventually(t, 10*time.Second, "a hit from the tier", func() bool {
+				before := node.local.Load()
+				if _, err := node.Get(ctxT(t), key(i), load); err != nil {
+					t.Fatal(err)
+				}
+				return node.local.Load() > before
+			})
+		}
+	}
+}
+
+// TestReserveKeptWhileTierReturns: a node holds five hot keys; Redis is
+// cut for 300 ms (the tier hands its copies to the reserve), then answers
+// again while the tier's report connection cannot come back (its dials
+// are refused), until the breaker has seen no failure for two cooldowns;
+// then Redis is cut again. The reserve was emptied once Redis had
+// answered for a cooldown although the tier, still coming back, held no
+// copy: the second cut found neither, and every key was loaded. It is now
+// kept until the tier is back, and emptied once the tier stayed on for a
+// cooldown.
+func TestReserveKeptWhileTierReturns(t *testing.T) {
+	const keys, callers = 5, 10
+	srv := redistest.Start(t)
+	p := redistest.NewProxy(t, srv.Addr)
+	var refuse atomic.Bool
+	var d net.Dialer
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if refuse.Load() && dialedByTier() {
+			return nil, errors.New("test: the tier's dials refused")
+		}
+		return d.DialContext(ctx, network, addr)
+	}
+	o := Options{Namespace: redistest.Key(t) + ":", FreshFor: time.Minute, LocalEntries: 1000,
+		RedisTimeout: 100 * time.Millisecond, BreakerCooldown: 200 * time.Millisecond}
+	n := newLocalNode(t, redis.NewClient(&redis.Options{Addr: p.Addr, Dialer: dial, ContextTimeoutEnabled: true}), o)
+	waitLocal(t, n)
+	var loads atomic.Int64
+	load := func(context.Context) ([]byte, error) {
+		loads.Add(1)
+		return []byte("v"), nil
+	}
+	key := func(i int) string { return fmt.Sprintf("hot-%d", i) }
+	holdEvery(t, []*localNode{n}, keys, key, load)
+	loads.Store(0)
+
+	// Callers call throughout, until the second cut is over.
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			for c := 0; c < 10_000_000; c++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				_, _ = n.Get(ctx, key(rand.IntN(keys)), load)
+				cancel()
+			}
+		})
+	}
+	cut := func(d time.Duration) {
+		for stop := time.Now().Add(d); time.Now().Before(stop); {
+			p.Cut()
+			time.Sleep(10 * time.Millisecond) // the fault's own pace
+		}
+	}
+	refuse.Store(true)
+	cut(300 * time.Millisecond)
+	redistest.Eventually(t, 5*time.Second, "the tier's copies in the reserve", func() bool {
+		return n.reserve.Len() >= keys
+	})
+	// Redis answers, until no call has failed for two cooldowns.
+	var settled time.Time
+	redistest.Eventually(t, 10*time.Second, "Redis answering for two cooldowns", func() bool {
+		switch wait, ok := n.br.SettlesIn(); {
+		case !ok || wait > 0:
+			settled = time.Time{}
+		case settled.IsZero():
+			settled = time.Now()
+		}
+		return !settled.IsZero() && time.Since(settled) > o.BreakerCooldown
+	})
+	if n.loc.Serving() {
+		t.Fatal("the tier came back with its dials refused: the condition under test does not hold")
+	}
+	if got := n.reserve.Len(); got < keys {
+		t.Errorf("the reserve holds %d values once Redis answered for two cooldowns, the tier coming back; want the %d it was handed", got, keys)
+	}
+	cut(300 * time.Millisecond)
+	close(done)
+	wg.Wait()
+	if got := loads.Load(); got != 0 {
+		t.Errorf("%d loads when Redis failed again before the tier was back, of %d keys the node held fresh; want 0", got, keys)
+	}
+	// Back for a cooldown, the tier holds what the node serves: the
+	// reserve is emptied, with no call to come.
+	refuse.Store(false)
+	defer func() {
+		if t.Failed() {
+			wait, ok := n.br.SettlesIn()
+			t.Logf("at the end: the tier serving %v, coming back %v; the breaker settles in %v (%v), open %v; the reserve holds %d",
+				n.loc.Serving(), n.loc.Returning(), wait, ok, n.br.Open(), n.reserve.Len())
+		}
+	}()
+	redistest.Eventually(t, 10*time.Second, "the reserve emptied once the tier was back", func() bool {
+		return n.reserve.Len() == 0
+	})
+}
+
+// dialedByTier reports whether a dial is one of the in-process tier's own
+// connections (a report connection, a tracked reader), from the caller's
+// stack.
+func dialedByTier() bool {
+	pcs := make([]uintptr, 64)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(2, pcs)])
+	for {
+		f, more := frames.Next()
+		if strings.Contains(f.Function, "/guard/internal/tier.trackerOptions") || strings.Contains(f.Function, "/guard/internal/tier.readerOptions") {
+			return true
+		}
+		if !more {
+			return false
+		}
 	}
 }

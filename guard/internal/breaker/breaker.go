@@ -51,7 +51,9 @@ type Breaker struct {
 	// failures open the breaker only when no call succeeded for Silence
 	// (every server is failing, not one); with Settle set, Recovered waits
 	// for a success Settle or more after the last failure (the one down is
-	// back, not another answering). Zero: a single server.
+	// back, not another answering; a success before that has it called
+	// Settle after the last failure, if none came since, though no call
+	// succeeds then). Zero: Recovered at the first success.
 	Silence, Settle time.Duration
 	// Starved reports whether this process runs its goroutines so late
 	// that a timeout says nothing about Redis: its reply may have waited
@@ -75,9 +77,10 @@ type Breaker struct {
 	pending   bool      // failures Recovered has not followed yet
 	retryAt   time.Time // a declined Recovered: not called again before
 	openUntil time.Time
-	probe     uint64 // the probe out, 0 when none
-	probes    uint64 // probes handed out so far: each probe's id
-	key       string // the key of the last AllowKey
+	settling  *time.Timer // with Settle: calls settle when it is due
+	probe     uint64      // the probe out, 0 when none
+	probes    uint64      // probes handed out so far: each probe's id
+	key       string      // the key of the last AllowKey
 
 	// Probing is the owner's: set while a background loop of its probes
 	// this breaker (see the guard's probeWhileOpen).
@@ -174,18 +177,74 @@ func (b *Breaker) Success() {
 	}
 	b.fails, b.probe = 0, 0
 	b.lastOK = now
+	if b.pending && b.Settle > 0 && b.settling == nil && b.retryAt.IsZero() {
+		b.settling = time.AfterFunc(b.Settle-now.Sub(b.lastFail), b.settle)
+	}
 	b.mu.Unlock()
 	if recovered && b.Recovered != nil && !b.Recovered() {
-		// Owed again, at a later success; not at every one.
-		b.mu.Lock()
-		if !b.shut && !b.pending {
-			b.pending, b.retryAt = true, time.Now().Add(max(recoverRetry, b.Settle))
-		}
-		b.mu.Unlock()
+		b.owe()
 	}
 	if wasOpen && b.Hook != nil {
 		b.Hook(false)
 	}
+}
+
+// settle calls Recovered once Settle has passed since the last failure
+// with no failure since, when a success came before it: the calls of a
+// recovered Redis may all be served without one (an in-process tier), or
+// not come at all.
+func (b *Breaker) settle() {
+	b.hookMu.Lock()
+	defer b.hookMu.Unlock()
+	b.mu.Lock()
+	b.settling = nil
+	if b.shut || !b.pending || b.fails > 0 {
+		// Recovered already, or failing again: the next success decides.
+		b.mu.Unlock()
+		return
+	}
+	if wait := b.Settle - time.Since(b.lastFail); wait > 0 {
+		// A failure came and went since this was set.
+		b.settling = time.AfterFunc(wait, b.settle)
+		b.mu.Unlock()
+		return
+	}
+	b.pending, b.retryAt = false, time.Time{}
+	b.mu.Unlock()
+	if b.Recovered != nil && !b.Recovered() {
+		b.owe()
+	}
+}
+
+// owe keeps Recovered owed once it declined: called again at a success at
+// least recoverRetry (or Settle, if longer) later, or then with Settle set
+// though no call succeeds (a recovered Redis may be called by nobody, its
+// keys served from memory), unless a failure came since.
+func (b *Breaker) owe() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.shut || b.pending {
+		return
+	}
+	wait := max(recoverRetry, b.Settle)
+	b.pending, b.retryAt = true, time.Now().Add(wait)
+	if b.Settle > 0 && b.settling == nil {
+		b.settling = time.AfterFunc(wait, b.settle)
+	}
+}
+
+// SettlesIn reports how long until the breaker is Settled if no failure
+// comes (0: it is); ok is false while the last call failed.
+func (b *Breaker) SettlesIn() (d time.Duration, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.fails > 0 {
+		return 0, false
+	}
+	if b.Settle <= 0 || b.lastFail.IsZero() {
+		return 0, true
+	}
+	return max(b.Settle-time.Since(b.lastFail), 0), true
 }
 
 // recoverRetry is the least time between two calls of a Recovered that
@@ -222,6 +281,8 @@ func (b *Breaker) Failure() {
 		return
 	}
 	b.lastFail = now
+	// A recovery owed starts again from this failure (Settle after it).
+	b.retryAt = time.Time{}
 	if b.fails == b.Threshold-1 && b.Silence > 0 && now.Sub(b.lastOK) < b.Silence {
 		// Another server answered lately: one is down, not Redis. The
 		// breaker stays closed, and Recovered is owed.
@@ -318,6 +379,10 @@ func (b *Breaker) Shut() (wasOpen bool) {
 	defer b.mu.Unlock()
 	wasOpen = !b.shut && b.fails >= b.Threshold
 	b.shut, b.fails, b.probe = true, 0, 0
+	if b.settling != nil {
+		b.settling.Stop()
+		b.settling = nil
+	}
 	return wasOpen
 }
 

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -411,38 +412,122 @@ func TestBreakerSeveralServers(t *testing.T) {
 // TestBreakerRecoveredDeclined: a Recovered that declines (it waits for
 // something else, such as a master a failover is replacing) stays owed: a
 // later success calls it again, and no success within recoverRetry of the
-// decline does, so a fleet of successes does not run it at each one.
+// decline does, so a fleet of successes does not run it at each one. With
+// Settle, it is also called again Settle after the decline with no
+// success at all (a recovered Redis may be called by nobody), and again
+// each Settle while it declines.
 func TestBreakerRecoveredDeclined(t *testing.T) {
 	for _, settle := range []time.Duration{0, time.Second} {
 		t.Run(fmt.Sprint("settle=", settle), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				calls, accept := 0, false
+				var calls atomic.Int32
+				var accept atomic.Bool
 				b := &Breaker{Threshold: 3, Cooldown: time.Second, Settle: settle,
-					Recovered: func() bool { calls++; return accept }}
+					Recovered: func() bool { calls.Add(1); return accept.Load() }}
 				b.Failure()
 				time.Sleep(settle)
 				b.Success()
-				if calls != 1 {
-					t.Fatalf("Recovered called %d times after failures and a success, want 1", calls)
+				if n := calls.Load(); n != 1 {
+					t.Fatalf("Recovered called %d times after failures and a success, want 1", n)
 				}
 				for range 10 {
 					b.Success()
 				}
-				if calls != 1 {
-					t.Fatalf("Recovered called %d times at successes right after it declined, want 1", calls)
+				if n := calls.Load(); n != 1 {
+					t.Fatalf("Recovered called %d times at successes right after it declined, want 1", n)
 				}
 				time.Sleep(max(recoverRetry, settle))
-				accept = true
-				b.Success()
-				if calls != 2 {
-					t.Fatalf("Recovered called %d times, want 2: it declined, and a later success came", calls)
+				synctest.Wait()
+				want := int32(1)
+				if settle > 0 {
+					want = 2 // owed, by the timer
+				}
+				if n := calls.Load(); n != want {
+					t.Fatalf("Recovered called %d times, no success since it declined %v ago; want %d", n, max(recoverRetry, settle), want)
+				}
+				accept.Store(true)
+				if settle == 0 {
+					b.Success()
+				} else {
+					time.Sleep(settle)
+					synctest.Wait()
+				}
+				want++
+				if n := calls.Load(); n != want {
+					t.Fatalf("Recovered called %d times, want %d: it declined, and a later success (or Settle) came", n, want)
 				}
 				time.Sleep(time.Minute)
 				b.Success()
-				if calls != 2 {
-					t.Fatalf("Recovered called %d times after it accepted, with no failure between; want 2", calls)
+				synctest.Wait()
+				if n := calls.Load(); n != want {
+					t.Fatalf("Recovered called %d times after it accepted, with no failure between; want %d", n, want)
 				}
 			})
 		})
 	}
+}
+
+// TestSettleRecoversWithoutASuccess: with Settle, a success that comes too
+// soon after the last failure leaves Recovered owed; it is called once
+// Settle has passed since that failure, though no call succeeds then (a
+// recovered Redis whose calls an in-process tier answers, or none comes).
+// A failure in between puts it off; Shut cancels it.
+func TestSettleRecoversWithoutASuccess(t *testing.T) {
+	const settle = time.Second
+	t.Run("alone", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			var recovered atomic.Int32
+			b := &Breaker{Threshold: 5, Cooldown: time.Second, Settle: settle, Recovered: func() bool { recovered.Add(1); return true }}
+			b.Failure()
+			if _, ok := b.SettlesIn(); ok {
+				t.Fatal("SettlesIn ok after a failure; want not while failing")
+			}
+			time.Sleep(100 * time.Millisecond)
+			b.Success()
+			synctest.Wait()
+			if wait, ok := b.SettlesIn(); recovered.Load() != 0 || !ok || wait != settle-100*time.Millisecond {
+				t.Fatalf("Recovered called %d times 100ms after the failure (settles in %v, %v); want 0, in %v", recovered.Load(), wait, ok, settle-100*time.Millisecond)
+			}
+			time.Sleep(settle)
+			synctest.Wait()
+			if wait, ok := b.SettlesIn(); recovered.Load() != 1 || !ok || wait != 0 {
+				t.Fatalf("Recovered called %d times Settle after the failure (settles in %v, %v); want once, settled", recovered.Load(), wait, ok)
+			}
+		})
+	})
+	t.Run("failed-again", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			var recovered atomic.Int32
+			b := &Breaker{Threshold: 5, Cooldown: time.Second, Settle: settle, Recovered: func() bool { recovered.Add(1); return true }}
+			b.Failure()
+			b.Success()
+			time.Sleep(settle / 2)
+			b.Failure()
+			b.Success()
+			time.Sleep(settle/2 + time.Millisecond)
+			synctest.Wait()
+			if recovered.Load() != 0 {
+				t.Fatalf("Recovered called %d times %v after a failure; want 0", recovered.Load(), settle/2)
+			}
+			time.Sleep(settle / 2)
+			synctest.Wait()
+			if recovered.Load() != 1 {
+				t.Fatalf("Recovered called %d times Settle after the last failure; want once", recovered.Load())
+			}
+		})
+	})
+	t.Run("shut", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			var recovered atomic.Int32
+			b := &Breaker{Threshold: 5, Cooldown: time.Second, Settle: settle, Recovered: func() bool { recovered.Add(1); return true }}
+			b.Failure()
+			b.Success()
+			b.Shut()
+			time.Sleep(2 * settle)
+			synctest.Wait()
+			if recovered.Load() != 0 {
+				t.Fatalf("Recovered called %d times after Shut; want 0", recovered.Load())
+			}
+		})
+	})
 }

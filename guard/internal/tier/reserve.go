@@ -12,8 +12,9 @@ import (
 // holds rather than load every call (guard's degraded path). It is fed by
 // the tier's copies when the tier stops (a lost report connection: Redis
 // died, or a failover began) and by the loads made without Redis, and
-// emptied once this node reads Redis again (and when the tier comes back
-// while it does): a value kept through an outage is not served past it.
+// emptied once this node reads Redis again and the tier is back (the
+// Group decides when): a value kept through an outage is not served past
+// it.
 // Meanwhile the reports of the tier's connections, once back, drop the
 // values of the entries they name, as they drop the tier's copies. Each
 // value is served within its own windows, judged on the estimate of the

@@ -82,6 +82,9 @@ type Tier struct {
 	// of another generation keeps nothing.
 	gen  atomic.Uint64
 	Live atomic.Bool // every report connection confirmed: serve and keep
+	// returning: off, for a report connection lost or not yet confirmed,
+	// and trying to come back (Returning).
+	returning atomic.Bool
 	// fence reports whether every report that reached this host was
 	// applied (tierfence.go); set before the tier is used, nil in tests of
 	// the tier alone.
@@ -94,7 +97,7 @@ type Tier struct {
 	// is the estimate of the Redis clock that judges their windows.
 	reserve  *Reserve
 	redisNow func() (int64, bool)
-	onLive   func() // Config.OnLive
+	onLive   func(*Tier) // Config.OnLive
 
 	// mu guards the indexes and the list. A hit takes no lock: it reads
 	// view, which holds what byKey holds (each change to byKey, under mu,
@@ -411,8 +414,9 @@ func (t *Tier) setLive(live, keep bool) {
 	}
 	t.flushAll()
 	if live {
+		t.returning.Store(false) // back: onLive may look
 		if t.onLive != nil {
-			t.onLive()
+			t.onLive(t)
 		}
 		t.Live.Store(true)
 	}
@@ -472,6 +476,11 @@ func (t *Tier) ToReserve(key string) bool {
 // Serving reports whether the tier serves: every report connection is
 // confirmed, so Redis is up.
 func (t *Tier) Serving() bool { return t != nil && t.Live.Load() }
+
+// Returning reports whether the tier is off for a report connection lost
+// or not confirmed yet, and trying to come back: not when it serves, nor
+// when Redis refused tracking or the Group closed.
+func (t *Tier) Returning() bool { return t != nil && t.returning.Load() }
 
 // Flush drops every copy, and the values of every read already sent.
 func (t *Tier) Flush() {

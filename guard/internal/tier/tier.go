@@ -38,8 +38,9 @@ type Config struct {
 	// RedisNow estimates the Redis clock (ms) that the copies' windows are
 	// on, and false before it knows.
 	RedisNow func() (int64, bool)
-	// OnLive is called when the tier comes back on, before it serves.
-	OnLive func()
+	// OnLive is called when the tier comes back on, before it serves,
+	// with the tier (which New may not have returned yet).
+	OnLive func(*Tier)
 }
 
 // New returns the tier of a Group on rdb, its report connections started,
