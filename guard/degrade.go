@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/stampede-go/stampede/guard/internal/entry"
 	"github.com/stampede-go/stampede/guard/internal/tier"
 )
 
@@ -295,4 +296,26 @@ func (g *Group) keepDegraded(c *call, o outcome) bool {
 	now := time.Now()
 	g.reserve.Put(tier.Kept{Key: c.key, Name: c.nm.entry, Value: o.v, FreshUntil: now.Add(fresh), StaleUntil: now.Add(satAdd(fresh, stale)), Base: now})
 	return true
+}
+
+// supersedeReserve gives the reserve what this node just read of key from
+// Redis (e, read at now, Redis ms), in place of what it keeps of key, if
+// anything (tier.Reserve.Supersede): kept through a return of Redis, an
+// older value would be served again at the next failure, though this
+// node served the newer one. A key Redis says has no value, or a failure
+// remembered, drops what is kept.
+func (g *Group) supersedeReserve(key string, e *entry.Entry, now int64, age time.Duration) {
+	if !g.reserve.Holding() {
+		return
+	}
+	switch {
+	case e.Negative || e.ErrMark:
+		g.reserve.Remove(key)
+	case e.Oversize || e.Marker():
+		// Not a value this node holds whole, or none yet.
+	default:
+		t := time.Now()
+		g.reserve.Supersede(key, e.Value, t.Add(time.Duration(e.FreshUntil-now)*time.Millisecond),
+			t.Add(time.Duration(e.StaleUntil-now)*time.Millisecond), t.Add(-age))
+	}
 }

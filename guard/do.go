@@ -278,6 +278,7 @@ func (g *Group) keepOf(name string) keep {
 func (g *Group) served(key string, e entry.Entry, now int64, st Status, k keep, report bool) (Result, error) {
 	age := time.Duration(max(now-e.Written, 0)) * time.Millisecond
 	g.keepLocal(key, e, now, age, k, st == Stale)
+	g.supersedeReserve(key, &e, now, age)
 	// A not-found or a failure remembered answers the call as a value
 	// does: a lookup the hooks count.
 	switch {

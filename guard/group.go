@@ -226,9 +226,15 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 // serves only calls that Redis failed, and every change reported since
 // the tier came back drops its copy there too.
 func (g *Group) settleReserve(loc *tier.Tier) {
-	g.liveAt.Store(tier.Nanotime())
-	g.nudge(&g.br, g.probeKey)
-	g.clearReserveWith(loc)
+	first := g.liveAt.Swap(tier.Nanotime()) == 0
+	if g.reserve.Holding() {
+		if !first {
+			// Back after an outage (not the tier's first start, which
+			// calls failing before it began must not add a probe to).
+			g.nudge(&g.br, g.probeKey)
+		}
+		g.clearLater(g.opts.BreakerCooldown, loc)
+	}
 }
 
 // clearLater calls clearReserveWith(loc) after d, in place of a call it

@@ -105,20 +105,28 @@ func (g *Group) clearReserve() bool { return g.clearReserveWith(g.loc) }
 // clearReserveWith is clearReserve with loc, the Group's tier: the tier's
 // own callbacks may run before New has set g.loc.
 func (g *Group) clearReserveWith(loc *tier.Tier) bool {
-	wait, ok := g.br.SettlesIn()
+	if !g.reserve.Holding() {
+		return true // nothing to empty: no timer, no probe
+	}
+	// What was handed in after this look is not dropped (ClearAt).
+	epoch := g.reserve.Epoch()
+	quiet, ok := g.br.QuietFor()
 	if !ok {
-		if loc.Serving() {
-			g.nudge(&g.br, g.probeKey)
-		}
+		g.nudge(&g.br, g.probeKey)
 		return false
 	}
-	if loc.Returning() {
+	wait := max(g.br.Settle-quiet, 0)
+	if away, returning := loc.ReturningFor(); returning {
 		// Its report connection is coming back: the reserve is what this
 		// node holds meanwhile. Emptied now, a call Redis failed before
 		// the tier was back and had its copies found neither, and loaded.
-		return false
-	}
-	if at := g.liveAt.Load(); at != 0 {
+		// Not for long, though: a report path broken while Redis answers
+		// must not keep values this node may no longer read.
+		if left := tierReturnWait(g.opts) - min(quiet, away); left > 0 {
+			g.clearLater(max(left, wait), loc)
+			return true
+		}
+	} else if at := g.liveAt.Load(); at != 0 {
 		wait = max(wait, g.opts.BreakerCooldown-time.Duration(tier.Nanotime()-at))
 	}
 	failing := false
@@ -126,9 +134,7 @@ func (g *Group) clearReserveWith(loc *tier.Tier) bool {
 		g.masters.EachCurrent(context.Background(), func(b *breaker.Breaker) {
 			if b.Failing() {
 				failing = true
-				if loc.Serving() {
-					g.nudge(b, b.LastKey)
-				}
+				g.nudge(b, b.LastKey)
 			}
 		})
 	}
@@ -138,9 +144,23 @@ func (g *Group) clearReserveWith(loc *tier.Tier) bool {
 	case wait > 0:
 		g.clearLater(wait, loc)
 	default:
-		g.reserve.Clear()
+		// Handed in since the look (the tier stopped): what calls that
+		// fail now are served, and the next recovery clears it.
+		g.reserve.ClearAt(epoch)
 	}
 	return true
+}
+
+// tierReturnWait is how long, Redis answering, the reserve waits for the
+// tier's report connection to come back before it is emptied all the
+// same: five of the tier's longest backoffs between attempts, plus two
+// cooldowns (12 s by default). Under a path that flaps, data calls may
+// succeed for seconds while the report connection, cut before it is
+// confirmed, backs off: a node's tier was seen away 2.8 s so, Redis
+// answering its calls for 2.4 s (TestFlappingRedisKeepsReserve, two CPU
+// hogs beside it).
+func tierReturnWait(o Options) time.Duration {
+	return 5*tier.MaxTrackBackoff + 2*o.BreakerCooldown
 }
 
 // nudge tries Redis once in the background for b, a breaker whose last
@@ -148,8 +168,8 @@ func (g *Group) clearReserveWith(loc *tier.Tier) bool {
 // probeWhileOpen), with the key key gives, and records the verdict: a
 // node whose calls the tier serves from memory sends Redis nothing that
 // could tell b it answers again, and the reserve is not emptied while b
-// says its last call failed. Called as the tier comes back or while it
-// serves: Redis answered its report connections lately.
+// says its last call failed. Called as the tier comes back, and when the
+// reserve is to be emptied but such a breaker holds it: not at every call.
 func (g *Group) nudge(b *breaker.Breaker, key func() string) {
 	if b.Open() || !b.Failing() {
 		return

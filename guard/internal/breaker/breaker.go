@@ -3,6 +3,7 @@ package breaker
 import (
 	"context"
 	"errors"
+	"math"
 	"net"
 	"os"
 	"strings"
@@ -68,19 +69,22 @@ type Breaker struct {
 
 	// hookMu orders the hooks: a verdict's state change and its hook are
 	// one step, so none is reported after Shut returned.
-	hookMu    sync.Mutex
-	mu        sync.Mutex
-	shut      bool // Shut: no verdict counts, no hook is called
-	fails     int
-	lastOK    time.Time // with Silence: when a call last succeeded
-	lastFail  time.Time // with Settle: when the last failure was recorded
-	pending   bool      // failures Recovered has not followed yet
-	retryAt   time.Time // a declined Recovered: not called again before
-	openUntil time.Time
-	settling  *time.Timer // with Settle: calls settle when it is due
-	probe     uint64      // the probe out, 0 when none
-	probes    uint64      // probes handed out so far: each probe's id
-	key       string      // the key of the last AllowKey
+	hookMu   sync.Mutex
+	mu       sync.Mutex
+	shut     bool // Shut: no verdict counts, no hook is called
+	fails    int
+	lastOK   time.Time // with Silence: when a call last succeeded
+	lastFail time.Time // with Settle: when the last failure was recorded
+	// lastTrouble is when a call last failed for Redis's sake or timed
+	// out, counted as a failure or not (a starved process's timeout).
+	lastTrouble time.Time
+	pending     bool      // failures Recovered has not followed yet
+	retryAt     time.Time // a declined Recovered: not called again before
+	openUntil   time.Time
+	settling    *time.Timer // with Settle: calls settle when it is due
+	probe       uint64      // the probe out, 0 when none
+	probes      uint64      // probes handed out so far: each probe's id
+	key         string      // the key of the last AllowKey
 
 	// Probing is the owner's: set while a background loop of its probes
 	// this breaker (see the guard's probeWhileOpen).
@@ -233,18 +237,25 @@ func (b *Breaker) owe() {
 	}
 }
 
-// SettlesIn reports how long until the breaker is Settled if no failure
-// comes (0: it is); ok is false while the last call failed.
-func (b *Breaker) SettlesIn() (d time.Duration, ok bool) {
+// QuietFor reports how long ago a call last failed (a long time: none),
+// whether the breaker counted it (a failure) or not (a timeout of a
+// starved process, which Record gives no verdict: Redis may have failed
+// it all the same); ok is false while the last call failed. Without
+// Settle or Silence, failures are not timed: only the uncounted ones.
+func (b *Breaker) QuietFor() (d time.Duration, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.fails > 0 {
 		return 0, false
 	}
-	if b.Settle <= 0 || b.lastFail.IsZero() {
-		return 0, true
+	last := b.lastFail
+	if b.lastTrouble.After(last) {
+		last = b.lastTrouble
 	}
-	return max(b.Settle-time.Since(b.lastFail), 0), true
+	if last.IsZero() {
+		return math.MaxInt64, true
+	}
+	return time.Since(last), true
 }
 
 // recoverRetry is the least time between two calls of a Recovered that
@@ -310,6 +321,13 @@ func (b *Breaker) Failure() {
 // about Redis: it is no verdict (a probe it carried is released by the
 // caller's deferred release).
 func (b *Breaker) Record(err, callerErr error) {
+	if err != nil && callerErr == nil && !errors.Is(err, context.Canceled) && (Timeout(err) || Unwell(err)) {
+		// Redis failed the call, or this process was too slow to tell:
+		// not quiet (QuietFor), verdict or not.
+		b.mu.Lock()
+		b.lastTrouble = time.Now()
+		b.mu.Unlock()
+	}
 	switch {
 	case err == nil:
 		b.Success()

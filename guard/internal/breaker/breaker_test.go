@@ -336,6 +336,31 @@ func TestBreakerStarved(t *testing.T) {
 	}
 }
 
+// TestQuietForCountsUncountedTimeouts: a timeout of a starved process is
+// no verdict, yet Redis may have failed the call: QuietFor is not quiet
+// after it (the reserve is not emptied on a Redis that fails calls the
+// breaker does not count). A call its caller left, or one Redis answered
+// with an error about the call, leaves it quiet.
+func TestQuietForCountsUncountedTimeouts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := Breaker{Threshold: 3, Cooldown: time.Second, Settle: time.Second, Starved: func() bool { return true }}
+		if quiet, ok := b.QuietFor(); !ok || quiet < time.Hour {
+			t.Fatalf("a new breaker is quiet for %v (%v); want a long time", quiet, ok)
+		}
+		b.Record(context.DeadlineExceeded, nil)
+		time.Sleep(10 * time.Millisecond)
+		if quiet, ok := b.QuietFor(); b.Failing() || !ok || quiet != 10*time.Millisecond {
+			t.Errorf("10ms after a starved timeout: failing %v, quiet for %v (%v); want not failing, quiet for 10ms", b.Failing(), quiet, ok)
+		}
+		time.Sleep(time.Second)
+		b.Record(context.DeadlineExceeded, context.Canceled) // the caller left
+		b.Record(proto("WRONGTYPE Operation against a key holding the wrong kind of value"), nil)
+		if quiet, ok := b.QuietFor(); !ok || quiet != time.Second+10*time.Millisecond {
+			t.Errorf("after a left call and an error about the call: quiet for %v (%v); want since the timeout", quiet, ok)
+		}
+	})
+}
+
 func TestTimeout(t *testing.T) {
 	for _, c := range []struct {
 		err  error
@@ -479,19 +504,19 @@ func TestSettleRecoversWithoutASuccess(t *testing.T) {
 			var recovered atomic.Int32
 			b := &Breaker{Threshold: 5, Cooldown: time.Second, Settle: settle, Recovered: func() bool { recovered.Add(1); return true }}
 			b.Failure()
-			if _, ok := b.SettlesIn(); ok {
-				t.Fatal("SettlesIn ok after a failure; want not while failing")
+			if _, ok := b.QuietFor(); ok {
+				t.Fatal("QuietFor ok after a failure; want not while failing")
 			}
 			time.Sleep(100 * time.Millisecond)
 			b.Success()
 			synctest.Wait()
-			if wait, ok := b.SettlesIn(); recovered.Load() != 0 || !ok || wait != settle-100*time.Millisecond {
-				t.Fatalf("Recovered called %d times 100ms after the failure (settles in %v, %v); want 0, in %v", recovered.Load(), wait, ok, settle-100*time.Millisecond)
+			if quiet, ok := b.QuietFor(); recovered.Load() != 0 || !ok || quiet != 100*time.Millisecond {
+				t.Fatalf("Recovered called %d times 100ms after the failure (quiet for %v, %v); want 0, quiet for 100ms", recovered.Load(), quiet, ok)
 			}
 			time.Sleep(settle)
 			synctest.Wait()
-			if wait, ok := b.SettlesIn(); recovered.Load() != 1 || !ok || wait != 0 {
-				t.Fatalf("Recovered called %d times Settle after the failure (settles in %v, %v); want once, settled", recovered.Load(), wait, ok)
+			if quiet, ok := b.QuietFor(); recovered.Load() != 1 || !ok || quiet < settle {
+				t.Fatalf("Recovered called %d times Settle after the failure (quiet for %v, %v); want once, quiet for Settle", recovered.Load(), quiet, ok)
 			}
 		})
 	})

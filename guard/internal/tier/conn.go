@@ -27,9 +27,9 @@ const invalidateChannel = "__redis__:invalidate"
 // unanswered within healthEvery more counts as a lost connection.
 const healthEvery = 500 * time.Millisecond
 
-// maxTrackBackoff bounds the wait before a lost or refused report
+// MaxTrackBackoff bounds the wait before a lost or refused report
 // connection is tried again.
-const maxTrackBackoff = 2 * time.Second
+const MaxTrackBackoff = 2 * time.Second
 
 // tracker is one report connection.
 type tracker struct {
@@ -160,7 +160,7 @@ func (c *coherence) run(t *tracker) {
 			return
 		case <-wait.C:
 		}
-		ts.backoff = min(ts.backoff*2, maxTrackBackoff)
+		ts.backoff = min(ts.backoff*2, MaxTrackBackoff)
 	}
 }
 

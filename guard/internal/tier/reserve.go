@@ -1,9 +1,11 @@
 package tier
 
 import (
+	"bytes"
 	"container/list"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -36,7 +38,13 @@ import (
 type Reserve struct {
 	maxBytes int // a value (or all marks) may take an eighth of it
 
-	mu     sync.Mutex
+	// held is len(byKey), for a look that takes no lock (Supersede).
+	held atomic.Int64
+
+	mu sync.Mutex
+	// epoch counts what was handed in (Offer, Put): a clear decided on
+	// an older epoch (ClearAt) would drop what came since unseen.
+	epoch  uint64
 	byKey  map[string]*list.Element // of *Kept, in values, large or marks
 	keyOf  map[string]string        // entry name → key
 	values shelf
@@ -125,6 +133,7 @@ func (r *Reserve) Put(k Kept) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.epoch++
 	if el := r.byKey[k.Key]; k.Mark == Failed && el != nil {
 		if v := el.Value.(*Kept); v.Mark == Value && k.Base.Before(v.StaleUntil) {
 			return
@@ -153,6 +162,7 @@ func (r *Reserve) putLocked(k Kept) {
 	for s.over() {
 		r.removeLocked(s.lru.Back().Value.(*Kept).Key)
 	}
+	r.held.Store(int64(len(r.byKey)))
 }
 
 // Offer keeps k unless the reserve holds a value of its key written after
@@ -165,9 +175,67 @@ func (r *Reserve) Offer(k Kept) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.epoch++
 	if el := r.byKey[k.Key]; el == nil || !el.Value.(*Kept).Base.After(k.Base) {
 		r.putLocked(k)
 	}
+}
+
+// Supersede replaces the value kept for key, if any, by value, which this
+// node just read from Redis with the windows fresh and stale and the write
+// time base: a node that served a newer value must not go back to an older
+// one at its next failure. A value equal to the kept one leaves it as it
+// is (no lock is taken while nothing is kept).
+func (r *Reserve) Supersede(key string, value []byte, fresh, stale, base time.Time) {
+	if !r.Holding() {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	el := r.byKey[key]
+	if el == nil {
+		return
+	}
+	k := el.Value.(*Kept)
+	if k.Mark == Value && bytes.Equal(k.Value, value) {
+		return
+	}
+	n := Kept{Key: key, Name: k.Name, Value: value, FreshUntil: fresh, StaleUntil: stale, Base: base}
+	if !r.fits(n) {
+		r.removeLocked(key)
+		return
+	}
+	r.putLocked(n)
+}
+
+// Holding reports whether the reserve keeps anything, without a lock.
+func (r *Reserve) Holding() bool { return r != nil && r.held.Load() != 0 }
+
+// Epoch returns what ClearAt takes: the count of what was handed in.
+func (r *Reserve) Epoch() uint64 {
+	if r == nil {
+		return 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.epoch
+}
+
+// ClearAt empties the reserve unless something was handed in (Offer, Put)
+// since Epoch returned epoch, and reports whether it did: the tier may
+// hand its copies over between a caller's look at its state and the
+// clear.
+func (r *Reserve) ClearAt(epoch uint64) bool {
+	if r == nil {
+		return true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.epoch != epoch {
+		return false
+	}
+	r.clearLocked()
+	return true
 }
 
 // Get returns a copy of the value kept for key.
@@ -263,13 +331,18 @@ func (r *Reserve) Clear() {
 		return
 	}
 	r.mu.Lock()
+	r.clearLocked()
+	r.mu.Unlock()
+}
+
+func (r *Reserve) clearLocked() {
 	clear(r.byKey)
 	clear(r.keyOf)
 	for _, s := range []*shelf{&r.values, &r.large, &r.marks} {
 		s.lru.Init()
 		s.bytes = 0
 	}
-	r.mu.Unlock()
+	r.held.Store(0)
 }
 
 // Len returns how many values and marks are kept.
@@ -290,6 +363,7 @@ func (r *Reserve) removeLocked(key string) {
 		s.lru.Remove(el)
 		delete(r.byKey, key)
 		delete(r.keyOf, k.Name)
+		r.held.Store(int64(len(r.byKey)))
 	}
 }
 

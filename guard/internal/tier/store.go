@@ -83,8 +83,10 @@ type Tier struct {
 	gen  atomic.Uint64
 	Live atomic.Bool // every report connection confirmed: serve and keep
 	// returning: off, for a report connection lost or not yet confirmed,
-	// and trying to come back (Returning).
-	returning atomic.Bool
+	// and trying to come back (Returning), since returningAt (nanotime).
+	// Written under the coherence's lock (setReturning).
+	returning   atomic.Bool
+	returningAt atomic.Int64
 	// fence reports whether every report that reached this host was
 	// applied (tierfence.go); set before the tier is used, nil in tests of
 	// the tier alone.
@@ -405,6 +407,12 @@ func (t *Tier) setLive(live, keep bool) {
 	if t == nil {
 		return
 	}
+	if keep && !live {
+		// Coming back (tell says so too, later): said before the tier
+		// stops and hands its copies over, so that nobody empties the
+		// reserve between.
+		t.setReturning(true)
+	}
 	if !live {
 		t.Live.Store(false)
 	}
@@ -414,10 +422,12 @@ func (t *Tier) setLive(live, keep bool) {
 	}
 	t.flushAll()
 	if live {
-		t.returning.Store(false) // back: onLive may look
+		// onLive first: while it records the return, the tier still says
+		// it is coming back, so that nobody empties the reserve before.
 		if t.onLive != nil {
 			t.onLive(t)
 		}
+		t.setReturning(false)
 		t.Live.Store(true)
 	}
 }
@@ -481,6 +491,24 @@ func (t *Tier) Serving() bool { return t != nil && t.Live.Load() }
 // or not confirmed yet, and trying to come back: not when it serves, nor
 // when Redis refused tracking or the Group closed.
 func (t *Tier) Returning() bool { return t != nil && t.returning.Load() }
+
+// ReturningFor reports how long the tier has been Returning; ok is false
+// when it is not.
+func (t *Tier) ReturningFor() (d time.Duration, ok bool) {
+	if !t.Returning() {
+		return 0, false
+	}
+	return time.Duration(nanotime() - t.returningAt.Load()), true
+}
+
+// setReturning sets returning, and returningAt as it begins; the
+// coherence's lock held.
+func (t *Tier) setReturning(v bool) {
+	if v && !t.returning.Load() {
+		t.returningAt.Store(nanotime())
+	}
+	t.returning.Store(v)
+}
 
 // Flush drops every copy, and the values of every read already sent.
 func (t *Tier) Flush() {

@@ -218,6 +218,57 @@ func TestReserveOffer(t *testing.T) {
 	}
 }
 
+// TestReserveSupersede: a value this node read from Redis replaces what
+// the reserve keeps of its key, and adds nothing for a key it does not
+// keep; an equal value leaves the kept one as it is; Holding follows.
+func TestReserveSupersede(t *testing.T) {
+	at := time.Unix(1000, 0)
+	r := NewReserve(16, 1<<20)
+	r.Supersede("absent", []byte("v"), at, at, at)
+	if r.Holding() || r.Len() != 0 {
+		t.Fatalf("Supersede of a key not kept: holding %v, %d kept; want nothing", r.Holding(), r.Len())
+	}
+	r.Put(Kept{Key: "k", Name: "n:k", Value: []byte("v1"), Base: at, FreshUntil: at.Add(time.Second), StaleUntil: at.Add(time.Minute)})
+	if !r.Holding() {
+		t.Fatal("Holding false with a value kept")
+	}
+	r.Supersede("k", []byte("v1"), at.Add(time.Hour), at.Add(time.Hour), at.Add(time.Hour))
+	if k, _ := r.Get("k"); !k.Base.Equal(at) {
+		t.Errorf("an equal value replaced the kept one (base %v, want %v)", k.Base, at)
+	}
+	later := at.Add(time.Second)
+	r.Supersede("k", []byte("v2"), later.Add(time.Second), later.Add(time.Minute), later)
+	k, ok := r.Get("k")
+	if !ok || string(k.Value) != "v2" || k.Name != "n:k" || !k.Base.Equal(later) || !k.FreshUntil.Equal(later.Add(time.Second)) {
+		t.Errorf("after Supersede: %q name %q base %v fresh %v (kept %v); want v2, n:k, %v, %v", k.Value, k.Name, k.Base, k.FreshUntil, ok, later, later.Add(time.Second))
+	}
+	r.changed("n:k") // the name still leads to the key
+	if r.Holding() || r.Len() != 0 {
+		t.Errorf("a report of the entry left holding %v, %d kept; want nothing", r.Holding(), r.Len())
+	}
+}
+
+// TestReserveClearAt: a clear decided before something was handed in
+// (Offer, Put) empties nothing; one decided after empties all.
+func TestReserveClearAt(t *testing.T) {
+	at := time.Unix(1000, 0)
+	kept := Kept{Key: "k", Name: "n:k", Value: []byte("v"), Base: at, FreshUntil: at.Add(time.Second), StaleUntil: at.Add(time.Minute)}
+	for _, hand := range []struct {
+		name string
+		f    func(*Reserve)
+	}{{"offer", func(r *Reserve) { r.Offer(kept) }}, {"put", func(r *Reserve) { r.Put(kept) }}} {
+		r := NewReserve(16, 1<<20)
+		epoch := r.Epoch()
+		hand.f(r)
+		if r.ClearAt(epoch) || r.Len() != 1 {
+			t.Errorf("%s: a clear decided before it emptied the reserve (%d kept); want it kept", hand.name, r.Len())
+		}
+		if !r.ClearAt(r.Epoch()) || r.Len() != 0 || r.Holding() {
+			t.Errorf("%s: a clear decided after it left %d kept (holding %v); want none", hand.name, r.Len(), r.Holding())
+		}
+	}
+}
+
 // TestReserveMarks checks the reserve against a model over random
 // histories of values and marks: a mark never pushes a value out (marks
 // are bounded apart, a quarter of the entries and an eighth of the

@@ -176,7 +176,7 @@ func (c *coherence) update() {
 // tell reports the tier's state to Hooks.LocalTier when it changed, mu
 // held (so the reports come in the order of the changes).
 func (c *coherence) tell() {
-	c.tier.returning.Store(!c.live && !c.closed && (c.why == WhyLost || c.why == WhyConnecting))
+	c.tier.setReturning(!c.live && !c.closed && (c.why == WhyLost || c.why == WhyConnecting))
 	now := "on"
 	if !c.live {
 		now = c.why
