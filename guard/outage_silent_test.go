@@ -263,19 +263,7 @@ func holdEvery(t *testing.T, fleet []*localNode, n int, key func(int) string, lo
 func TestReserveKeptWhileTierReturns(t *testing.T) {
 	const keys, callers = 5, 10
 	srv := redistest.Start(t)
-	p := redistest.NewProxy(t, srv.Addr)
-	var refuse atomic.Bool
-	var d net.Dialer
-	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
-		if refuse.Load() && dialedByTier() {
-			return nil, errors.New("test: the tier's dials refused")
-		}
-		return d.DialContext(ctx, network, addr)
-	}
-	o := Options{Namespace: redistest.Key(t) + ":", FreshFor: time.Minute, LocalEntries: 1000,
-		RedisTimeout: 100 * time.Millisecond, BreakerCooldown: 200 * time.Millisecond}
-	n := newLocalNode(t, redis.NewClient(&redis.Options{Addr: p.Addr, Dialer: dial, ContextTimeoutEnabled: true}), o)
-	waitLocal(t, n)
+	n, p, refuse, o := refusingNode(t, srv)
 	var loads atomic.Int64
 	load := func(context.Context) ([]byte, error) {
 		loads.Add(1)
@@ -355,6 +343,28 @@ func TestReserveKeptWhileTierReturns(t *testing.T) {
 	redistest.Eventually(t, 10*time.Second, "the tier back", n.loc.Serving)
 }
 
+// refusingNode returns a node on srv through a proxy, its tier on, whose
+// tier's own dials (a report connection, a tracked reader) are refused
+// while refuse is set; BreakerCooldown 200 ms, RedisTimeout 100 ms,
+// FreshFor a minute.
+func refusingNode(t *testing.T, srv *redistest.Server) (n *localNode, p *redistest.Proxy, refuse *atomic.Bool, o Options) {
+	t.Helper()
+	p = redistest.NewProxy(t, srv.Addr)
+	refuse = new(atomic.Bool)
+	var d net.Dialer
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if refuse.Load() && dialedByTier() {
+			return nil, errors.New("test: the tier's dials refused")
+		}
+		return d.DialContext(ctx, network, addr)
+	}
+	o = Options{Namespace: redistest.Key(t) + ":", FreshFor: time.Minute, LocalEntries: 1000,
+		RedisTimeout: 100 * time.Millisecond, BreakerCooldown: 200 * time.Millisecond}
+	n = newLocalNode(t, redis.NewClient(&redis.Options{Addr: p.Addr, Dialer: dial, ContextTimeoutEnabled: true}), o)
+	waitLocal(t, n)
+	return n, p, refuse, o
+}
+
 // dialedByTier reports whether a dial is one of the in-process tier's own
 // connections (a report connection, a tracked reader), from the caller's
 // stack.
@@ -382,20 +392,8 @@ func dialedByTier() bool {
 // Redis now replaces what its reserve keeps of the key.
 func TestReserveNeverGoesBack(t *testing.T) {
 	srv := redistest.Start(t)
-	p := redistest.NewProxy(t, srv.Addr)
-	var refuse atomic.Bool
-	var d net.Dialer
-	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
-		if refuse.Load() && dialedByTier() {
-			return nil, errors.New("test: the tier's dials refused")
-		}
-		return d.DialContext(ctx, network, addr)
-	}
-	o := Options{Namespace: redistest.Key(t) + ":", FreshFor: time.Minute, LocalEntries: 1000,
-		RedisTimeout: 100 * time.Millisecond, BreakerCooldown: 200 * time.Millisecond}
-	a := newLocalNode(t, redis.NewClient(&redis.Options{Addr: p.Addr, Dialer: dial, ContextTimeoutEnabled: true}), o)
+	a, p, refuse, o := refusingNode(t, srv)
 	b := newLocalNode(t, srv.Client(t), o)
-	waitLocal(t, a)
 	var version atomic.Int64
 	version.Store(1)
 	load := func(context.Context) ([]byte, error) { return fmt.Appendf(nil, "v%d", version.Load()), nil }
