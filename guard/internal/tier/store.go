@@ -401,8 +401,8 @@ func (t *Tier) SetLive(live bool) {
 
 // setLive is SetLive; keep hands the copies to the reserve when the tier
 // stops (a lost connection, not a flush: the values may serve while the
-// Group cannot reach Redis). The tier back on empties the reserve: a copy
-// kept through an outage is never served past it.
+// Group cannot reach Redis). The Group empties the reserve once the tier
+// is back and Redis settled (OnLive).
 func (t *Tier) setLive(live, keep bool) {
 	if t == nil {
 		return
