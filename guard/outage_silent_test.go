@@ -256,9 +256,9 @@ func holdEvery(t *testing.T, fleet []*localNode, n int, key func(int) string, lo
 // cut for 300 ms (the tier hands its copies to the reserve), then answers
 // again while the tier's report connection cannot come back (its dials
 // are refused), until the breaker has seen no failure for two cooldowns;
-// then Redis is cut again. The reserve was emptied once Redis had
+// then Redis stalls. The reserve was emptied once Redis had
 // answered for a cooldown although the tier, still coming back, held no
-// copy: the second cut found neither, and every key was loaded. It is now
+// copy: the stall found neither, and every key was loaded. It is now
 // kept while the tier is coming back, for tierReturnWait at most.
 func TestReserveKeptWhileTierReturns(t *testing.T) {
 	const keys, callers = 5, 10
@@ -273,7 +273,7 @@ func TestReserveKeptWhileTierReturns(t *testing.T) {
 	holdEvery(t, []*localNode{n}, keys, key, load)
 	loads.Store(0)
 
-	// Callers call throughout, until the second cut is over.
+	// Callers call throughout, until the stall is over.
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	for range callers {
@@ -312,11 +312,20 @@ func TestReserveKeptWhileTierReturns(t *testing.T) {
 	if got := n.reserve.Len(); got < keys {
 		t.Errorf("the reserve holds %d values once Redis answered for two cooldowns, the tier coming back; want the %d it was handed", got, keys)
 	}
-	cut(300 * time.Millisecond)
+	// Redis stops answering (a stalled path): every call fails, by its
+	// timeout (a cut's resets are retried, and may all succeed).
+	p.Stall()
+	for stop := time.Now().Add(300 * time.Millisecond); time.Now().Before(stop); {
+		time.Sleep(10 * time.Millisecond) // the fault's own pace
+	}
+	p.Resume()
 	close(done)
 	wg.Wait()
+	if quiet, ok := n.br.QuietFor(); ok && quiet > time.Second {
+		t.Fatal("no call failed while Redis stalled: the condition under test does not hold")
+	}
 	if got := loads.Load(); got != 0 {
-		t.Errorf("%d loads when Redis failed again before the tier was back, of %d keys the node held fresh; want 0", got, keys)
+		t.Errorf("%d loads when Redis stalled before the tier was back, of %d keys the node held fresh; want 0", got, keys)
 	}
 	defer func() {
 		if t.Failed() {

@@ -192,12 +192,23 @@ func (d *decoder) uvarint(limit uint64) uint64 {
 		return 0
 	}
 	v, n := binary.Uvarint(d.b)
-	if n <= 0 || v > limit {
+	if n <= 0 || v > limit || n != uvarintLen(v) {
+		// Not in the one form this package writes (a number padded
+		// with 0x80 bytes, say): garbage, as any other corruption.
 		d.bad = true
 		return 0
 	}
 	d.b = d.b[n:]
 	return v
+}
+
+// uvarintLen is the length of v's shortest encoding (binary.PutUvarint).
+func uvarintLen(v uint64) int {
+	n := 1
+	for ; v >= 0x80; v >>= 7 {
+		n++
+	}
+	return n
 }
 
 func (d *decoder) bytes() []byte {
