@@ -144,8 +144,9 @@ func (g *Group) clearReserveWith(loc *tier.Tier) bool {
 	case wait > 0:
 		g.clearLater(wait, loc)
 	default:
-		// Handed in since the look (the tier stopped): what calls that
-		// fail now are served, and the next recovery clears it.
+		// Nothing is dropped that was handed in since the look (the tier
+		// stopped, a load ended): it is kept until the next call of this
+		// function empties it (docs/operations.md: a known gap).
 		g.reserve.ClearAt(epoch)
 	}
 	return true
