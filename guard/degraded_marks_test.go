@@ -160,7 +160,7 @@ func TestRedisDownFailingOriginBacksOff(t *testing.T) {
 		if _, err := g.Do(ctxT(t), base+":held", func(context.Context) ([]byte, error) { return []byte("held"), nil }); err != nil {
 			t.Fatal(err)
 		}
-		return g.loc.Len() == 1
+		return servesFromTier(t, g, base+":held")
 	})
 	srv.Kill(t)
 	var failing, missing, held, batch atomic.Int64

@@ -58,6 +58,21 @@ func waitTier(t *testing.T, g *Group) {
 	})
 }
 
+// servesFromTier reports whether g's tier answers every key of keys. Only
+// that says a copy is held: one kept from a read can still be dropped by
+// the report of the fill that wrote it, which Redis may flush after the
+// fill's reply, so a copy the tier holds (loc.Len) may be gone a moment
+// later; one it serves has passed the fence, with no report waiting.
+func servesFromTier(t *testing.T, g *Group, keys ...string) bool {
+	t.Helper()
+	for _, k := range keys {
+		if _, ok := g.tierHit(ctxT(t), k); !ok {
+			return false
+		}
+	}
+	return true
+}
+
 // TestTierHitIsDosTierAnswer: tierHit (package internal/tierhit, for the
 // HTTP engine) answers as Do does from the tier, counting the hit in
 // Hooks.Hit as local, and declines (ok false, nothing counted) wherever
