@@ -185,6 +185,12 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 			// probes at the next call rather than at the end of its
 			// cooldown.
 			g.br.ProbeNow()
+		}, OnHanded: func(loc *tier.Tier) {
+			// The tier's copies are the reserve's now. No failure the
+			// breaker counts may follow (a report connection lost alone,
+			// calls that succeed or time out in a starved process), so
+			// no recovery of it would look at them again: a timer does.
+			g.clearLater(o.BreakerCooldown, loc)
 		}})
 	if g.hot != nil {
 		go g.hotLoop(g.hot)
