@@ -185,12 +185,6 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 			// probes at the next call rather than at the end of its
 			// cooldown.
 			g.br.ProbeNow()
-		}, OnHanded: func(loc *tier.Tier) {
-			// The tier's copies are the reserve's now. No failure the
-			// breaker counts may follow (a report connection lost alone,
-			// calls that succeed or time out in a starved process), so
-			// no recovery of it would look at them again: a timer does.
-			g.clearLater(o.BreakerCooldown, loc)
 		}})
 	if g.hot != nil {
 		go g.hotLoop(g.hot)
@@ -254,14 +248,18 @@ func (g *Group) clearLater(d time.Duration, loc *tier.Tier) {
 	if g.liveClear != nil {
 		g.liveClear.Stop()
 	}
-	g.liveClear = time.AfterFunc(d, func() {
+	var tm *time.Timer
+	tm = time.AfterFunc(d, func() {
 		g.liveMu.Lock()
-		g.liveClear = nil
+		if g.liveClear == tm { // not one armed since, as this one fired
+			g.liveClear = nil
+		}
 		g.liveMu.Unlock()
 		if !g.closed.Load() {
 			g.clearReserveWith(loc)
 		}
 	})
+	g.liveClear = tm
 }
 
 // newReserve returns the reserve of a Group: bounded as the tier is, or as

@@ -100,7 +100,6 @@ type Tier struct {
 	reserve  *Reserve
 	redisNow func() (int64, bool)
 	onLive   func(*Tier) // Config.OnLive
-	onHanded func(*Tier) // Config.OnHanded
 
 	// mu guards the indexes and the list. A hit takes no lock: it reads
 	// view, which holds what byKey holds (each change to byKey, under mu,
@@ -403,8 +402,7 @@ func (t *Tier) SetLive(live bool) {
 // setLive is SetLive; keep hands the copies to the reserve when the tier
 // stops (a lost connection, not a flush: the values may serve while the
 // Group cannot reach Redis). The Group empties the reserve once the tier
-// is back and Redis settled (OnLive), or once Redis answered for long
-// with the tier away (OnHanded arms that look).
+// is back and Redis settled (OnLive).
 func (t *Tier) setLive(live, keep bool) {
 	if t == nil {
 		return
@@ -419,11 +417,10 @@ func (t *Tier) setLive(live, keep bool) {
 		t.Live.Store(false)
 	}
 	t.gen.Add(1)
-	handed := keep && t.toReserve()
-	t.flushAll()
-	if handed && t.onHanded != nil {
-		t.onHanded(t)
+	if keep {
+		t.toReserve()
 	}
+	t.flushAll()
 	if live {
 		// onLive first: while it records the return, the tier still says
 		// it is coming back, so that nobody empties the reserve before.
@@ -435,15 +432,14 @@ func (t *Tier) setLive(live, keep bool) {
 	}
 }
 
-// toReserve hands the copies to the reserve, and reports whether it
-// handed any.
-func (t *Tier) toReserve() (handed bool) {
+// toReserve hands the copies to the reserve.
+func (t *Tier) toReserve() {
 	if t.reserve == nil || t.redisNow == nil {
-		return false
+		return
 	}
 	rnow, known := t.redisNow()
 	if !known {
-		return false
+		return
 	}
 	now := time.Now()
 	at := func(redisMs int64) time.Time { return now.Add(time.Duration(redisMs-rnow) * time.Millisecond) }
@@ -453,10 +449,8 @@ func (t *Tier) toReserve() (handed bool) {
 		if !it.mark {
 			t.reserve.Offer(Kept{Key: it.key, Name: it.name, Value: it.Entry.Value, FreshUntil: at(it.Entry.FreshUntil),
 				StaleUntil: at(it.Entry.StaleUntil), Base: clockBase.Add(time.Duration(it.Base))})
-			handed = true
 		}
 	}
-	return handed
 }
 
 // ToReserve hands the copy of key, if the tier holds one, to the reserve,

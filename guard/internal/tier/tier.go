@@ -41,11 +41,6 @@ type Config struct {
 	// OnLive is called when the tier comes back on, before it serves,
 	// with the tier (which New may not have returned yet).
 	OnLive func(*Tier)
-	// OnHanded is called when the tier, stopping for a lost connection,
-	// has handed copies to Reserve, with the tier: what holds them must
-	// be looked at again with no call to come (the connection may be
-	// lost while every call succeeds).
-	OnHanded func(*Tier)
 }
 
 // New returns the tier of a Group on rdb, its report connections started,
@@ -63,7 +58,7 @@ func New(rdb redis.UniversalClient, c Config) *Tier {
 		return off(WhyDisabled)
 	}
 	t := newStore(c)
-	t.reserve, t.redisNow, t.onLive, t.onHanded = c.Reserve, c.RedisNow, c.OnLive, c.OnHanded
+	t.reserve, t.redisNow, t.onLive = c.Reserve, c.RedisNow, c.OnLive
 	if t.coh = newCoherence(rdb, t, c); t.coh == nil {
 		return off(WhyUnsupported)
 	}
