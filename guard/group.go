@@ -43,6 +43,7 @@ type Group struct {
 	liveMu    sync.Mutex
 	liveClear *time.Timer
 	liveAt    atomic.Int64 // tier.Nanotime the tier last came back; 0: never
+	handedAt  atomic.Int64 // tier.Nanotime the tier last handed copies over; 0: never
 	reach     *reach       // whether Redis accepts connections, past the client's pool
 	over      overStore    // this node's copies of values over MaxValueBytes
 
@@ -147,7 +148,8 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 	// The reserve serves while this node's calls to Redis fail, and no
 	// longer: it is emptied once calls succeeded again for a cooldown
 	// and the tier, if it lost its report connection, came back and
-	// stayed on for one (clearReserve).
+	// stayed on for one, or stayed away for tierReturnWait with Redis
+	// answering (clearReserve).
 	g.br = breaker.Breaker{Threshold: o.BreakerFailures, Cooldown: o.BreakerCooldown,
 		Hook: func(open bool) {
 			if open {
@@ -185,6 +187,13 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 			// probes at the next call rather than at the end of its
 			// cooldown.
 			g.br.ProbeNow()
+		}, OnHanded: func(loc *tier.Tier) {
+			// The tier's copies are the reserve's now. No failure the
+			// breaker counts may follow (a report connection lost alone,
+			// calls that succeed or time out in a starved process), so
+			// no recovery of it would look at them again: a timer does.
+			g.handedAt.Store(tier.Nanotime())
+			g.clearLater(o.BreakerCooldown, loc)
 		}})
 	if g.hot != nil {
 		go g.hotLoop(g.hot)

@@ -88,18 +88,21 @@ func (g *Group) masterOpen(ctx context.Context, name string) bool {
 // clearReserve empties the reserve once coordination resumed everywhere
 // and settled: the Group's breaker saw no failure for a cooldown, the tier
 // is not coming back from a lost report connection, and stayed on for a
-// cooldown if it came back, and every current master's breaker is past
-// its failures (a master still failing has keys served from the reserve;
-// one a failover replaced has none, and is never called again to
-// recover). What is only a matter of time is waited for with a timer
-// (clearLater), so that the reserve is emptied with no call to come: a
-// recovered Redis may be called by nobody, its keys all served from the
-// tier. It reports whether it emptied the reserve or armed that timer;
-// when it did neither, what it waits for calls it again: the breaker
-// still failing (its Recovered, at a later success; the one left failing
-// may be a master a failover is replacing, which the client's slot map
-// still names, and which no success will ever report recovered), or the
-// tier's return (settleReserve).
+// cooldown if it came back, every current master's breaker is past its
+// failures (a master still failing has keys served from the reserve; one
+// a failover replaced has none, and is never called again to recover),
+// and Redis answered since the tier last handed its copies over (confirm
+// tries it when nothing did). What is only a matter of time is waited for
+// with a timer (clearLater), so that the reserve is emptied with no call
+// to come: a recovered Redis may be called by nobody, its keys all served
+// from the tier. It reports whether it emptied the reserve or armed that
+// timer; when it did neither, what it waits for calls it again: the
+// breaker still failing (its Recovered, at a later success; the one left
+// failing may be a master a failover is replacing, which the client's
+// slot map still names, and which no success will ever report
+// recovered), or the tier's return (settleReserve). Besides those, the
+// tier's handover arms the timer (OnHanded): no failure the breaker
+// counts may follow it.
 func (g *Group) clearReserve() bool { return g.clearReserveWith(g.loc) }
 
 // clearReserveWith is clearReserve with loc, the Group's tier: the tier's
@@ -143,6 +146,17 @@ func (g *Group) clearReserveWith(loc *tier.Tier) bool {
 		return false
 	case wait > 0:
 		g.clearLater(wait, loc)
+	case !g.answeredSinceHanded():
+		g.confirm(loc)
+	case loc.Serving() && !g.tierHoldsReserve(loc):
+		// The tier is back but holds again only some of what the
+		// reserve keeps: those go; the others wait for the tier, or for
+		// the bound.
+		if at := g.liveAt.Load(); at != 0 && time.Duration(tier.Nanotime()-at) < tierReturnWait(g.opts) {
+			g.clearLater(g.opts.BreakerCooldown, loc)
+			return true
+		}
+		g.reserve.ClearAt(epoch)
 	default:
 		// Nothing is dropped that was handed in since the look (the tier
 		// stopped, a load ended): it is kept until the next call of this
@@ -150,6 +164,38 @@ func (g *Group) clearReserveWith(loc *tier.Tier) bool {
 		g.reserve.ClearAt(epoch)
 	}
 	return true
+}
+
+// answeredSinceHanded reports whether Redis answered this node since the
+// tier last handed its copies to the reserve: a call succeeded, or the
+// tier came back. Quiet alone says no call failed, which no call at all
+// says too (a node left idle while Redis is down).
+func (g *Group) answeredSinceHanded() bool {
+	h := g.handedAt.Load()
+	if h == 0 || g.liveAt.Load() >= h {
+		return true
+	}
+	return g.br.AnsweredSince(time.Now().Add(-time.Duration(tier.Nanotime() - h)))
+}
+
+// confirm tries Redis once in the background for a reserve that is to be
+// emptied with no answer seen since the tier handed its copies over, and
+// looks again: at once if Redis answered, else a cooldown later (a
+// failure the breaker counts has its own recovery look as well).
+func (g *Group) confirm(loc *tier.Tier) {
+	g.goBackground(func() { // the key may read the cluster's slot map
+		k := g.probeKey()
+		g.probe(k, func(err error) {
+			if err != breaker.ErrNoVerdict {
+				g.br.Record(err, nil)
+			}
+			if err == nil {
+				g.clearLater(0, loc)
+			} else {
+				g.clearLater(g.opts.BreakerCooldown, loc)
+			}
+		})
+	})
 }
 
 // tierReturnWait is how long, Redis answering, the reserve waits for the
@@ -285,4 +331,18 @@ func (g *Group) probe(key string, verdict func(error)) {
 	if !started {
 		verdict(breaker.ErrNoVerdict)
 	}
+}
+
+// tierHoldsReserve drops from the reserve the keys the tier holds copies
+// of again, and reports whether that was every key it kept.
+func (g *Group) tierHoldsReserve(loc *tier.Tier) bool {
+	all := true
+	for _, k := range g.reserve.Keys() {
+		if loc.Holds(k) {
+			g.reserve.Remove(k)
+		} else {
+			all = false
+		}
+	}
+	return all
 }

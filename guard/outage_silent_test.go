@@ -264,12 +264,8 @@ func TestReserveKeptWhileTierReturns(t *testing.T) {
 	const keys, callers = 5, 10
 	srv := redistest.Start(t)
 	n, p, refuse, o := refusingNode(t, srv)
-	// The bound under test follows a failure the breaker counts. A
-	// loaded machine's timeouts may all go uncounted (a starved process:
-	// no verdict), and with the cut's calls all retried to success (as
-	// on Valkey) no failure was counted at all: a clean-clone CI run
-	// timed out waiting for the emptying (docs/operations.md: that case
-	// is a known gap). Every timeout is counted here.
+	// The bound under test follows a failure: every timeout is counted
+	// here (TestReserveEmptiedWithNoFailureCounted has them uncounted).
 	n.br.Starved = func() bool { return false }
 	var loads atomic.Int64
 	load := func(context.Context) ([]byte, error) {
@@ -354,6 +350,74 @@ func TestReserveKeptWhileTierReturns(t *testing.T) {
 	if n.loc.Serving() || quiet < tierReturnWait(o)-10*time.Millisecond {
 		t.Errorf("the reserve was emptied with Redis answering for %v, the tier serving %v; want %v, the tier away",
 			quiet, n.loc.Serving(), tierReturnWait(o))
+	}
+	refuse.Store(false)
+	redistest.Eventually(t, 10*time.Second, "the tier back", n.loc.Serving)
+}
+
+// TestReserveEmptiedWithNoFailureCounted: the tier's report connection is
+// killed (CLIENT KILL TYPE pubsub, as Sentinel or an ACL change does) and
+// its reconnects fail, and Redis then stalls, every timeout of the node's
+// calls uncounted (a process too starved for the breaker to tell). The
+// tier hands its copies to the reserve, which serves the stall with no
+// load; no failure is counted, so no recovery of the breaker looks at the
+// reserve again. While Redis stalls and the node is idle, it is kept (a
+// quiet with no call in it is no answer); once Redis answers again, it is
+// emptied, tierReturnWait after, the tier still away. Before the timer
+// armed at the handover, it was kept for ever (a clean-clone CI run on
+// Valkey timed out waiting for it); with that timer alone, it was emptied
+// while Redis still stalled.
+func TestReserveEmptiedWithNoFailureCounted(t *testing.T) {
+	const keys = 5
+	srv := redistest.Start(t)
+	n, p, refuse, o := refusingNode(t, srv)
+	// Every timeout is a starved process's: no verdict.
+	n.br.Starved = func() bool { return true }
+	var loads atomic.Int64
+	load := func(context.Context) ([]byte, error) {
+		loads.Add(1)
+		return []byte("v"), nil
+	}
+	key := func(i int) string { return fmt.Sprintf("hot-%d", i) }
+	holdEvery(t, []*localNode{n}, keys, key, load)
+	loads.Store(0)
+	refuse.Store(true)
+	if err := srv.Client(t).ClientKillByFilter(ctxT(t), "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, 5*time.Second, "the tier's copies in the reserve", func() bool {
+		return n.reserve.Len() >= keys
+	})
+	p.Stall()
+	for i := range 2 * keys {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, _ = n.Get(ctx, key(i%keys), load)
+		cancel()
+	}
+	if quiet, ok := n.br.QuietFor(); !ok || quiet > time.Second {
+		t.Fatalf("the breaker quiet for %v (%v) with Redis stalled: no call timed out, the condition under test does not hold", quiet, ok)
+	}
+	if n.br.Failing() {
+		t.Fatal("the breaker counted a failure: the condition under test does not hold")
+	}
+	if got := loads.Load(); got != 0 {
+		t.Errorf("%d loads while Redis stalled, of %d keys the reserve held; want 0", got, keys)
+	}
+	// Idle, Redis stalled: kept past every wait the emptying has.
+	for stop := time.Now().Add(tierReturnWait(o) + 3*o.BreakerCooldown); time.Now().Before(stop); {
+		if got := n.reserve.Len(); got < keys {
+			t.Fatalf("the reserve holds %d values with Redis stalled, the node idle; want the %d it was handed", got, keys)
+		}
+		time.Sleep(50 * time.Millisecond) // polled: nothing to wait on
+	}
+	p.Resume()
+	resumed := time.Now()
+	redistest.Eventually(t, tierReturnWait(o)+10*time.Second, "the reserve emptied, the tier still away", func() bool {
+		return n.reserve.Len() == 0
+	})
+	if n.loc.Serving() {
+		t.Errorf("the reserve was emptied %v after Redis answered again, the tier serving; want it emptied with the tier away",
+			time.Since(resumed))
 	}
 	refuse.Store(false)
 	redistest.Eventually(t, 10*time.Second, "the tier back", n.loc.Serving)

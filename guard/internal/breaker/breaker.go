@@ -258,6 +258,14 @@ func (b *Breaker) QuietFor() (d time.Duration, ok bool) {
 	return time.Since(last), true
 }
 
+// AnsweredSince reports whether a call succeeded at t or after. Without
+// Settle or Silence, successes are not timed: false.
+func (b *Breaker) AnsweredSince(t time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return !b.lastOK.IsZero() && !b.lastOK.Before(t)
+}
+
 // recoverRetry is the least time between two calls of a Recovered that
 // declined.
 const recoverRetry = 50 * time.Millisecond

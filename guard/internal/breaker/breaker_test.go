@@ -556,3 +556,37 @@ func TestSettleRecoversWithoutASuccess(t *testing.T) {
 		})
 	})
 }
+
+// TestAnsweredSince: a success at or after t is an answer since t; a
+// failure, an uncounted timeout or a success before t is none; without
+// Settle or Silence successes are not timed.
+func TestAnsweredSince(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &Breaker{Threshold: 3, Cooldown: time.Second, Settle: time.Second}
+		start := time.Now()
+		if b.AnsweredSince(start) {
+			t.Fatal("answered with no call")
+		}
+		b.Success()
+		time.Sleep(time.Millisecond)
+		since := time.Now()
+		if !b.AnsweredSince(start) || b.AnsweredSince(since) {
+			t.Fatalf("a success before since: answered since start %v (want true), since since %v (want false)",
+				b.AnsweredSince(start), b.AnsweredSince(since))
+		}
+		b.Record(context.DeadlineExceeded, nil)
+		b.Failure()
+		if b.AnsweredSince(since) {
+			t.Fatal("a timeout and a failure counted as an answer")
+		}
+		b.Record(nil, nil)
+		if !b.AnsweredSince(since) {
+			t.Fatal("a success after since is no answer")
+		}
+		untimed := &Breaker{Threshold: 3, Cooldown: time.Second}
+		untimed.Success()
+		if untimed.AnsweredSince(start) {
+			t.Fatal("a breaker without Settle or Silence timed a success")
+		}
+	})
+}

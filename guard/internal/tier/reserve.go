@@ -311,6 +311,20 @@ func (r *Reserve) Expire(key string, now time.Time) {
 	r.mu.Unlock()
 }
 
+// Keys returns the keys kept (values and marks).
+func (r *Reserve) Keys() []string {
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	keys := make([]string, 0, len(r.byKey))
+	for k := range r.byKey {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
 // RemoveIf drops the values whose keys match.
 func (r *Reserve) RemoveIf(match func(key string) bool) {
 	if r == nil {

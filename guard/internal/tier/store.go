@@ -100,6 +100,7 @@ type Tier struct {
 	reserve  *Reserve
 	redisNow func() (int64, bool)
 	onLive   func(*Tier) // Config.OnLive
+	onHanded func(*Tier) // Config.OnHanded
 
 	// mu guards the indexes and the list. A hit takes no lock: it reads
 	// view, which holds what byKey holds (each change to byKey, under mu,
@@ -402,7 +403,8 @@ func (t *Tier) SetLive(live bool) {
 // setLive is SetLive; keep hands the copies to the reserve when the tier
 // stops (a lost connection, not a flush: the values may serve while the
 // Group cannot reach Redis). The Group empties the reserve once the tier
-// is back and Redis settled (OnLive).
+// is back and Redis settled (OnLive), or once Redis answered for long
+// with the tier away (OnHanded arms that look).
 func (t *Tier) setLive(live, keep bool) {
 	if t == nil {
 		return
@@ -417,10 +419,11 @@ func (t *Tier) setLive(live, keep bool) {
 		t.Live.Store(false)
 	}
 	t.gen.Add(1)
-	if keep {
-		t.toReserve()
-	}
+	handed := keep && t.toReserve()
 	t.flushAll()
+	if handed && t.onHanded != nil {
+		t.onHanded(t)
+	}
 	if live {
 		// onLive first: while it records the return, the tier still says
 		// it is coming back, so that nobody empties the reserve before.
@@ -432,14 +435,15 @@ func (t *Tier) setLive(live, keep bool) {
 	}
 }
 
-// toReserve hands the copies to the reserve.
-func (t *Tier) toReserve() {
+// toReserve hands the copies to the reserve, and reports whether it
+// handed any.
+func (t *Tier) toReserve() (handed bool) {
 	if t.reserve == nil || t.redisNow == nil {
-		return
+		return false
 	}
 	rnow, known := t.redisNow()
 	if !known {
-		return
+		return false
 	}
 	now := time.Now()
 	at := func(redisMs int64) time.Time { return now.Add(time.Duration(redisMs-rnow) * time.Millisecond) }
@@ -449,8 +453,10 @@ func (t *Tier) toReserve() {
 		if !it.mark {
 			t.reserve.Offer(Kept{Key: it.key, Name: it.name, Value: it.Entry.Value, FreshUntil: at(it.Entry.FreshUntil),
 				StaleUntil: at(it.Entry.StaleUntil), Base: clockBase.Add(time.Duration(it.Base))})
+			handed = true
 		}
 	}
+	return handed
 }
 
 // ToReserve hands the copy of key, if the tier holds one, to the reserve,
@@ -481,6 +487,17 @@ func (t *Tier) ToReserve(key string) bool {
 	t.mu.Unlock()
 	t.reserve.Offer(k)
 	return true
+}
+
+// Holds reports whether the tier holds a copy of key (not a mark).
+func (t *Tier) Holds(key string) bool {
+	if t == nil {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	it := t.byKey[key]
+	return it != nil && !it.mark
 }
 
 // Serving reports whether the tier serves: every report connection is

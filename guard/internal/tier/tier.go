@@ -41,6 +41,13 @@ type Config struct {
 	// OnLive is called when the tier comes back on, before it serves,
 	// with the tier (which New may not have returned yet).
 	OnLive func(*Tier)
+	// OnHanded is called when the tier, stopping (a report connection
+	// lost, refused, or not confirmed yet), has handed copies to
+	// Reserve, with the tier: what holds them must be looked at again
+	// with no call to come (the connection may be lost while every call
+	// succeeds). It and OnLive run with the tier's report connections'
+	// lock held: they must not block, nor call back into the tier.
+	OnHanded func(*Tier)
 }
 
 // New returns the tier of a Group on rdb, its report connections started,
@@ -58,7 +65,7 @@ func New(rdb redis.UniversalClient, c Config) *Tier {
 		return off(WhyDisabled)
 	}
 	t := newStore(c)
-	t.reserve, t.redisNow, t.onLive = c.Reserve, c.RedisNow, c.OnLive
+	t.reserve, t.redisNow, t.onLive, t.onHanded = c.Reserve, c.RedisNow, c.OnLive, c.OnHanded
 	if t.coh = newCoherence(rdb, t, c); t.coh == nil {
 		return off(WhyUnsupported)
 	}
