@@ -148,16 +148,17 @@ func (g *Group) clearReserveWith(loc *tier.Tier) bool {
 		g.clearLater(wait, loc)
 	case !g.answeredSinceHanded():
 		g.confirm(loc)
-	case loc.Serving() && !g.tierHoldsReserve(loc):
-		// The tier is back but holds again only some of what the
-		// reserve keeps: those go; the others wait for the tier, or for
-		// the bound.
-		if at := g.liveAt.Load(); at != 0 && time.Duration(tier.Nanotime()-at) < tierReturnWait(g.opts) {
-			g.clearLater(g.opts.BreakerCooldown, loc)
-			return true
-		}
-		g.reserve.ClearAt(epoch)
 	default:
+		if loc.Serving() {
+			// The tier is back: the keys it holds copies of again leave
+			// the reserve now. If it holds only some, the others wait
+			// for the tier, or for the bound.
+			every := g.tierHoldsReserve(loc)
+			if at := g.liveAt.Load(); !every && at != 0 && time.Duration(tier.Nanotime()-at) < tierReturnWait(g.opts) {
+				g.clearLater(g.opts.BreakerCooldown, loc)
+				return true
+			}
+		}
 		// Nothing is dropped that was handed in since the look (the tier
 		// stopped, a load ended): it is kept until the next call of this
 		// function empties it (docs/operations.md: a known gap).

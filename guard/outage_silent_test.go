@@ -263,18 +263,10 @@ func holdEvery(t *testing.T, fleet []*localNode, n int, key func(int) string, lo
 func TestReserveKeptWhileTierReturns(t *testing.T) {
 	const keys, callers = 5, 10
 	srv := redistest.Start(t)
-	n, p, refuse, o := refusingNode(t, srv)
 	// The bound under test follows a failure: every timeout is counted
 	// here (TestReserveEmptiedWithNoFailureCounted has them uncounted).
-	n.br.Starved = func() bool { return false }
-	var loads atomic.Int64
-	load := func(context.Context) ([]byte, error) {
-		loads.Add(1)
-		return []byte("v"), nil
-	}
-	key := func(i int) string { return fmt.Sprintf("hot-%d", i) }
-	holdEvery(t, []*localNode{n}, keys, key, load)
-	loads.Store(0)
+	h := heldRefusingNode(t, srv, keys, false)
+	n, p, refuse, o, loads, load, key := h.n, h.p, h.refuse, h.o, h.loads, h.load, h.key
 
 	// Callers call throughout, until the stall is over.
 	done := make(chan struct{})
@@ -370,17 +362,9 @@ func TestReserveKeptWhileTierReturns(t *testing.T) {
 func TestReserveEmptiedWithNoFailureCounted(t *testing.T) {
 	const keys = 5
 	srv := redistest.Start(t)
-	n, p, refuse, o := refusingNode(t, srv)
 	// Every timeout is a starved process's: no verdict.
-	n.br.Starved = func() bool { return true }
-	var loads atomic.Int64
-	load := func(context.Context) ([]byte, error) {
-		loads.Add(1)
-		return []byte("v"), nil
-	}
-	key := func(i int) string { return fmt.Sprintf("hot-%d", i) }
-	holdEvery(t, []*localNode{n}, keys, key, load)
-	loads.Store(0)
+	h := heldRefusingNode(t, srv, keys, true)
+	n, p, refuse, o, loads, load, key := h.n, h.p, h.refuse, h.o, h.loads, h.load, h.key
 	refuse.Store(true)
 	if err := srv.Client(t).ClientKillByFilter(ctxT(t), "TYPE", "pubsub").Err(); err != nil {
 		t.Fatal(err)
@@ -443,6 +427,35 @@ func refusingNode(t *testing.T, srv *redistest.Server) (n *localNode, p *rediste
 	n = newLocalNode(t, redis.NewClient(&redis.Options{Addr: p.Addr, Dialer: dial, ContextTimeoutEnabled: true}), o)
 	waitLocal(t, n)
 	return n, p, refuse, o
+}
+
+// heldNode is a refusingNode holding keys hot keys in its tier, and how
+// its test loads them.
+type heldNode struct {
+	n      *localNode
+	p      *redistest.Proxy
+	refuse *atomic.Bool
+	o      Options
+	loads  *atomic.Int64 // loads since the keys were held
+	load   LoadFunc
+	key    func(int) string
+}
+
+// heldRefusingNode returns a refusingNode whose breaker takes every
+// timeout for a starved process's (starved) or for none's, holding keys
+// hot keys in its tier, its loads counted from then on.
+func heldRefusingNode(t *testing.T, srv *redistest.Server, keys int, starved bool) heldNode {
+	t.Helper()
+	h := heldNode{loads: new(atomic.Int64), key: func(i int) string { return fmt.Sprintf("hot-%d", i) }}
+	h.n, h.p, h.refuse, h.o = refusingNode(t, srv)
+	h.n.br.Starved = func() bool { return starved }
+	h.load = func(context.Context) ([]byte, error) {
+		h.loads.Add(1)
+		return []byte("v"), nil
+	}
+	holdEvery(t, []*localNode{h.n}, keys, h.key, h.load)
+	h.loads.Store(0)
+	return h
 }
 
 // dialedByTier reports whether a dial is one of the in-process tier's own
