@@ -52,33 +52,21 @@ func TestTwoNamespacesThroughFlaps(t *testing.T) {
 	var calls, failed atomic.Int64
 	var mu sync.Mutex
 	var foreign []string
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	for j, n := range nodes {
-		for range callers {
-			wg.Go(func() {
-				for c := 0; c < 10_000_000; c++ {
-					select {
-					case <-done:
-						return
-					default:
-					}
-					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-					v, err := n.Get(ctx, key(rand.IntN(keys)), load[j])
-					cancel()
-					calls.Add(1)
-					switch {
-					case err != nil:
-						failed.Add(1)
-					case string(v) != value[j]:
-						mu.Lock()
-						foreign = append(foreign, fmt.Sprintf("service %d got %q", j, v))
-						mu.Unlock()
-					}
-				}
-			})
+	stopCallers := callUntilStopped(t, len(nodes)*callers, func(i, _ int) {
+		j := i % len(nodes)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		v, err := nodes[j].Get(ctx, key(rand.IntN(keys)), load[j])
+		cancel()
+		calls.Add(1)
+		switch {
+		case err != nil:
+			failed.Add(1)
+		case string(v) != value[j]:
+			mu.Lock()
+			foreign = append(foreign, fmt.Sprintf("service %d got %q", j, v))
+			mu.Unlock()
 		}
-	}
+	})
 	for f := range flaps {
 		if f%2 == 0 {
 			for stop := time.Now().Add(300 * time.Millisecond); time.Now().Before(stop); {
@@ -92,8 +80,7 @@ func TestTwoNamespacesThroughFlaps(t *testing.T) {
 		}
 		time.Sleep(300 * time.Millisecond) // Redis up, between faults
 	}
-	close(done)
-	wg.Wait()
+	stopCallers()
 	if len(foreign) > 0 {
 		t.Errorf("%d of %d calls got the other service's value, first: %s", len(foreign), calls.Load(), foreign[0])
 	}
@@ -142,33 +129,22 @@ func TestClusterMasterFrozenReserveEmptied(t *testing.T) {
 	var calls, failed atomic.Int64
 	var mu sync.Mutex
 	var slow []string
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range callers {
-		wg.Go(func() {
-			for c := 0; c < 10_000_000; c++ {
-				select {
-				case <-done:
-					return
-				default:
-				}
-				key := all[(i+c)%len(all)]
-				start := time.Now()
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				_, err := n.Get(ctx, key, load)
-				cancel()
-				calls.Add(1)
-				if err != nil {
-					failed.Add(1)
-				}
-				if took := time.Since(start); took >= timeout && slices.Contains(healthy, key) {
-					mu.Lock()
-					slow = append(slow, fmt.Sprintf("%s: %v", key, took))
-					mu.Unlock()
-				}
-			}
-		})
-	}
+	stopCallers := callUntilStopped(t, callers, func(i, c int) {
+		key := all[(i+c)%len(all)]
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := n.Get(ctx, key, load)
+		cancel()
+		calls.Add(1)
+		if err != nil {
+			failed.Add(1)
+		}
+		if took := time.Since(start); took >= timeout && slices.Contains(healthy, key) {
+			mu.Lock()
+			slow = append(slow, fmt.Sprintf("%s: %v", key, took))
+			mu.Unlock()
+		}
+	})
 	masters[0].Freeze(t)
 	defer masters[0].Thaw(t)
 	redistest.Eventually(t, 10*time.Second, "the tier's copies in the reserve", func() bool {
@@ -184,8 +160,7 @@ func TestClusterMasterFrozenReserveEmptied(t *testing.T) {
 		return left == 0
 	})
 	emptiedAfter := time.Since(back)
-	close(done)
-	wg.Wait()
+	stopCallers()
 	if got := loads.Load(); got > 0 {
 		t.Errorf("%d loads while a master froze, of %d keys held fresh; want 0", got, len(all))
 	}
@@ -198,4 +173,29 @@ func TestClusterMasterFrozenReserveEmptied(t *testing.T) {
 	if emptiedAfter > tierReturnWait(o)+2*o.BreakerCooldown {
 		t.Errorf("the reserve emptied %v after the tier was back; want within tierReturnWait (%v)", emptiedAfter, tierReturnWait(o))
 	}
+}
+
+// callUntilStopped starts callers goroutines, each calling call(i, c)
+// for c = 0, 1, ... (10 M times at most) until stop is called. stop waits
+// for them; it runs at the test's end too, so that a Fatal leaves no
+// caller spinning into the tests after it.
+func callUntilStopped(t *testing.T, callers int, call func(i, c int)) (stop func()) {
+	t.Helper()
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	stop = sync.OnceFunc(func() { close(done); wg.Wait() })
+	t.Cleanup(stop)
+	for i := range callers {
+		wg.Go(func() {
+			for c := 0; c < 10_000_000; c++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				call(i, c)
+			}
+		})
+	}
+	return stop
 }

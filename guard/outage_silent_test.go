@@ -254,44 +254,58 @@ func holdEvery(t *testing.T, fleet []*localNode, n int, key func(int) string, lo
 
 // TestReserveKeptWhileTierReturns: a node holds five hot keys; Redis is
 // cut for 300 ms (the tier hands its copies to the reserve), then answers
-// again while the tier's report connection cannot come back (its dials
-// are refused), until the breaker has seen no failure for two cooldowns;
-// then Redis stalls. The reserve was emptied once Redis had
-// answered for a cooldown although the tier, still coming back, held no
-// copy: the stall found neither, and every key was loaded. It is now
-// kept while the tier is coming back, for tierReturnWait at most.
+// again while the tier's report connection cannot come back, until the
+// breaker has seen no failure for two cooldowns; then Redis stalls. The
+// reserve was emptied once Redis had answered for a cooldown although the
+// tier, still coming back, held no copy: the stall found neither, and
+// every key was loaded. It is now kept while the tier is coming back, for
+// tierReturnWait at most. The tier cannot come back in two ways: its
+// dials fail, or Redis refuses its tracking with an error reply (an ACL
+// changed, as here; a server still loading its data). Until 2026-11-30
+// a refusal did not count as coming back: "the reserve holds 0 values
+// once Redis answered for two cooldowns".
 func TestReserveKeptWhileTierReturns(t *testing.T) {
+	for _, how := range []string{"dials failing", "tracking refused"} {
+		t.Run(strings.ReplaceAll(how, " ", "-"), func(t *testing.T) {
+			testReserveKeptWhileTierReturns(t, how == "tracking refused")
+		})
+	}
+}
+
+func testReserveKeptWhileTierReturns(t *testing.T, byACL bool) {
 	const keys, callers = 5, 10
 	srv := redistest.Start(t)
 	// The bound under test follows a failure: every timeout is counted
 	// here (TestReserveEmptiedWithNoFailureCounted has them uncounted).
 	h := heldRefusingNode(t, srv, keys, false)
-	n, p, refuse, o, loads, load, key := h.n, h.p, h.refuse, h.o, h.loads, h.load, h.key
+	n, p, o, loads, load, key := h.n, h.p, h.o, h.loads, h.load, h.key
+	refuse := h.refuse.Store
+	if byACL {
+		admin := srv.Client(t)
+		refuse = func(v bool) {
+			rule := "+client|tracking"
+			if v {
+				rule = "-client|tracking"
+			}
+			if err := admin.Do(ctxT(t), "ACL", "SETUSER", "default", rule).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 
 	// Callers call throughout, until the stall is over.
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	for range callers {
-		wg.Go(func() {
-			for c := 0; c < 10_000_000; c++ {
-				select {
-				case <-done:
-					return
-				default:
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-				_, _ = n.Get(ctx, key(rand.IntN(keys)), load)
-				cancel()
-			}
-		})
-	}
+	stopCallers := callUntilStopped(t, callers, func(int, int) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, _ = n.Get(ctx, key(rand.IntN(keys)), load)
+		cancel()
+	})
 	cut := func(d time.Duration) {
 		for stop := time.Now().Add(d); time.Now().Before(stop); {
 			p.Cut()
 			time.Sleep(10 * time.Millisecond) // the fault's own pace
 		}
 	}
-	refuse.Store(true)
+	refuse(true)
 	cut(300 * time.Millisecond)
 	redistest.Eventually(t, 5*time.Second, "the tier's copies in the reserve", func() bool {
 		return n.reserve.Len() >= keys
@@ -302,7 +316,7 @@ func TestReserveKeptWhileTierReturns(t *testing.T) {
 		return ok && quiet > 2*o.BreakerCooldown
 	})
 	if n.loc.Serving() {
-		t.Fatal("the tier came back with its dials refused: the condition under test does not hold")
+		t.Fatal("the tier came back, its return refused: the condition under test does not hold")
 	}
 	if got := n.reserve.Len(); got < keys {
 		t.Errorf("the reserve holds %d values once Redis answered for two cooldowns, the tier coming back; want the %d it was handed", got, keys)
@@ -314,8 +328,7 @@ func TestReserveKeptWhileTierReturns(t *testing.T) {
 		time.Sleep(10 * time.Millisecond) // the fault's own pace
 	}
 	p.Resume()
-	close(done)
-	wg.Wait()
+	stopCallers()
 	if quiet, ok := n.br.QuietFor(); ok && quiet > time.Second {
 		t.Fatal("no call failed while Redis stalled: the condition under test does not hold")
 	}
@@ -343,7 +356,7 @@ func TestReserveKeptWhileTierReturns(t *testing.T) {
 		t.Errorf("the reserve was emptied with Redis answering for %v, the tier serving %v; want %v, the tier away",
 			quiet, n.loc.Serving(), tierReturnWait(o))
 	}
-	refuse.Store(false)
+	refuse(false)
 	redistest.Eventually(t, 10*time.Second, "the tier back", n.loc.Serving)
 }
 

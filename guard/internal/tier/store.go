@@ -504,9 +504,10 @@ func (t *Tier) Holds(key string) bool {
 // confirmed, so Redis is up.
 func (t *Tier) Serving() bool { return t != nil && t.Live.Load() }
 
-// Returning reports whether the tier is off for a report connection lost
-// or not confirmed yet, and trying to come back: not when it serves, nor
-// when Redis refused tracking or the Group closed.
+// Returning reports whether the tier is off for a report connection lost,
+// not confirmed yet or refused by Redis (an error reply, which the next
+// attempt may not meet), and trying to come back: not when it serves, nor
+// once the Group closed.
 func (t *Tier) Returning() bool { return t != nil && t.returning.Load() }
 
 // ReturningFor reports how long the tier has been Returning; ok is false

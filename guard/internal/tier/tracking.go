@@ -176,7 +176,9 @@ func (c *coherence) update() {
 // tell reports the tier's state to Hooks.LocalTier when it changed, mu
 // held (so the reports come in the order of the changes).
 func (c *coherence) tell() {
-	c.tier.setReturning(!c.live && !c.closed && (c.why == WhyLost || c.why == WhyConnecting))
+	// Refused counts as coming back: the tracker tries again, and an
+	// error reply may pass (a server loading its data, an ACL put back).
+	c.tier.setReturning(!c.live && !c.closed && (c.why == WhyLost || c.why == WhyConnecting || c.why == WhyRefused))
 	now := "on"
 	if !c.live {
 		now = c.why
