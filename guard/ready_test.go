@@ -3,7 +3,6 @@ package guard
 import (
 	"context"
 	"errors"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -205,12 +204,7 @@ func TestReadyRedisFrozen(t *testing.T) {
 // instead of waiting out the deadline), and Hooks.Unready reports it once,
 // within WaitTimeout.
 func TestReadyRedisDownAtStart(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close() // nothing listens there now: connections are refused
+	addr := redistest.RefusedAddr(t) // dials are refused
 	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
 

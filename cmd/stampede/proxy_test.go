@@ -416,9 +416,9 @@ func TestProxyUpstreamTimeout(t *testing.T) {
 	}))
 	defer up.Close()
 	defer close(release)
-	refused := httptest.NewServer(http.NotFoundHandler())
-	refusedURL := refused.URL
-	refused.Close()
+	// Held refused for the whole test: a port freed by closing a listener
+	// could be handed to the first proxy below, whose upstream hangs.
+	refusedURL := "http://" + redistest.RefusedAddr(t)
 
 	bases, ps := proxies(t, 1, srv.Addr, ns, up.URL, "-load-timeout", "500ms")
 	start := time.Now()

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"io"
-	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stampede-go/stampede/internal/redistest"
 )
 
 // row is one parsed line of the result table.
@@ -192,12 +192,7 @@ func TestProgressLines(t *testing.T) {
 // TestRedisLogQuiet: go-redis logs each failed dial itself; those lines
 // reach stderr only with -v.
 func TestRedisLogQuiet(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close() // nothing listens: dials are refused
+	addr := redistest.RefusedAddr(t) // dials are refused
 	for _, verbose := range []bool{false, true} {
 		cfg := defaultConfig()
 		cfg.RedisAddr, cfg.Verbose = addr, verbose
