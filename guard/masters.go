@@ -161,7 +161,8 @@ func (g *Group) clearReserveWith(loc *tier.Tier) bool {
 		}
 		// Nothing is dropped that was handed in since the look (the tier
 		// stopped, a load ended): it is kept until the next call of this
-		// function empties it (docs/operations.md: a known gap).
+		// function empties it (docs/operations.md, "What the reserve may
+		// serve meanwhile").
 		g.reserve.ClearAt(epoch)
 	}
 	return true
