@@ -128,6 +128,8 @@ func (s *Server) shutdown() error {
 	}
 	s.closed = true
 	err := s.endLocked(sigKill)
+	releasePorts(s.held) // the server is gone: no one else's port is freed
+	s.held = nil
 	if rerr := os.RemoveAll(s.Dir); err == nil && rerr != nil {
 		err = rerr
 	}

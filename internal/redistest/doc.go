@@ -17,7 +17,11 @@
 //
 // [Start] starts a standalone server for one test; the server can then be
 // killed, stopped, frozen (SIGSTOP: it keeps its sockets but answers nothing),
-// thawed and restarted on the same port to simulate failures:
+// thawed and restarted on the same port to simulate failures. A server's
+// ports are its own until its test ends (on Unix): while it is down, no
+// other listener is handed one, and a dial is refused. [RefusedAddr] is an
+// address that stays refused the same way, for a dead Redis or upstream.
+// In use:
 //
 //	func TestFailover(t *testing.T) {
 //		srv := redistest.Start(t)

@@ -18,11 +18,17 @@ import (
 // it), and the "dead" address then answers.
 func RefusedAddr(t testing.TB) string {
 	t.Helper()
+	// Not into the servers a test starts: marked close-on-exec before any
+	// fork can copy it (syscall.ForkLock).
+	syscall.ForkLock.RLock()
 	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err == nil {
+		syscall.CloseOnExec(fd)
+	}
+	syscall.ForkLock.RUnlock()
 	if err != nil {
 		t.Fatalf("redistest: a socket for a refused address: %v", err)
 	}
-	syscall.CloseOnExec(fd) // not into the servers a test starts
 	t.Cleanup(func() { _ = syscall.Close(fd) })
 	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
 		t.Fatalf("redistest: binding a refused address: %v", err)

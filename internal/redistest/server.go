@@ -44,6 +44,7 @@ type Server struct {
 
 	cfg         config
 	clusterPort int         // cluster bus port; 0 unless a cluster node
+	held        []portHold  // Port's and clusterPort's, until shutdown (ports_unix.go)
 	tlsConf     *tls.Config // client side of WithTLS; nil for plain text
 
 	// users holds the ACL users added by SetUser, created again on
@@ -147,17 +148,17 @@ func startServer(cfg config) (*Server, error) {
 			return nil, fmt.Errorf("generating TLS certificates: %w", err)
 		}
 	}
-	pick := cfg.pickPorts
-	if pick == nil {
-		pick = freePorts
-	}
 	n := 1
 	if cfg.cluster {
 		n = 2
 	}
 	for attempt := 1; ; attempt++ {
 		var ports []int
-		ports, err = pick(n)
+		if cfg.pickPorts != nil {
+			ports, err = cfg.pickPorts(n)
+		} else {
+			ports, s.held, err = holdPorts(n)
+		}
 		if err != nil {
 			break
 		}
@@ -171,6 +172,8 @@ func startServer(cfg config) (*Server, error) {
 		if err == nil {
 			return s, nil
 		}
+		releasePorts(s.held)
+		s.held = nil
 		if !errors.Is(err, errAddrInUse) || attempt == bindAttempts {
 			break
 		}
@@ -181,7 +184,8 @@ func startServer(cfg config) (*Server, error) {
 
 // freePorts returns n distinct ports that were free on 127.0.0.1 a moment
 // ago. Someone may take them before redis-server binds them: startServer
-// retries with new ones when that happens.
+// retries with new ones when that happens. Where ports can be held
+// (holdPorts), startServer holds them instead.
 func freePorts(n int) ([]int, error) {
 	ports := make([]int, 0, n)
 	for range n {

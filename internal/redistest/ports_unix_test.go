@@ -1,0 +1,75 @@
+//go:build unix
+
+package redistest
+
+import (
+	"errors"
+	"net"
+	"syscall"
+	"testing"
+)
+
+// TestPortsHeldWhileStopped: a server's ports (a cluster node's two) stay
+// its own while it is stopped: a bind to them without SO_REUSEADDR fails,
+// no port-0 listener is handed one, dials are refused, and Restart binds
+// them again. Once the server is shut down they are free. Before, a
+// stopped server's port was anyone's: the first check failed at once.
+func TestPortsHeldWhileStopped(t *testing.T) {
+	t.Parallel()
+	Need(t)
+	var ports []int
+	t.Run("life", func(t *testing.T) {
+		s, err := startServer(config{cluster: true, nodeTimeout: 5000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.shutdown() })
+		ports = []int{s.Port, s.clusterPort}
+		s.Stop(t)
+		for _, p := range ports {
+			if err := plainBind(p); !errors.Is(err, syscall.EADDRINUSE) {
+				t.Errorf("a bind to port %d of a stopped server: %v, want EADDRINUSE", p, err)
+			}
+		}
+		if c, err := net.Dial("tcp", s.Addr); err == nil {
+			c.Close()
+			t.Errorf("a dial to the stopped %s was accepted", s.Addr)
+		}
+		var ls []net.Listener
+		defer func() {
+			for _, l := range ls {
+				l.Close()
+			}
+		}()
+		for range 3000 {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ls = append(ls, l)
+			if p := l.Addr().(*net.TCPAddr).Port; p == ports[0] || p == ports[1] {
+				t.Fatalf("a port-0 listener was handed port %d of a stopped server", p)
+			}
+		}
+		s.Restart(t)
+		if err := s.Client(t).Ping(t.Context()).Err(); err != nil {
+			t.Fatalf("PING after Restart on the held port: %v", err)
+		}
+	})
+	for _, p := range ports {
+		if err := plainBind(p); err != nil {
+			t.Errorf("port %d after shutdown: %v, want it free", p, err)
+		}
+	}
+}
+
+// plainBind binds a socket to 127.0.0.1:port without SO_REUSEADDR, and
+// closes it.
+func plainBind(port int) error {
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		return err
+	}
+	defer syscall.Close(fd)
+	return syscall.Bind(fd, &syscall.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}})
+}
