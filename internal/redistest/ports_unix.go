@@ -36,9 +36,13 @@ func holdPorts(n int) ([]int, []portHold, error) {
 	return ports, holds, nil
 }
 
-func holdPort() (int, portHold, error) {
-	// Not into the servers it holds ports for: marked close-on-exec
-	// before any fork can copy it (syscall.ForkLock).
+func holdPort() (int, portHold, error) { return bindLoopback(true) }
+
+// bindLoopback binds a socket to a port of 127.0.0.1 the kernel picks, with
+// SO_REUSEADDR when reuse is set, and returns the port and the socket.
+func bindLoopback(reuse bool) (int, portHold, error) {
+	// Not into the servers a test starts: marked close-on-exec before any
+	// fork can copy it (syscall.ForkLock).
 	syscall.ForkLock.RLock()
 	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
 	if err == nil {
@@ -49,8 +53,10 @@ func holdPort() (int, portHold, error) {
 		return 0, -1, err
 	}
 	sa, err := func() (syscall.Sockaddr, error) {
-		if err := syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1); err != nil {
-			return nil, err
+		if reuse {
+			if err := syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1); err != nil {
+				return nil, err
+			}
 		}
 		if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
 			return nil, err
@@ -64,7 +70,7 @@ func holdPort() (int, portHold, error) {
 	in, ok := sa.(*syscall.SockaddrInet4)
 	if !ok {
 		_ = syscall.Close(fd)
-		return 0, -1, errors.New("redistest: a held port is not IPv4")
+		return 0, -1, errors.New("redistest: a bound socket is not IPv4")
 	}
 	return in.Port, portHold(fd), nil
 }

@@ -5,6 +5,7 @@ package redistest
 import (
 	"errors"
 	"net"
+	"slices"
 	"syscall"
 	"testing"
 )
@@ -35,22 +36,7 @@ func TestPortsHeldWhileStopped(t *testing.T) {
 			c.Close()
 			t.Errorf("a dial to the stopped %s was accepted", s.Addr)
 		}
-		var ls []net.Listener
-		defer func() {
-			for _, l := range ls {
-				l.Close()
-			}
-		}()
-		for range 3000 {
-			l, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			ls = append(ls, l)
-			if p := l.Addr().(*net.TCPAddr).Port; p == ports[0] || p == ports[1] {
-				t.Fatalf("a port-0 listener was handed port %d of a stopped server", p)
-			}
-		}
+		neverHanded(t, 3000, ports...)
 		s.Restart(t)
 		if err := s.Client(t).Ping(t.Context()).Err(); err != nil {
 			t.Fatalf("PING after Restart on the held port: %v", err)
@@ -72,4 +58,26 @@ func plainBind(port int) error {
 	}
 	defer syscall.Close(fd)
 	return syscall.Bind(fd, &syscall.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}})
+}
+
+// neverHanded listens on port 0 n times, keeping every listener until it
+// returns, and fails t if one is handed a port of ports.
+func neverHanded(t *testing.T, n int, ports ...int) {
+	t.Helper()
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		if p := l.Addr().(*net.TCPAddr).Port; slices.Contains(ports, p) {
+			t.Fatalf("a port-0 listener was handed port %d", p)
+		}
+	}
 }
