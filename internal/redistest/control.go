@@ -128,7 +128,7 @@ func (s *Server) shutdown() error {
 	}
 	s.closed = true
 	err := s.endLocked(sigKill)
-	releasePorts(s.held) // the server is gone: no one else's port is freed
+	releasePorts(s.held) // gone for good: its ports are the kernel's again
 	s.held = nil
 	if rerr := os.RemoveAll(s.Dir); err == nil && rerr != nil {
 		err = rerr
