@@ -26,7 +26,7 @@ func holdPorts(n int) ([]int, []portHold, error) {
 	ports := make([]int, 0, n)
 	holds := make([]portHold, 0, n)
 	for range n {
-		p, h, err := holdPort()
+		p, h, err := bindLoopback(true)
 		if err != nil {
 			releasePorts(holds)
 			return nil, nil, err
@@ -35,8 +35,6 @@ func holdPorts(n int) ([]int, []portHold, error) {
 	}
 	return ports, holds, nil
 }
-
-func holdPort() (int, portHold, error) { return bindLoopback(true) }
 
 // bindLoopback binds a socket to a port of 127.0.0.1 the kernel picks, with
 // SO_REUSEADDR when reuse is set, and returns the port and the socket.
