@@ -251,6 +251,17 @@ func (c *Client) nodeTimeout(ttl time.Duration) time.Duration {
 	return min(max(ttl/10, 10*time.Millisecond), time.Second)
 }
 
+// nodeTimeout is Client.nodeTimeout for the handle's lease: each master's
+// bound in its Fence, TTL and Release, as in the renewals, so that a
+// frozen minority costs these calls that long, not CleanupTimeout, and
+// cannot eat the lease they ask about.
+func (l *Lock) nodeTimeout() time.Duration {
+	l.mu.Lock()
+	ttl := l.ttl
+	l.mu.Unlock()
+	return l.c.nodeTimeout(ttl)
+}
+
 // fanout runs f on every node: inline for one node, concurrently for several,
 // each bounded by timeout.
 func fanout[T any](ctx context.Context, nodes []*node, timeout time.Duration, f func(context.Context, *node) (T, error)) ([]T, []error) {

@@ -102,7 +102,7 @@ func (l *Lock) fenceRound(ctx context.Context, raise any) (int64, error) {
 	if raise != nil {
 		args = append(args, raise)
 	}
-	replies, errs := fanout(ctx, l.c.nodes, l.c.opts.CleanupTimeout, func(ctx context.Context, n *node) (int64, error) {
+	replies, errs := fanout(ctx, l.c.nodes, l.nodeTimeout(), func(ctx context.Context, n *node) (int64, error) {
 		return lua.LockFence.Run(ctx, n.rdb, keys, args...).Int64()
 	})
 	var fence int64

@@ -291,7 +291,7 @@ func (l *Lock) releaseEverywhere(ctx context.Context) (released int, failures []
 		count(l.c.releaseRun(ctx, l.c.nodes[0], l.nm, l.id, l.mode))
 		return released, failures
 	}
-	replies, errs := fanout(ctx, l.c.nodes, l.c.opts.CleanupTimeout, func(ctx context.Context, n *node) (int64, error) {
+	replies, errs := fanout(ctx, l.c.nodes, l.nodeTimeout(), func(ctx context.Context, n *node) (int64, error) {
 		return l.c.releaseRun(ctx, n, l.nm, l.id, l.mode)
 	})
 	for i, r := range replies {
@@ -379,7 +379,7 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if ctx == nil {
 		return 0, errors.New("lock: nil context")
 	}
-	replies, errs := fanout(ctx, l.c.nodes, l.c.opts.CleanupTimeout, func(ctx context.Context, n *node) (int64, error) {
+	replies, errs := fanout(ctx, l.c.nodes, l.nodeTimeout(), func(ctx context.Context, n *node) (int64, error) {
 		return lua.LockTTL.Run(ctx, n.rdb, []string{l.nm.lock}, l.id).Int64()
 	})
 	held, notHeld := 0, 0

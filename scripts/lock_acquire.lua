@@ -48,8 +48,10 @@ local reserved = waiter ~= '' and 'stampede-handoff:' .. waiter
 
 local function obtained(fence, holds)
   if wait > 0 then
-    -- Only a caller that waits can be in the queue.
-    redis.call('ZREM', queue, #channel .. ':' .. channel .. waiter)
+    -- Only a caller that waits can be in the queue. A value of another
+    -- type under its name (not written here) holds no waiter: it fails
+    -- the ZREM, and the lock just set stays taken, not half done.
+    redis.pcall('ZREM', queue, #channel .. ':' .. channel .. waiter)
   end
   return {1, fence, holds}
 end

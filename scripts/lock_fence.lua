@@ -13,7 +13,9 @@
 --
 -- Returns the fence (> 0), or 0 when the caller does not hold the lock
 -- (nothing is minted: a number is only ever minted while its holder holds
--- the lock, so numbers rise in the order of the holds that asked for one).
+-- the lock, so numbers rise in the order of the holds that asked for one),
+-- or an error, changing nothing, when the counter is at 2^53-1 or beyond
+-- (see mintable in fence_lib.lua).
 --
 -- A reentrant owner keeps one number for all its holds while any of them
 -- lives: it is stored in the lock's hash under the field "" and goes with
@@ -22,7 +24,15 @@ local lock, fence = KEYS[1], KEYS[2]
 local id, keep, raise = ARGV[1], ARGV[2], tonumber(ARGV[3])
 
 local kind = redis.call('TYPE', lock).ok
+local function beyond()
+  return redis.error_reply('ERR lock_fence: the fence counter ' .. fence ..
+    ' is at 2^53-1 or beyond, where Lua cannot count it on exactly (not a number this package minted): delete it or set it lower')
+end
+
 if kind == 'string' and redis.call('GET', lock) == id then
+  if not mintable(fence) then
+    return beyond()
+  end
   return mint(fence, keep)
 end
 if kind == 'hash' then
@@ -45,6 +55,9 @@ if kind == 'hash' then
   end
   if f then
     return f
+  end
+  if not mintable(fence) then
+    return beyond()
   end
   f = mint(fence, keep)
   redis.call('HSET', lock, '', string.format('%d', f))

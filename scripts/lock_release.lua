@@ -42,10 +42,12 @@ end
 
 local handoff, trust = ARGV[3], ARGV[4] == '1'
 
--- wake reserves the lock for the first live waiter and wakes it; queued
--- says the queue is known to exist.
-local function wake(queued)
-  if not queued and redis.call('EXISTS', queue) == 0 then
+-- wake reserves the lock for the first live waiter and wakes it. A value
+-- of another type under the queue's name (not written by these scripts)
+-- holds no waiter: it is left alone, as an empty queue, so that a release
+-- is not failed half done (a script's error does not undo its writes).
+local function wake()
+  if redis.call('TYPE', queue).ok ~= 'zset' then
     return
   end
   local now = redis.call('TIME')
@@ -70,12 +72,12 @@ local function wake(queued)
 end
 
 if released then
-  wake(true)
+  wake()
   return 0
 end
 if mode == 'l' then
   local channel = ARGV[5]
-  redis.call('ZREM', queue, #channel .. ':' .. channel .. token)
+  redis.pcall('ZREM', queue, #channel .. ':' .. channel .. token) -- see wake
 end
 
 if mode == 'l' and v == 'stampede-handoff:' .. token then
