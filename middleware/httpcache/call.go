@@ -155,6 +155,9 @@ func (c *call) load(ctx context.Context) (val []byte, err error) {
 		cw.hold(why)
 		return nil, guard.Private(&notShared{reason: why})
 	}
+	if cw.hasTrailers() {
+		cw.unshare("trailer fields")
+	}
 	if cw.unshared {
 		return c.pass(cw, cw.why)
 	}
@@ -332,7 +335,7 @@ func (c *call) loaded() bool {
 // written to w. It returns the handler's error.
 func (c *call) outcome(w http.ResponseWriter) error {
 	c.mu.Lock()
-	panicked, goexited, streaming, err, held := c.panicked, c.goexited, c.streaming, c.err, c.held
+	panicked, goexited, streaming, err, held, cur := c.panicked, c.goexited, c.streaming, c.err, c.held, c.cur
 	c.held = nil
 	c.mu.Unlock()
 	if goexited {
@@ -364,6 +367,8 @@ func (c *call) outcome(w http.ResponseWriter) error {
 	}
 	if held != nil {
 		held.writeTo(w, c.r.Method != http.MethodHead)
+	} else if streaming && cur != nil && !cur.hijacked {
+		cur.trailersTo(w) // the rest of it went out as it was written
 	}
 	return err
 }

@@ -71,7 +71,10 @@
 //     no-cache (unless the response's own windows rule, see below), Vary: *
 //     (a Vary on other headers selects a variant), a status
 //     outside Config.Statuses (never 206 or 5xx), Content-Type
-//     text/event-stream, a body over MaxBodyBytes, or a header field the
+//     text/event-stream, a body over MaxBodyBytes, trailer fields (declared
+//     in Trailer, or named with http.TrailerPrefix), a Content-Length that
+//     is not a plain decimal (net/http ignores it, but may send it), a 101
+//     written without switching protocols, or a header field the
 //     store could not read back exactly (CR, LF or NUL in a value, a name
 //     that is not a token, more than 1024 fields or values). Such a
 //     response goes to the client whose request ran the handler and is
@@ -90,10 +93,13 @@
 //
 // # Failures
 //
-// A failure is a response with a 5xx status, a body shorter or longer than
-// the Content-Length its handler declared (an upstream that broke off), a
+// A failure is a response with a 5xx status, a body shorter than the
+// Content-Length its handler declared (an upstream that broke off), a
 // handler that panicked or called runtime.Goexit, or (echo, gin) one that
-// returned or recorded an error. A failure answers only the request whose
+// returned or recorded an error. As with net/http, a Write past the
+// declared length fails with http.ErrContentLength and the response is
+// complete, and a WriteHeader with a status below 100 or above 999
+// panics. A failure answers only the request whose
 // handler call it was: that client gets it as it would without the
 // middleware (a panic is panicked again on the request's own goroutine,
 // with its value, so net/http aborts the connection or a framework's
@@ -139,7 +145,10 @@
 // LoadTimeout): a client that disconnects does not fail the requests
 // coalesced with it. Values a middleware put in the request's context stay
 // visible. When its request still waits for it, the handler may hijack the
-// connection; its response is then its own (pass).
+// connection; its response is then its own (pass). The connection's other
+// controls are not the handler's: http.ResponseController's
+// SetReadDeadline, SetWriteDeadline and EnableFullDuplex return
+// http.ErrNotSupported (Flush and Hijack work as above).
 //
 // # As an HTTP cache
 //

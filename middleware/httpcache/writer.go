@@ -2,6 +2,7 @@ package httpcache
 
 import (
 	"bufio"
+	"fmt"
 	"net"
 	"net/http"
 	"strconv"
@@ -29,6 +30,10 @@ type capture struct {
 	// so a 304 is the answer to merge, not a response to refuse.
 	revalidating bool
 	declared     int64 // the Content-Length the handler set, -1 if none
+	// framed: declared frames the body (net/http sends it), rather than a
+	// Transfer-Encoding the handler set too, with which net/http drops the
+	// field but still fails a Write past it.
+	framed bool
 	// sniffAt is how many body bytes were written at the first Flush, -1
 	// before it: net/http sniffs a missing Content-Type from what it sends
 	// first, so this response's type is read from as many.
@@ -37,7 +42,8 @@ type capture struct {
 	// before any: what a client would have received of a response whose
 	// handler then panicked.
 	flushedAt int
-	written   int64 // body bytes written
+	written   int64 // body bytes written, refused ones included (as net/http counts)
+	accepted  int64 // body bytes taken
 	hijacked  bool  // the handler took the client's connection
 }
 
@@ -47,16 +53,31 @@ func (cw *capture) WriteHeader(code int) {
 	if cw.wroteHeader {
 		return
 	}
-	if code < 200 {
+	if code < 100 || code > 999 {
+		// As net/http's WriteHeader: a status it cannot send is the
+		// handler's bug, not a 200.
+		panic(fmt.Sprintf("invalid WriteHeader code %v", code))
+	}
+	if code < 200 && code != http.StatusSwitchingProtocols {
 		cw.interim(code)
 		return
 	}
 	cw.wroteHeader, cw.status, cw.received = true, code, time.Now()
 	cw.snap = canonical(cw.header)
 	if v := cw.snap["Content-Length"]; len(v) > 0 {
-		// net/http sends the first value and holds the body to it.
-		if n, err := strconv.ParseInt(strings.TrimSpace(v[0]), 10, 64); err == nil && n >= 0 {
+		// net/http reads the first value as strconv does and holds the
+		// body to it. A value it cannot read it ignores, but may still send
+		// (its copy of the header keeps it): such a response is its
+		// request's alone, written by net/http as it would have.
+		n, err := strconv.ParseInt(v[0], 10, 64)
+		if err == nil && n >= 0 {
 			cw.declared = n
+			te := cw.snap.Get("Transfer-Encoding")
+			cw.framed = te == "" || te == "identity"
+		}
+		if err != nil || n < 0 || strings.TrimLeft(v[0], "0123456789") != "" {
+			// Not 1*DIGIT (RFC 9110 §8.6): "+3" net/http reads, and sends.
+			cw.unshare("invalid Content-Length")
 		}
 		for _, o := range v[1:] {
 			if o != v[0] {
@@ -65,6 +86,13 @@ func (cw *capture) WriteHeader(code int) {
 		}
 	}
 	if code == http.StatusNotModified && cw.revalidating {
+		return
+	}
+	if code == http.StatusSwitchingProtocols {
+		// A final response net/http sends as it is (RFC 9110 §15.2.2: the
+		// handler's own switch), never stored: 1xx are not final to a
+		// cache (RFC 9111 §3).
+		cw.unshare("switching protocols")
 		return
 	}
 	if !cw.c.e.shareable(code, cw.snap) {
@@ -131,6 +159,10 @@ func (cw *capture) Write(p []byte) (int, error) {
 		return 0, http.ErrBodyNotAllowed // as net/http: the bytes go nowhere
 	}
 	cw.written += int64(len(p))
+	if cw.declared >= 0 && cw.written > cw.declared {
+		return 0, http.ErrContentLength // as net/http: the whole Write
+	}
+	cw.accepted += int64(len(p))
 	if !cw.streaming && len(cw.buf)+len(p) > cw.c.e.maxBody {
 		cw.unshare("body over MaxBodyBytes")
 		cw.stream()
@@ -214,7 +246,7 @@ func (cw *capture) failure() string {
 	case cw.status >= 500 && !cw.c.e.shareable(cw.status, cw.snap):
 		// (A 5xx its origin marked storable is an answer, not a failure.)
 		return "server error"
-	case cw.declared >= 0 && cw.written != cw.declared && bodyAllowed(cw.status):
+	case cw.framed && cw.accepted < cw.declared && bodyAllowed(cw.status):
 		return "incomplete body"
 	}
 	return ""
@@ -222,7 +254,51 @@ func (cw *capture) failure() string {
 
 // bodyAllowed reports whether a response of this status has a body.
 func bodyAllowed(status int) bool {
-	return status != http.StatusNoContent && status != http.StatusNotModified
+	return status >= 200 && status != http.StatusNoContent && status != http.StatusNotModified
+}
+
+// hasTrailers reports whether the handler declared trailer fields (in
+// Trailer) or set any (named with http.TrailerPrefix): net/http sends them
+// after the body, which a stored response does not keep.
+func (cw *capture) hasTrailers() bool {
+	if len(cw.snap["Trailer"]) > 0 {
+		return true
+	}
+	for k := range cw.header {
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// trailersTo sets on w the trailer fields the handler set, once w's body
+// is written, as net/http reads them from the handler's header when the
+// handler returns: the fields Trailer declared, and those named with
+// http.TrailerPrefix. net/http sends them when it frames the response in
+// chunks; so that it frames this one as it would have the handler's, a
+// handler that flushed is flushed for here too.
+func (cw *capture) trailersTo(w http.ResponseWriter) {
+	if !cw.hasTrailers() {
+		return
+	}
+	if cw.sniffAt >= 0 && !cw.streaming {
+		_ = http.NewResponseController(w).Flush()
+	}
+	dst := w.Header()
+	for _, v := range cw.snap["Trailer"] {
+		for name := range strings.SplitSeq(v, ",") {
+			name = http.CanonicalHeaderKey(strings.TrimSpace(name))
+			if vals, ok := cw.header[name]; ok {
+				dst[name] = vals
+			}
+		}
+	}
+	for k, v := range cw.header {
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			dst[k] = v
+		}
+	}
 }
 
 // sniff sets the Content-Type net/http would have sent with the response,
@@ -306,6 +382,7 @@ func (cw *capture) writeTo(w http.ResponseWriter, body bool) {
 	if body && len(cw.buf) > 0 {
 		_, _ = w.Write(cw.buf)
 	}
+	cw.trailersTo(w)
 }
 
 // writeFlushed writes to w what a client would have received of a held

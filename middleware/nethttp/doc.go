@@ -34,7 +34,10 @@
 // guard's LoadTimeout), with a ResponseWriter that captures the response;
 // values a middleware put in the request's context stay visible. When its
 // request still waits for it, the handler may flush, or hijack the
-// connection; its response is then its own. A handler's panic is panicked
+// connection; its response is then its own. The connection's deadlines
+// and full-duplex mode are not the handler's: http.ResponseController's
+// SetReadDeadline, SetWriteDeadline and EnableFullDuplex return
+// http.ErrNotSupported. A handler's panic is panicked
 // again on its own request's goroutine, with its value, so net/http aborts
 // the connection (http.ErrAbortHandler included) or a recover middleware
 // answers. The engine's own answers (503 with Retry-After while a failing
