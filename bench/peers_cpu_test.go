@@ -38,12 +38,20 @@ func resetPeerPIDs() {
 // clockTick is Linux's USER_HZ, the unit of /proc/PID/stat's times.
 const clockTick = 100
 
+// trackedPeerPIDs returns the processes tracked since the last reset.
+func trackedPeerPIDs() []int {
+	peerPIDs.Lock()
+	defer peerPIDs.Unlock()
+	return append([]int(nil), peerPIDs.pids...)
+}
+
 // peersCPU returns the CPU time the tracked processes and their
 // descendants used so far (0 where /proc cannot tell).
-func peersCPU() time.Duration {
-	peerPIDs.Lock()
-	roots := append([]int(nil), peerPIDs.pids...)
-	peerPIDs.Unlock()
+func peersCPU() time.Duration { return cpuOf(trackedPeerPIDs()) }
+
+// cpuOf returns the CPU time the processes roots and their descendants
+// used so far (0 where /proc cannot tell).
+func cpuOf(roots []int) time.Duration {
 	parent := map[int]int{}
 	ticks := map[int]int64{}
 	dirs, _ := filepath.Glob("/proc/[0-9]*/stat")

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,8 +19,11 @@ import (
 // one to the other every pairedSlice, together: whatever else the machine
 // does weighs on both alike, which rounds run one after the other cannot
 // promise (the reference alone moves ±15 % from round to round here). It
-// reports how many requests each served and their ratio, and guardhttp's
-// origin calls per expiry.
+// reports how many requests each served and their ratio, the CPU each
+// fleet's processes spent per request they served, and guardhttp's origin
+// calls per expiry. A line per round: round, pair, requests of each fleet,
+// ratio, node CPU per request of each fleet, origin calls per expiry,
+// errors, Redis commands per contender request.
 //
 // With -peers.control each round also runs the reference against a second
 // reference fleet: two identical fleets, whose ratio is the benchmark's own
@@ -27,15 +31,7 @@ import (
 //
 //	cd bench && go test -run '^$' -bench HTTPPeersPaired -benchtime 1x -v . -peers.rounds 4
 func BenchmarkHTTPPeersPaired(b *testing.B) {
-	var guarded, reference httpPeer
-	for _, c := range httpPeers {
-		switch {
-		case strings.HasPrefix(c.name, "stampede guardhttp"):
-			guarded = c
-		case strings.HasPrefix(c.name, "reference"):
-			reference = c
-		}
-	}
+	guarded, reference := pairedPeers()
 	type pairing struct {
 		name string
 		a    httpPeer // against the reference
@@ -59,10 +55,47 @@ func BenchmarkHTTPPeersPaired(b *testing.B) {
 				b.ReportMetric(float64(r.errors), "errors")
 				perRequest := float64(r.redisCmds) / float64(max(r.served[0], 1))
 				b.ReportMetric(perRequest, "redis-cmds/contender-request")
-				b.Logf("| %d | %s | %d | %d | %.2f | %.2f | %d | %.4f |", round+1, p.name, r.served[0], r.served[1], ratio, r.perExpiry, r.errors, perRequest)
+				var perCPU [2]float64 // µs of the fleet's processes per request
+				for i := range perCPU {
+					perCPU[i] = float64(r.nodeCPU[i].Nanoseconds()) / 1000 / float64(max(r.served[i], 1))
+				}
+				b.ReportMetric(perCPU[0], "contender-node-cpu-µs/req")
+				b.ReportMetric(perCPU[1], "reference-node-cpu-µs/req")
+				b.Logf("| %d | %s | %d | %d | %.3f | %.1f µs | %.1f µs | %.2f | %d | %.4f |", round+1, p.name, r.served[0], r.served[1], ratio, perCPU[0], perCPU[1], r.perExpiry, r.errors, perRequest)
 			})
 		}
 	}
+}
+
+// TestHTTPPeersPairedSmoke runs BenchmarkHTTPPeersPaired's pairing
+// briefly, so that its set-up cannot rot: both fleets answer every
+// request, and where /proc tells, each fleet's CPU is its own.
+func TestHTTPPeersPairedSmoke(t *testing.T) {
+	guarded, reference := pairedPeers()
+	r := runPaired(t, guarded, reference, 1500*time.Millisecond, 4, false)
+	if r.errors > 0 || r.served[0] == 0 || r.served[1] == 0 {
+		t.Fatalf("%d requests failed; served %v", r.errors, r.served)
+	}
+	if _, err := os.Stat("/proc/self/stat"); err == nil {
+		for i, cpu := range r.nodeCPU {
+			if cpu <= 0 {
+				t.Errorf("fleet %d: node CPU %v, want the CPU of its processes", i, cpu)
+			}
+		}
+	}
+}
+
+// pairedPeers returns the two contenders the paired runs compare.
+func pairedPeers() (guarded, reference httpPeer) {
+	for _, c := range httpPeers {
+		switch {
+		case strings.HasPrefix(c.name, "stampede guardhttp"):
+			guarded = c
+		case strings.HasPrefix(c.name, "reference"):
+			reference = c
+		}
+	}
+	return guarded, reference
 }
 
 var peerControl = flag.Bool("peers.control", false, "BenchmarkHTTPPeersPaired: also run the reference against itself each round (the noise)")
@@ -79,7 +112,11 @@ const pairedSlice = 10 * time.Millisecond
 
 // pairedRun is what one paired run measured.
 type pairedRun struct {
-	served    [2]int64 // requests answered by each fleet
+	served [2]int64 // requests answered by each fleet
+	// nodeCPU is the CPU time each fleet's processes used while the
+	// clients asked: each fleet's cost per request, which moves much less
+	// with the machine's moments than the requests it answered.
+	nodeCPU   [2]time.Duration
 	errors    int64
 	perExpiry float64 // the first fleet's origin calls per expiry
 	// redisCmds is how many commands the fleets' redis-server processed
@@ -98,6 +135,7 @@ func runPaired(tb testing.TB, a, b httpPeer, d time.Duration, clients int, bFirs
 	body := []byte(strings.Repeat("x", 10<<10))
 	var fleets [2][]string
 	var origins [2]*peerOrigin
+	var pids [2][]int // each fleet's processes
 	first := 0
 	if bFirst {
 		first = 1
@@ -108,7 +146,9 @@ func runPaired(tb testing.TB, a, b httpPeer, d time.Duration, clients int, bFirs
 		origins[i] = &peerOrigin{body: body}
 		srv := httptest.NewServer(origins[i])
 		tb.Cleanup(srv.Close)
+		resetPeerPIDs()
 		fleets[i] = c.start(tb, srv.URL)
+		pids[i] = trackedPeerPIDs()
 	}
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 2 * clients, DisableCompression: true}}
 	tb.Cleanup(client.CloseIdleConnections)
@@ -147,6 +187,10 @@ func runPaired(tb testing.TB, a, b httpPeer, d time.Duration, clients int, bFirs
 	var r pairedRun
 	var served [2]atomic.Int64
 	var errs atomic.Int64
+	var cpu0 [2]time.Duration
+	for i := range cpu0 {
+		cpu0[i] = cpuOf(pids[i])
+	}
 	start := time.Now()
 	end := start.Add(d)
 	var wg sync.WaitGroup
@@ -167,6 +211,9 @@ func runPaired(tb testing.TB, a, b httpPeer, d time.Duration, clients int, bFirs
 		})
 	}
 	wg.Wait()
+	for i := range cpu0 {
+		r.nodeCPU[i] = cpuOf(pids[i]) - cpu0[i]
+	}
 	after, err := readStats(context.Background(), obs)
 	if err != nil {
 		tb.Fatal(err)
