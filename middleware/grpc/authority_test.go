@@ -10,9 +10,11 @@ import (
 	guardgrpc "github.com/stampede-go/stampede/middleware/grpc"
 )
 
-// TestServerAuthority: :authority, the name a client dialled, is transport
-// metadata: ignored by default, keyed when listed, for a server answering
-// by it (virtual hosting).
+// TestServerAuthority: :authority, the name a client dialled, is keyed by
+// default, as the HTTP engine keys Host: a server answering by it (one
+// tenant per name) never serves one name's answer to another. It was
+// ignored, and a call to b.example got a.example's answer, a hit. Ignored
+// when named, for a server whose answers do not depend on the name.
 func TestServerAuthority(t *testing.T) {
 	rdb := setup(t)
 	for _, tt := range []struct {
@@ -20,8 +22,10 @@ func TestServerAuthority(t *testing.T) {
 		opts       []guardgrpc.Option
 		wantSecond string
 	}{
-		{"ignored by default", nil, hit},
+		{"keyed by default", nil, stored},
 		{"keyed with WithMetadata", []guardgrpc.Option{guardgrpc.WithMetadata(":authority")}, stored},
+		{"keyed with WithUnkeyedForwarding", []guardgrpc.Option{guardgrpc.WithUnkeyedForwarding()}, stored},
+		{"ignored with WithIgnoredMetadata", []guardgrpc.Option{guardgrpc.WithIgnoredMetadata(":authority")}, hit},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			b := &backend{fn: echo}

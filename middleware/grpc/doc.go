@@ -68,9 +68,12 @@
 //     them or not.
 //  2. Ignored: "authorization" with WithAllowAuthorization, and the keys
 //     and prefixes listed with WithIgnoredMetadata.
-//  3. Keyed by default, when the call carries them: forwarding and
-//     identity metadata (below). WithUnkeyedForwarding ignores the
-//     forwarding entries.
+//  3. Keyed by default, when the call carries them: ":authority" (the
+//     name the client dialled, which a server hosting several names may
+//     answer by, as an HTTP server by Host), forwarding and identity
+//     metadata (below). WithUnkeyedForwarding ignores the forwarding
+//     entries; WithIgnoredMetadata(":authority") lets clients that dial
+//     one server by different names share its answers.
 //  4. Ignored by default: the metadata of gRPC, tracing, correlation and
 //     proxy bookkeeping (below).
 //  5. Ignored with WithIgnoredMetadata("*").
@@ -83,7 +86,7 @@
 // new on each one or steering only the transport, never carrying who
 // calls:
 //
-//   - gRPC: keys starting with ":" (":authority"); the "grpc-" names
+//   - gRPC: keys starting with ":" other than ":authority"; the "grpc-" names
 //     gRPC sets (grpc-accept-encoding, grpc-encoding, grpc-timeout,
 //     grpc-message-type, grpc-previous-rpc-attempts, grpc-trace-bin,
 //     grpc-tags-bin); content-type, user-agent, te. Any other "grpc-"
@@ -159,11 +162,14 @@
 // per-method configuration: the type is the one this process's handler has
 // answered the method with (an entry of another type is refused), else the
 // one protoregistry.GlobalTypes holds under that name: every generated
-// message registers itself there. (Method descriptors would not do:
-// services registered from a hand-written grpc.ServiceDesc have none.) An
-// entry whose type the binary lacks, or that this process answers the
-// method with another type, is another build's (a rolling deploy): it is
-// bypassed, the handler answers, and the entry expires on its own.
+// message registers itself there. A node that has not answered the method
+// yet checks the entry's type against the method's output type, where
+// protoregistry.GlobalFiles describes the method (generated code
+// registers its files; a hand-written grpc.ServiceDesc has no descriptor,
+// and its entries are trusted by type name until the process answers the
+// method once). An entry whose type the binary lacks, or that is not the
+// method's, is another build's (a rolling deploy): it is bypassed, the
+// handler answers, and the entry expires on its own.
 // Garbage (not an answer, or an answer of its type that does not
 // unmarshal) is dropped by the calls that find it, which share one run to
 // refill it, as a miss does; if the refill is garbage too, it is bypassed.

@@ -312,3 +312,31 @@ func TestStatusMessageNamesNoKey(t *testing.T) {
 		t.Errorf("messages %q: no caller got the guard's error, the case this test is about", msgs)
 	}
 }
+
+// TestLoadTimeoutIsUnavailable: a handler run the guard abandoned after
+// its LoadTimeout answers the calls that waited for it Unavailable, as
+// the package's other guard failures, not DeadlineExceeded: that said the
+// caller's own deadline had passed when it had not, with the guard's text,
+// and a retry policy on UNAVAILABLE did not retry. (guard.ErrLoadTimeout
+// wraps context.DeadlineExceeded, which was checked first.)
+func TestLoadTimeoutIsUnavailable(t *testing.T) {
+	rdb := setup(t)
+	g, err := guard.New(rdb, guard.Options{Namespace: namespace(t), RedisTimeout: 10 * time.Second, LoadTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Close() })
+	release := make(chan struct{})
+	b := &backend{fn: func(ctx context.Context, m string, req proto.Message, n int64) (proto.Message, error) {
+		<-release // ignores its context
+		return echo(ctx, m, req, n)
+	}}
+	t.Cleanup(func() { close(release) })
+	conn := serve(t, b, []grpc.UnaryServerInterceptor{guardgrpc.UnaryServerInterceptor(g, guardgrpc.WithMethods(methodGet))})
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	_, err = invoke(ctx, conn, methodGet, wrapperspb.String("a"), new(wrapperspb.StringValue))
+	if s := status.Convert(err); s.Code() != codes.Unavailable || !strings.HasPrefix(s.Message(), "guardgrpc: ") {
+		t.Errorf("a call whose handler run was abandoned: %v; want Unavailable, guardgrpc: ...", err)
+	}
+}

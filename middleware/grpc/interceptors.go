@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -49,6 +50,9 @@ type cache struct {
 	// (dynamicpb, say) and rejects an entry of another type (written by an
 	// older build whose method answered differently).
 	types sync.Map // full method → protoreflect.MessageType
+	// outputs holds, per method, its output type as protoregistry
+	// describes it ("" when it does not).
+	outputs sync.Map // full method → protoreflect.FullName
 	// drops coalesces, per key, the calls that found garbage under it
 	// (dropGarbage).
 	drops singleflight.Group
@@ -103,8 +107,11 @@ func (c *cache) encode(method string, m proto.Message) ([]byte, error) {
 }
 
 // messageType resolves the type of a cached answer of method: the type
-// this process has answered method with, else any type linked into the
-// binary.
+// this process has answered method with; else, for a method protoregistry
+// describes (generated code registers its files), its output type; else
+// any type linked into the binary. An entry of another type than the
+// method's (an older build's, whose method answered differently) is an
+// error: its bytes are another message's.
 func (c *cache) messageType(method string, name protoreflect.FullName) (protoreflect.MessageType, error) {
 	if v, ok := c.types.Load(method); ok {
 		mt := v.(protoreflect.MessageType)
@@ -113,7 +120,30 @@ func (c *cache) messageType(method string, name protoreflect.FullName) (protoref
 		}
 		return mt, nil
 	}
+	if out := c.outputType(method); out != "" && out != name {
+		return nil, fmt.Errorf("guardgrpc: cached %s, %s answers %s", name, method, out)
+	}
 	return protoregistry.GlobalTypes.FindMessageByName(name)
+}
+
+// outputType returns the output type of method ("/pkg.Service/Method") as
+// protoregistry.GlobalFiles describes it, or "" if it does not; looked up
+// once per method.
+func (c *cache) outputType(method string) protoreflect.FullName {
+	if v, ok := c.outputs.Load(method); ok {
+		return v.(protoreflect.FullName)
+	}
+	var out protoreflect.FullName
+	if service, name, ok := strings.Cut(strings.TrimPrefix(method, "/"), "/"); ok {
+		d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(service))
+		if sd, isService := d.(protoreflect.ServiceDescriptor); err == nil && isService {
+			if md := sd.Methods().ByName(protoreflect.Name(name)); md != nil {
+				out = md.Output().FullName()
+			}
+		}
+	}
+	c.outputs.Store(method, out)
+	return out
 }
 
 func (c *cache) decode(method string, v []byte) (proto.Message, error) {
@@ -172,16 +202,19 @@ func failure(ctx context.Context, err error) error {
 		return notFoundCached
 	case ctx.Err() != nil:
 		return status.FromContextError(ctx.Err()).Err()
-	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		return status.FromContextError(err).Err()
 	}
 	// The guard's errors name the key, which may hold what the server
 	// knows of the caller (a KeyFunc's account id): the client gets the
-	// kind of failure only; hooks and logs have the rest.
+	// kind of failure only; hooks and logs have the rest. Before the
+	// context errors: ErrLoadTimeout wraps DeadlineExceeded, and is no
+	// deadline of the caller's.
 	for _, kind := range publicErrors {
 		if errors.Is(err, kind) {
 			return status.Error(codes.Unavailable, "guardgrpc: "+kind.Error())
 		}
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return status.FromContextError(err).Err()
 	}
 	return status.Error(codes.Unavailable, "guardgrpc: the cache could not answer")
 }

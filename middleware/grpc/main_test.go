@@ -111,14 +111,21 @@ func listen(t *testing.T, b *backend, icpts []grpc.UnaryServerInterceptor) strin
 // dial returns a client connection to addr, closed when the test ends.
 func dial(t *testing.T, addr string, dialOpts ...grpc.DialOption) *grpc.ClientConn {
 	t.Helper()
+	// Every node by one name, as clients reach a fleet by its service's
+	// name: :authority is keyed (TestServerAuthority), and each loopback
+	// server's own address would split the fleet. A dial option of the
+	// test's own comes later and wins.
 	conn, err := grpc.NewClient(addr,
-		append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, dialOpts...)...)
+		append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithAuthority(fleetAuthority)}, dialOpts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	return conn
 }
+
+// fleetAuthority is the name the tests' clients dial every server by.
+const fleetAuthority = "fleet.example"
 
 // setup returns a client of the shared real Redis and checks, when the
 // test ends, that it leaked no goroutine.

@@ -393,7 +393,9 @@ func TestBypassHookReasons(t *testing.T) {
 		hook, got := record()
 		ns := namespace(t)
 		other := guardgrpc.UnaryServerInterceptor(newGroup(t, rdb, ns, guard.Hooks{}), guardgrpc.WithMethods(methodGet))
-		if _, err := other(t.Context(), wrapperspb.String("a"), info, func(context.Context, any) (any, error) {
+		// (Called as a server under fleetAuthority is: :authority is keyed.)
+		ctx := metadata.NewIncomingContext(t.Context(), metadata.Pairs(":authority", fleetAuthority))
+		if _, err := other(ctx, wrapperspb.String("a"), info, func(context.Context, any) (any, error) {
 			return durationpb.New(time.Second), nil
 		}); err != nil {
 			t.Fatal(err)

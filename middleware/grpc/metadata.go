@@ -71,7 +71,7 @@ var (
 		"x-envoy-decorator-operation", // the span's name
 	}
 	ignoredPrefixes = []string{
-		":",           // pseudo-headers: :authority (the name the client dialled)
+		":",           // pseudo-headers other than :authority (keyed: authorityMetadata)
 		"x-b3-",       // B3 multi-header: traceid, spanid, parentspanid, sampled, flags
 		"x-datadog-",  // Datadog: trace-id, parent-id, sampling-priority, origin, tags
 		"ot-tracer-",  // OpenTracing basic tracer: traceid, spanid, sampled
@@ -129,10 +129,19 @@ var identityMetadata = []string{
 	"x-envoy-downstream-service-node",    // Envoy: the calling node
 }
 
+// authorityMetadata is the name the client dialled (or a call's
+// grpc.CallAuthority): a server that serves several names may answer by it
+// (virtual hosting, one tenant per name), as an HTTP server answers by
+// Host. It is keyed by default, also with WithUnkeyedForwarding, as the
+// HTTP engine keys Host; a server whose answers do not depend on the name
+// may ignore it (WithIgnoredMetadata(":authority")) so that clients
+// dialling it by different names share one answer.
+const authorityMetadata = ":authority"
+
 // defaultRules holds the rules of the exact names above; forwarding
 // entries are mdDefault here, options may turn them to mdIgnore.
 var defaultRules = func() map[string]mdRule {
-	m := map[string]mdRule{}
+	m := map[string]mdRule{authorityMetadata: mdDefault}
 	for _, k := range ignoredNames {
 		m[k] = mdIgnore
 	}
