@@ -60,7 +60,9 @@
 // Never shared, with the zero Config:
 //
 //   - requests carrying Authorization or Cookie, a body, Range, an Upgrade
-//     (WebSocket), Accept: text/event-stream, a method override header, or
+//     (WebSocket), Accept: text/event-stream, a method override header, a
+//     field whose name holds "_" (CGI-style servers read X_Forwarded_Host
+//     as X-Forwarded-Host, which Go does not), or
 //     a Connection field naming anything but close and keep-alive (fields
 //     a proxy in the handler drops before it asks the origin, which the
 //     key would still hold):

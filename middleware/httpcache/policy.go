@@ -26,8 +26,26 @@ func (e *engine) bypass(r *http.Request) string {
 		return "event stream"
 	case e.honorClient && clientNoCache(h):
 		return "client no-cache"
+	case underscoreName(h):
+		return "underscore in a field name"
 	}
 	return ""
+}
+
+// underscoreName reports a request field whose name holds "_". To Go,
+// X_Forwarded_Host is not X-Forwarded-Host, so the key would not hold it
+// nor a proxy in the handler drop it; but CGI, WSGI, Rack and PHP servers
+// name both HTTP_X_FORWARDED_HOST, and an upstream of theirs would answer
+// by it: one request could choose the links, or the variant
+// (Accept_Language), every later client is served. nginx drops such
+// fields by default for this reason; here such a request is not shared.
+func underscoreName(h http.Header) bool {
+	for k := range h {
+		if strings.IndexByte(k, '_') >= 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // connectionOptions reports a Connection field that names anything but

@@ -48,7 +48,7 @@ func (o reflector) handler(calls *atomic.Int64) http.Handler {
 		}
 		if !o.ignoreForwarding {
 			for _, h := range appForwarding {
-				vals := r.Header.Values(h)
+				vals := cgiValues(r.Header, h)
 				if h == "Forwarded" {
 					vals = forwardedNaively(vals)
 				}
@@ -96,4 +96,18 @@ func forwardedNaively(vals []string) []string {
 		}
 	}
 	return out
+}
+
+// cgiValues returns the values of the request field name as a CGI, WSGI,
+// Rack or PHP application reads them (HTTP_X_FORWARDED_HOST): "-" and "_"
+// are one, so X_Forwarded_Host counts too; in the order of the names.
+func cgiValues(h http.Header, name string) []string {
+	cgi := func(k string) string { return strings.ReplaceAll(strings.ToUpper(k), "-", "_") }
+	var vals []string
+	for _, k := range slices.Sorted(maps.Keys(h)) {
+		if cgi(k) == cgi(name) {
+			vals = append(vals, h[k]...)
+		}
+	}
+	return vals
 }

@@ -51,6 +51,10 @@ func forwardingRows() []poisonRow {
 
 	for _, h := range appForwarding {
 		add(poisonRow{name: "forwarding/" + h, attacker: req("GET /page", h+": evil.example"), victim: page})
+		// Another field to Go, the same to a CGI-style application.
+		if underscored := strings.ReplaceAll(h, "-", "_"); underscored != h {
+			add(poisonRow{name: "forwarding/" + underscored, attacker: req("GET /page", underscored+": evil.example"), victim: page})
+		}
 		add(poisonRow{name: "forwarding/" + h + " differs from the proxy's",
 			attacker: req("GET /page", h+": evil.example"), victim: req("GET /page", h+": good.example")})
 	}
