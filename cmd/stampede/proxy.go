@@ -89,10 +89,10 @@ func proxy(ctx context.Context, p *proxyFlags) error {
 		return err
 	}
 	srv := &http.Server{Handler: forwardedAsSent(guardhttp.Middleware(g, cfg)(reverseProxy(up, log))),
-		ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		ReadHeaderTimeout: 10 * time.Second, IdleTimeout: p.idleTimeout, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	var adm *http.Server
 	if p.admin != "" {
-		if adm, err = adminServer(p.admin, g, reg, log); err != nil {
+		if adm, err = adminServer(p.admin, p.idleTimeout, g, reg, log); err != nil {
 			_ = ln.Close()
 			_ = g.Close()
 			return err
@@ -202,8 +202,9 @@ func upstreamErrorStatus(err error) int {
 	return http.StatusBadGateway
 }
 
-// adminServer serves /metrics, /livez and /readyz on addr.
-func adminServer(addr string, g *guard.Group, reg *prometheus.Registry, log *slog.Logger) (*http.Server, error) {
+// adminServer serves /metrics, /livez and /readyz on addr, closing a
+// connection idle for idle.
+func adminServer(addr string, idle time.Duration, g *guard.Group, reg *prometheus.Registry, log *slog.Logger) (*http.Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("-admin: %w", err)
@@ -220,7 +221,7 @@ func adminServer(addr string, g *guard.Group, reg *prometheus.Registry, log *slo
 		}
 		_, _ = io.WriteString(w, "ok\n")
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idle}
 	go func() { _ = srv.Serve(ln) }()
 	log.Info("stampede proxy: admin", "listen", ln.Addr().String())
 	return srv, nil

@@ -21,6 +21,7 @@ type proxyFlags struct {
 	keyFlags
 	upstream, listen, admin string
 	shutdown                time.Duration
+	idleTimeout             time.Duration // of the clients' connections (http.Server.IdleTimeout)
 	logLevel, logFormat     string
 
 	// guard.Options
@@ -46,6 +47,7 @@ func (p *proxyFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&p.listen, "listen", ":8080", "the address the proxy serves on")
 	fs.StringVar(&p.admin, "admin", "", "the address of /metrics (Prometheus), /livez and /readyz (none when empty)")
 	fs.DurationVar(&p.shutdown, "shutdown-timeout", 30*time.Second, "how long SIGTERM waits for the requests in flight")
+	fs.DurationVar(&p.idleTimeout, "idle-timeout", 2*time.Minute, "how long a client's keep-alive connection may stay idle before it is closed")
 	fs.StringVar(&p.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&p.logFormat, "log-format", "json", "json or text (slog, to standard error)")
 
@@ -144,6 +146,11 @@ func (p *proxyFlags) config(u *url.URL) (guardhttp.Config, error) {
 func (p *proxyFlags) check() error {
 	if p.listen == "" {
 		return usagef("-listen is required")
+	}
+	if p.idleTimeout <= 0 {
+		// 0 would keep an idle connection for ever: any client could
+		// hold the proxy's file descriptors.
+		return usagef("-idle-timeout %v: want a positive duration", p.idleTimeout)
 	}
 	switch p.logFormat {
 	case "json", "text":
