@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/stampede-go/stampede/guard/internal/tier"
 	"github.com/stampede-go/stampede/internal/lua"
 )
 
@@ -140,11 +141,14 @@ func (g *Group) store(ctx context.Context, key string, nm names, f fillSpec) {
 	if f.mode == fillNone {
 		fresh = time.Millisecond // windows are not used, but must be valid
 	}
-	if f.mode != fillNone {
-		// Whatever the outcome (a timeout may have run the script): a
-		// read sent before it returns may carry the value it replaced,
-		// which is kept no more in the in-process tier.
-		defer g.loc.Changed(nm.entry)
+	// Whatever the outcome (a timeout may have run the script): a read
+	// sent before it returns may carry the value it replaced, which is
+	// kept no more in the in-process tier (nor in the reserve: before a
+	// failed fill's own value is kept there).
+	changed := func() {
+		if f.mode != fillNone {
+			g.loc.Changed(nm.entry)
+		}
 	}
 	sent := g.clk.local()
 	var reply []any
@@ -161,10 +165,38 @@ func (g *Group) store(ctx context.Context, key string, nm names, f fillSpec) {
 	})
 	if err != nil {
 		g.redisFailed("fill", err)
+		changed()
+		g.keepUnfilled(key, nm, f)
 		return
 	}
+	defer changed()
 	g.br.Success()
 	g.filled(key, nm, f, reply, sent)
+}
+
+// keepUnfilled keeps the value of fill f, which Redis did not take (it
+// failed or stopped answering meanwhile), in the reserve for its windows:
+// the calls that Redis fails next are served it, degraded, as they are a
+// value loaded while Redis was known down, rather than this node loading
+// the key again in the same outage. Only a value is kept: a mark of a
+// failure, of "not found" or of a pass is decided again.
+func (g *Group) keepUnfilled(key string, nm names, f fillSpec) {
+	if f.mode == fillNone || f.mode == fillKeepTail || f.value == nil || len(f.value) > g.opts.MaxValueBytes {
+		return
+	}
+	stale := f.stale
+	switch f.flags {
+	case flagValue:
+	case flagRevalidate:
+		stale = 0 // never served stale
+	default:
+		return
+	}
+	if satAdd(f.fresh, stale) <= 0 {
+		return
+	}
+	now := time.Now()
+	g.reserve.Put(tier.Kept{Key: key, Name: nm.entry, Value: f.value, FreshUntil: now.Add(f.fresh), StaleUntil: now.Add(satAdd(f.fresh, stale)), Base: now})
 }
 
 // filled acts on a reply of guard_fill.lua for fill f of key, sent at
