@@ -67,7 +67,7 @@ func (c *Client) waitLoop(ctx context.Context, r *request, wake <-chan struct{},
 		remaining := deadline.Sub(now)
 		if remaining <= 0 {
 			if queued {
-				c.leaveQueue(r)
+				c.leaveQueueNow(r)
 			}
 			if lastErr != nil {
 				return nil, opError("obtain", ctx, lastErr)
@@ -128,7 +128,7 @@ func (c *Client) pause(ctx context.Context, r *request, timer *time.Timer, wake 
 	case <-wake:
 	case <-timer.C:
 	case <-ctx.Done():
-		c.leaveQueue(r)
+		c.leaveQueueNow(r)
 		return errors.Join(ErrNotObtained, ctx.Err())
 	case <-c.closed:
 		c.leaveQueue(r)
@@ -160,6 +160,34 @@ func (c *Client) subscribeUntil(ctx context.Context, deadline time.Time) error {
 		return err
 	}
 	return nil
+}
+
+// leaveQueueNow is leaveQueue for a waiter that gives up, done before its
+// caller is told: left in the background, the waiter was still queued
+// when the caller, told it failed, released or retried, and a release
+// then reserved the lock for the departed waiter (HandoffTimeout, the
+// lock refused to everyone meanwhile). Each node gets nodeTimeout; one
+// that has not answered by then is left in the background, as before.
+func (c *Client) leaveQueueNow(r *request) {
+	d := c.nodeTimeout(r.ttl)
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	_, errs := fanout(ctx, c.nodes, d, func(ctx context.Context, n *node) (struct{}, error) {
+		return struct{}{}, c.release(ctx, n, r.nm, r.waiter, "l")
+	})
+	var left []*node
+	for i, err := range errs {
+		if err != nil {
+			left = append(left, c.nodes[i])
+		}
+	}
+	if len(left) > 0 {
+		c.background(func(bg context.Context) {
+			for _, n := range left {
+				_ = c.release(bg, n, r.nm, r.waiter, "l")
+			}
+		})
+	}
 }
 
 // leaveQueue takes a waiter that gives up out of the wait queue, and passes
