@@ -36,8 +36,10 @@
 // background refresh runs after its request was served the stale response
 // and its *echo.Context went back to echo's pool. Every run, the request's
 // own and a detached one, calls the route's handler (with its route and
-// group middleware) on a *echo.Context of its own made with Echo.NewContext,
-// which carries, taken when the request arrived:
+// group middleware, and the global middleware registered with Echo.Use
+// after this one: a Recover, a security header) on a *echo.Context of its
+// own made with Echo.NewContext, which carries, taken when the request
+// arrived:
 //
 //   - the request, with its context.Context values, the route and the path
 //     values;

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"reflect"
 
 	"github.com/labstack/echo/v5"
 
@@ -31,6 +32,16 @@ func MiddlewareWithConfig(g *guard.Group, cfg Config) echo.MiddlewareFunc {
 	if err != nil {
 		panic("guardecho: " + err.Error())
 	}
+	return middlewareFor(eng)
+}
+
+// middlewareFor is the middleware of eng. Every one it returns is one
+// closure, of one code pointer (cacheCode), by which afterCache finds it
+// among an Echo's middleware. Not inlined: an inlined copy would be a
+// closure of a code pointer of its own.
+//
+//go:noinline
+func middlewareFor(eng *httpcache.Engine[*echo.Context]) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c *echo.Context) error {
 			r := c.Request()
@@ -59,7 +70,8 @@ func MiddlewareWithConfig(g *guard.Group, cfg Config) echo.MiddlewareFunc {
 			// handler on the pooled context, out of reach of a context of
 			// our own, so the run routes its request again and calls the
 			// route's handler (with its route and group middleware, which
-			// pass this middleware through: see detachedKey).
+			// pass this middleware through: see detachedKey), in the
+			// global middleware after this one (afterCache).
 			if !storeKnown {
 				c.Response().Header().Set("Cache-Status", cachestatus.Bypass+`; detail="echo context layout unknown"`)
 				return next(c)
@@ -72,7 +84,7 @@ func MiddlewareWithConfig(g *guard.Group, cfg Config) echo.MiddlewareFunc {
 					lc.Set(k, v)
 				}
 				lc.SetLogger(logger)
-				return e.Router().Route(lc)(lc)
+				return afterCache(e.Middlewares(), e.Router().Route(lc))(lc)
 			}
 			err := eng.Serve(c, c.Response(), r, func() error { return next(c) }, run)
 			if se := (*httpcache.StatusError)(nil); errors.As(err, &se) {
@@ -81,6 +93,32 @@ func MiddlewareWithConfig(g *guard.Group, cfg Config) echo.MiddlewareFunc {
 			return err
 		}
 	}
+}
+
+// cacheCode is the code pointer of this package's middleware (set by
+// init: afterCache, which reads it, is part of that middleware).
+var cacheCode uintptr
+
+func init() { cacheCode = reflect.ValueOf(middlewareFor(nil)).Pointer() }
+
+// afterCache wraps h, a route's handler with its route and group
+// middleware, in the global middleware (e.Use) registered after the last
+// of this package's: echo v5 runs the global middleware around what
+// Router().Route returns, so a run calling that alone left them out (a
+// security header, a locale, a Recover after the cache). Those before the
+// cache ran for the request already; so did all of them when the cache is
+// a group's or a route's middleware.
+func afterCache(ms []echo.MiddlewareFunc, h echo.HandlerFunc) echo.HandlerFunc {
+	start := len(ms)
+	for i, m := range ms {
+		if reflect.ValueOf(m).Pointer() == cacheCode {
+			start = i + 1
+		}
+	}
+	for i := len(ms) - 1; i >= start; i-- {
+		h = ms[i](h)
+	}
+	return h
 }
 
 // detachedKey marks the request of a detached run with the engine that made
