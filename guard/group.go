@@ -173,11 +173,16 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 		// between its failures: opening the breaker then sent every
 		// key, not only that master's, to a load per node, and emptying
 		// the reserve on each answer sent that master's keys to a load
-		// per call. The breaker opens when no server answered for the
-		// longer of RedisTimeout and BreakerCooldown (a master's keys
-		// served from the tier send nothing to answer); the reserve is
-		// emptied once no call failed for a cooldown.
-		g.br.Silence, g.br.Settle = max(o.RedisTimeout, o.BreakerCooldown), o.BreakerCooldown
+		// per call. The breaker opens when no server answered for
+		// RedisTimeout plus the longer of RedisTimeout and
+		// BreakerCooldown (a master's keys served from the tier send
+		// nothing to answer): callers that serve keys of every master
+		// may all be waiting on a frozen one at once, and its first wave
+		// of timeouts, which opens that master's own breaker, must not
+		// open this one before they reach the others again
+		// (TestClusterFrozenMasterMixedCallers). The reserve is emptied
+		// once no call failed for a cooldown.
+		g.br.Silence, g.br.Settle = o.RedisTimeout+max(o.RedisTimeout, o.BreakerCooldown), o.BreakerCooldown
 	}
 	g.loc = tier.New(rdb, tier.Config{Namespace: o.Namespace, Entries: o.LocalEntries, Bytes: o.LocalBytes,
 		TTL: o.LocalTTL, Lag: o.LocalLag, Timeout: o.RedisTimeout, PerKey: o.LocalTracking == TrackHeld, OnRedisError: o.Hooks.RedisError, OnState: o.Hooks.LocalTier,

@@ -56,8 +56,8 @@ type Options struct {
 	// failure (a read of a caller's key, or of a key no caller uses when
 	// none calls, sent in the background: no call waits on it).
 	// Default: 3 and 1s. On a cluster (or a Ring) they open it only when
-	// no server answered for the longer of RedisTimeout and
-	// BreakerCooldown: one master down leaves the others' keys served
+	// no server answered for RedisTimeout plus the longer of RedisTimeout
+	// and BreakerCooldown: one master down leaves the others' keys served
 	// through Redis. Each master of a cluster also has a breaker of its
 	// own, with these settings: a master that fails BreakerFailures calls
 	// in a row has its keys served without Redis, rather than each call
