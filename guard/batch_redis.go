@@ -334,6 +334,7 @@ func (g *Group) storeMany(ctx context.Context, items []fillItem) {
 			if f := items[i].f.fence; f > 0 {
 				unsettled = append(unsettled, heldLease{nm: items[i].nm, fence: f})
 			}
+			g.keepUnfilled(items[i].key, items[i].nm, items[i].f) // as store does, after Changed
 			continue
 		}
 		it := items[i]

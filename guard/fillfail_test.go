@@ -47,3 +47,40 @@ func TestFillIntoFrozenRedisKeepsValue(t *testing.T) {
 		})
 	}
 }
+
+// TestBatchFillIntoFrozenRedisKeepsValues is
+// TestFillIntoFrozenRedisKeepsValue for GetMany: a batch load whose fill
+// pipeline Redis did not take threw its values away, and the node's next
+// GetMany in the same outage loaded the keys again.
+func TestBatchFillIntoFrozenRedisKeepsValues(t *testing.T) {
+	srv := redistest.Start(t)
+	g := newGroup(t, srv.Client(t), Options{LocalEntries: Disabled, RedisTimeout: 100 * time.Millisecond, FreshFor: time.Minute})
+	keys := []string{"a", "b", "c"}
+	var calls atomic.Int64
+	load := func(_ context.Context, ks []string) (map[string][]byte, error) {
+		n := calls.Add(1)
+		if n == 1 {
+			srv.Freeze(t) // Redis stops answering before the fill
+			t.Cleanup(func() { srv.Thaw(t) })
+		}
+		out := map[string][]byte{}
+		for _, k := range ks {
+			out[k] = fmt.Appendf(nil, "%s%d", k, n)
+		}
+		return out, nil
+	}
+	for i := range 4 {
+		got, err := g.GetMany(ctxT(t), keys, load)
+		if err != nil {
+			t.Fatalf("GetMany %d: %v", i+1, err)
+		}
+		for _, k := range keys {
+			if string(got[k]) != k+"1" {
+				t.Errorf("GetMany %d: %s = %q, want %q (the first load's)", i+1, k, got[k], k+"1")
+			}
+		}
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("the batch loader ran %d times on one node in one outage; want 1", n)
+	}
+}
