@@ -337,7 +337,16 @@ func (c *call) outcome(w http.ResponseWriter) error {
 	c.mu.Lock()
 	panicked, goexited, streaming, err, held, cur := c.panicked, c.goexited, c.streaming, c.err, c.held, c.cur
 	c.held = nil
+	done := c.done
 	c.mu.Unlock()
+	select {
+	case <-done:
+	default:
+		// The request's client left while the handler streamed to it
+		// (detach): nothing more reaches it, and the handler, still
+		// running, owns what it captured.
+		return nil
+	}
 	if goexited {
 		// As the handler would have on this goroutine: what it wrote
 		// reaches the client (a truncated response, when it streamed),

@@ -3,6 +3,7 @@ package guardhttp_test
 import (
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stampede-go/stampede/guard"
 	"github.com/stampede-go/stampede/internal/redistest"
@@ -210,5 +212,48 @@ func TestContentLengthAsNetHTTP(t *testing.T) {
 				t.Errorf("%d handler calls for 21 requests, the last %q; want 1, and a hit", calls, later.cache)
 			}
 		})
+	}
+}
+
+// TestStreamingClientLeaves: a client left while its handler streamed,
+// and the handler, told by its context, set trailer fields as it ended.
+// The request's goroutine read the handler's header for trailers while
+// the handler still wrote it (a data race, found by
+// TestAsNetHTTPGenerated under -race). Now nothing reads the capture of a
+// handler still running: the client that left gets nothing more. Run with
+// -race.
+func TestStreamingClientLeaves(t *testing.T) {
+	returned := make(chan struct{})
+	flushed := make(chan struct{})
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer close(returned)
+		w.Header().Set("Cache-Control", "private") // streamed once flushed
+		_, _ = io.WriteString(w, "first")
+		_ = http.NewResponseController(w).Flush()
+		close(flushed)
+		<-r.Context().Done()
+		w.Header().Set(http.TrailerPrefix+"X-Late", "1")
+		w.Header().Set("X-Other", "2")
+	})
+	g := newGroup(t, redistest.Shared(t).Client(t), guard.Options{LocalEntries: 1000})
+	srv := httptest.NewServer(guardhttp.Middleware(g, guardhttp.Config{})(h))
+	defer srv.Close()
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(conn, "GET /leaves HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-flushed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler never flushed")
+	}
+	_ = conn.Close()
+	select {
+	case <-returned:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler's context was not cancelled when its client left")
 	}
 }
