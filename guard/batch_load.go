@@ -336,8 +336,6 @@ func (b *batch) keepDegraded(idx []int, vals map[string][]byte, errs []error) {
 			g.markDegraded(k, b.nms[i].entry, errs[j])
 			continue
 		}
-		fresh := g.jittered(b.co.freshFor)
-		g.reserve.Put(tier.Kept{Key: k, Name: b.nms[i].entry, Value: vals[k], FreshUntil: now.Add(fresh),
-			StaleUntil: now.Add(satAdd(fresh, b.co.staleFor)), Base: now})
+		g.keepReserve(k, b.nms[i].entry, vals[k], now, g.jittered(b.co.freshFor), b.co.staleFor)
 	}
 }

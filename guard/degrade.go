@@ -290,12 +290,7 @@ func (g *Group) keepDegraded(c *call, o outcome) bool {
 			stale = 0 // never served stale
 		}
 	}
-	if satAdd(fresh, stale) <= 0 {
-		return false
-	}
-	now := time.Now()
-	g.reserve.Put(tier.Kept{Key: c.key, Name: c.nm.entry, Value: o.v, FreshUntil: now.Add(fresh), StaleUntil: now.Add(satAdd(fresh, stale)), Base: now})
-	return true
+	return g.keepReserve(c.key, c.nm.entry, o.v, time.Now(), fresh, stale)
 }
 
 // supersedeReserve gives the reserve what this node just read of key from

@@ -192,11 +192,18 @@ func (g *Group) keepUnfilled(key string, nm names, f fillSpec) {
 	default:
 		return
 	}
-	if satAdd(f.fresh, stale) <= 0 {
-		return
+	g.keepReserve(key, nm.entry, f.value, time.Now(), f.fresh, stale)
+}
+
+// keepReserve keeps v, the value of key (its entry's name), in the
+// reserve from now: fresh for fresh, then stale for stale. It reports
+// false, keeping nothing, when no window is left.
+func (g *Group) keepReserve(key, name string, v []byte, now time.Time, fresh, stale time.Duration) bool {
+	if satAdd(fresh, stale) <= 0 {
+		return false
 	}
-	now := time.Now()
-	g.reserve.Put(tier.Kept{Key: key, Name: nm.entry, Value: f.value, FreshUntil: now.Add(f.fresh), StaleUntil: now.Add(satAdd(f.fresh, stale)), Base: now})
+	g.reserve.Put(tier.Kept{Key: key, Name: name, Value: v, FreshUntil: now.Add(fresh), StaleUntil: now.Add(satAdd(fresh, stale)), Base: now})
+	return true
 }
 
 // filled acts on a reply of guard_fill.lua for fill f of key, sent at

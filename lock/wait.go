@@ -182,19 +182,18 @@ func (c *Client) leaveQueueNow(r *request) {
 		}
 	}
 	if len(left) > 0 {
-		c.background(func(bg context.Context) {
-			for _, n := range left {
-				_ = c.release(bg, n, r.nm, r.waiter, "l")
-			}
-		})
+		c.leaveQueueOn(r, left)
 	}
 }
 
 // leaveQueue takes a waiter that gives up out of the wait queue, and passes
 // on a hand-off reservation a release may have made for it meanwhile.
-func (c *Client) leaveQueue(r *request) {
+func (c *Client) leaveQueue(r *request) { c.leaveQueueOn(r, c.nodes) }
+
+// leaveQueueOn is leaveQueue on the given nodes, in the background.
+func (c *Client) leaveQueueOn(r *request, nodes []*node) {
 	c.background(func(bg context.Context) {
-		for _, n := range c.nodes {
+		for _, n := range nodes {
 			_ = c.release(bg, n, r.nm, r.waiter, "l")
 		}
 	})
