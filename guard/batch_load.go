@@ -98,7 +98,14 @@ func (b *batch) degrade(idx []int) {
 	for _, i := range idx {
 		if r := g.loads[b.keys[i]]; r != nil {
 			b.wg.Go(func() {
+				g.step(b.ctx, "batch joined a degraded load")
 				<-r.done
+				if privateOf(r.o.err) != nil {
+					// Another caller's private answer: the key is this
+					// batch's to answer, as a Do's would be (Group.alone).
+					b.degrade([]int{i})
+					return
+				}
 				b.set(i, keyResult{v: r.o.v, st: Degraded, err: r.o.err})
 			})
 			continue

@@ -143,8 +143,9 @@ func (g *Group) readMany(ctx context.Context, keys []string, nms []names, force 
 	at := time.Now()
 	var failed error
 	calls := make([]lua.Call, len(p.callIdx))
+	lease := g.batchLease(len(calls))
 	for j, i := range p.callIdx {
-		calls[j] = g.readCall(nms[i], force != nil && force[i])
+		calls[j] = g.readCall(nms[i], force != nil && force[i], lease)
 	}
 	sent := g.clk.local()
 	getCmds, callCmds := g.pipeline(rctx, p.gets, lua.GuardRead, calls)
@@ -160,8 +161,9 @@ func (g *Group) readMany(ctx context.Context, keys []string, nms []names, force 
 	}
 	if len(retry) > 0 && failed == nil {
 		calls := make([]lua.Call, len(retry))
+		lease := g.batchLease(len(p.callIdx) + len(calls))
 		for j, i := range retry {
-			calls[j] = g.readCall(nms[i], false)
+			calls[j] = g.readCall(nms[i], false, lease)
 		}
 		sent := g.clk.local()
 		_, callCmds := g.pipeline(rctx, nil, lua.GuardRead, calls)
@@ -271,12 +273,30 @@ func (g *Group) keyRead(err error, failed *error) {
 	}
 }
 
-func (g *Group) readCall(nm names, force bool) lua.Call {
+// readCall is the read script's call for nm, taking a lease of lease
+// (milliseconds, batchLease) when it wins one.
+func (g *Group) readCall(nm names, force bool, lease any) lua.Call {
 	f := "0"
 	if force {
 		f = "1"
 	}
-	return lua.Call{Keys: nm.readKeys(), Args: []any{g.leaseArg, g.chanArg, g.waitArg, g.leaseArg, f, g.capArg}}
+	return lua.Call{Keys: nm.readKeys(), Args: []any{lease, g.chanArg, g.waitArg, lease, f, g.capArg}}
+}
+
+// batchLease is the lease (milliseconds, as the read script takes it) the
+// read scripts of a pipeline of n take: firstLease, and the time the
+// pipeline is allowed per key (batchKeyTime, as batchTimeout allows it),
+// up to LockTTL. The watchdog renews the leases once the pipeline's
+// reply is in, but the first script of a pipeline of 30,000 ran seconds
+// before that: with firstLease alone its lease ran out meanwhile, another
+// node's read took the key over, and both loaded it (1,523 of 30,000
+// keys in one run). A read whose caller left still frees its leases
+// within the time its pipeline was given.
+func (g *Group) batchLease(n int) any {
+	if n <= 1 {
+		return g.leaseArg
+	}
+	return ms(min(g.opts.LockTTL, g.firstLease+time.Duration(n)*batchKeyTime))
 }
 
 // readResult decodes one reply of guard_read.lua (see read).
