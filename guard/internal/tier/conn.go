@@ -445,6 +445,9 @@ func trackerOptions(o *redis.Options, ns string, perKey bool, t *tracker, kernel
 			return cn, nil
 		},
 		Username: o.Username, Password: o.Password,
+		// The RESP3 connection reads the held keys itself (resp3.go):
+		// in the Group's database.
+		DB:                           o.DB,
 		CredentialsProvider:          o.CredentialsProvider,
 		CredentialsProviderContext:   o.CredentialsProviderContext,
 		StreamingCredentialsProvider: o.StreamingCredentialsProvider,

@@ -188,6 +188,9 @@ func readerOptions(o *redis.Options, id int64, dialed func(net.Conn)) *redis.Opt
 			return cn, err
 		},
 		Username: o.Username, Password: o.Password,
+		// Its reads are the entries of the Group's client: in its
+		// database (tracking itself is by name, whatever the database).
+		DB:                           o.DB,
 		CredentialsProvider:          o.CredentialsProvider,
 		CredentialsProviderContext:   o.CredentialsProviderContext,
 		StreamingCredentialsProvider: o.StreamingCredentialsProvider,

@@ -188,7 +188,11 @@ func (c *coherence) tell() {
 	}
 	c.shown = now
 	if c.state != nil {
-		c.state(c.live, c.why)
+		why := c.why
+		if c.live {
+			why = "" // as Hooks.LocalTier says: "" when on
+		}
+		c.state(c.live, why)
 	}
 }
 
