@@ -11,6 +11,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stampede-go/stampede/guard"
 )
@@ -89,7 +90,8 @@ func inspectKeys(ctx context.Context, g *guard.Group, keys []string) ([]guard.Ke
 
 // inspectURL inspects the URL's key, then each other key of its URL's
 // tag: its variants (by KeyHeaders, forwarding headers, Vary) and its
-// other spellings.
+// other spellings. A member of the tag's key set that is no key the guard
+// takes (written by someone else) is shown as corrupt, not inspected.
 func inspectURL(ctx context.Context, g *guard.Group, key string) ([]guard.KeyInfo, error) {
 	ki, err := g.Inspect(ctx, key)
 	if err != nil {
@@ -98,6 +100,10 @@ func inspectURL(ctx context.Context, g *guard.Group, key string) ([]guard.KeyInf
 	infos := []guard.KeyInfo{ki}
 	for _, k := range ki.TagKeys {
 		if k == key {
+			continue
+		}
+		if k == "" || len(k) > guard.MaxKeyBytes {
+			infos = append(infos, guard.KeyInfo{Key: k, State: "corrupt"})
 			continue
 		}
 		v, err := g.Inspect(ctx, k)
@@ -118,7 +124,7 @@ func writeInfos(w io.Writer, infos []guard.KeyInfo, url bool) error {
 			if i == 1 {
 				fmt.Fprintf(tw, "\nvariants of the URL (%d)\n", len(infos)-1)
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", strconv.Quote(ki.Key), ki.State, windows(ki), size(ki))
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", shownUpTo(ki.Key, maxShownKey), ki.State, windows(ki), size(ki))
 			continue
 		}
 		if i > 0 {
@@ -156,7 +162,7 @@ func writeInfo(w io.Writer, ki guard.KeyInfo) {
 	if ki.Tag != "" {
 		line("tag", "%s: %d key(s) filled since its last invalidation", strconv.Quote(ki.Tag), ki.TagSize)
 		for _, k := range ki.TagKeys {
-			line("", "  %s", strconv.Quote(k))
+			line("", "  %s", shownUpTo(k, maxShownKey))
 		}
 	}
 	if len(ki.Foreign) > 0 {
@@ -194,29 +200,57 @@ func round(d time.Duration) time.Duration {
 
 // jsonInfo is KeyInfo for scripts: durations in milliseconds.
 type jsonInfo struct {
-	Key       string     `json:"key"`
-	Entry     string     `json:"entry"`
-	Slot      int        `json:"slot"`
-	Tag       string     `json:"tag,omitempty"`
-	State     string     `json:"state"`
-	FreshMs   int64      `json:"fresh_ms"`
-	StaleMs   int64      `json:"stale_ms"`
-	AgeMs     int64      `json:"age_ms"`
-	Size      int        `json:"size"`
-	Fence     int64      `json:"fence"`
-	Lease     *jsonLease `json:"lease"`
-	Backup    *jsonLease `json:"backup,omitempty"` // the backup lease (BackupLoad), when held
-	Counter   int64      `json:"counter"`
-	Waiters   int        `json:"waiters"`
-	TagKeys   []string   `json:"tag_keys,omitempty"`
-	TagSize   int        `json:"tag_size,omitempty"`
-	Foreign   []string   `json:"foreign,omitempty"`
-	Timestamp time.Time  `json:"read_at"`
+	Key        string     `json:"key"`
+	KeyBytes   []byte     `json:"key_base64,omitempty"` // the key's bytes, when they are not UTF-8 (key then has U+FFFD in their place)
+	Entry      string     `json:"entry"`
+	EntryBytes []byte     `json:"entry_base64,omitempty"`
+	Slot       int        `json:"slot"`
+	Tag        string     `json:"tag,omitempty"`
+	State      string     `json:"state"`
+	FreshMs    int64      `json:"fresh_ms"`
+	StaleMs    int64      `json:"stale_ms"`
+	AgeMs      int64      `json:"age_ms"`
+	Size       int        `json:"size"`
+	Fence      int64      `json:"fence"`
+	Lease      *jsonLease `json:"lease"`
+	Backup     *jsonLease `json:"backup,omitempty"` // the backup lease (BackupLoad), when held
+	Counter    int64      `json:"counter"`
+	Waiters    int        `json:"waiters"`
+	TagKeys    []string   `json:"tag_keys,omitempty"`
+	TagKeysB64 [][]byte   `json:"tag_keys_base64,omitempty"` // the bytes of each of tag_keys, in order, when any is not UTF-8
+	TagSize    int        `json:"tag_size,omitempty"`
+	Foreign    []string   `json:"foreign,omitempty"`
+	Timestamp  time.Time  `json:"read_at"`
 }
 
 type jsonLease struct {
 	Fence int64 `json:"fence"`
 	TTLMs int64 `json:"ttl_ms"`
+}
+
+// notUTF8 returns s's bytes when s is not valid UTF-8, which JSON
+// cannot carry (encoding/json writes U+FFFD for each bad byte: two keys
+// would read alike), and nil when it is.
+func notUTF8(s string) []byte {
+	if utf8.ValidString(s) {
+		return nil
+	}
+	return []byte(s)
+}
+
+// allBytes returns the bytes of each of ss, when any of them is not valid
+// UTF-8, and nil when all are.
+func allBytes(ss []string) [][]byte {
+	for _, s := range ss {
+		if !utf8.ValidString(s) {
+			out := make([][]byte, len(ss))
+			for i, s := range ss {
+				out[i] = []byte(s)
+			}
+			return out
+		}
+	}
+	return nil
 }
 
 func writeJSON(w io.Writer, infos []guard.KeyInfo) error {
@@ -227,6 +261,7 @@ func writeJSON(w io.Writer, infos []guard.KeyInfo) error {
 			FreshMs: ki.FreshLeft.Milliseconds(), StaleMs: ki.StaleLeft.Milliseconds(), AgeMs: ki.Age.Milliseconds(),
 			Size: ki.Size, Fence: ki.Fence, Counter: ki.Counter, Waiters: ki.Waiters,
 			TagKeys: ki.TagKeys, TagSize: ki.TagSize, Foreign: ki.Foreign, Timestamp: now}
+		j.KeyBytes, j.EntryBytes, j.TagKeysB64 = notUTF8(ki.Key), notUTF8(ki.Entry), allBytes(ki.TagKeys)
 		if ki.LeaseFence != 0 {
 			j.Lease = &jsonLease{Fence: ki.LeaseFence, TTLMs: ki.LeaseTTL.Milliseconds()}
 		}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -47,18 +46,17 @@ func invalidate(ctx context.Context, out io.Writer, t *target, tags []string, ke
 	if t.u.url != "" {
 		tags = []string{r.tag}
 	}
-	var errs []error
-	for _, k := range keys {
+	// The first failure ends the run: Redis down or frozen would fail
+	// every other call the same way, each after -timeout.
+	for i, k := range keys {
 		if err := r.g.Invalidate(ctx, k); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", strconv.Quote(k), err))
-			continue
+			return untried(fmt.Errorf("key %s: %w", strconv.Quote(k), err), len(keys)-i-1+len(tags))
 		}
 		fmt.Fprintf(out, "invalidated key %s\n", strconv.Quote(k))
 	}
-	for _, tag := range tags {
+	for i, tag := range tags {
 		if err := r.g.InvalidateTag(ctx, tag); err != nil {
-			errs = append(errs, fmt.Errorf("tag %s: %w", strconv.Quote(tag), err))
-			continue
+			return untried(fmt.Errorf("tag %s: %w", strconv.Quote(tag), err), len(tags)-i-1)
 		}
 		if t.u.url != "" {
 			fmt.Fprintf(out, "invalidated %s (tag %s)\n", t.u.url, strconv.Quote(tag))
@@ -66,5 +64,14 @@ func invalidate(ctx context.Context, out io.Writer, t *target, tags []string, ke
 			fmt.Fprintf(out, "invalidated tag %s\n", strconv.Quote(tag))
 		}
 	}
-	return errors.Join(errs...)
+	return nil
+}
+
+// untried is err, the failure that ended an invalidate run, saying how
+// many of the keys and tags named were not tried after it.
+func untried(err error, n int) error {
+	if n == 0 {
+		return err
+	}
+	return fmt.Errorf("%w; %d more key(s) and tag(s) not tried (the ones after it)", err, n)
 }

@@ -111,15 +111,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	// Error text may carry bytes from Redis (an error reply, a key).
-	fmt.Fprintf(stderr, "stampede %s: %s\n", c.name, printable(err.Error()))
+	fmt.Fprintf(stderr, "stampede %s: %s\n", c.name, errorLines(err))
 	return 1
+}
+
+// errorLines is err's text for a terminal: each of its lines (an
+// errors.Join has several) made printable, the later ones indented.
+func errorLines(err error) string {
+	lines := strings.Split(err.Error(), "\n")
+	for i, l := range lines {
+		lines[i] = printable(l)
+	}
+	return strings.Join(lines, "\n  ")
 }
 
 // flagAfterArgs returns the first of fs's remaining arguments that names
 // one of its flags ("-name", "--name", "-name=v"), unless a "--" ended the
 // flags in given, the command line fs parsed.
 func flagAfterArgs(fs *flag.FlagSet, given []string) string {
-	if n := len(given) - len(fs.Args()); n > 0 && given[n-1] == "--" {
+	if endedFlags(fs, given) {
 		return ""
 	}
 	for _, a := range fs.Args() {
@@ -134,6 +144,31 @@ func flagAfterArgs(fs *flag.FlagSet, given []string) string {
 		}
 	}
 	return ""
+}
+
+// endedFlags reports whether a "--" ended the flags in given, as fs
+// parsed it: not one that was a flag's value ("-namespace --").
+func endedFlags(fs *flag.FlagSet, given []string) bool {
+	for i := 0; i < len(given); i++ {
+		a := given[i]
+		if a == "--" {
+			return true
+		}
+		if len(a) < 2 || a[0] != '-' {
+			return false
+		}
+		name := strings.TrimPrefix(a[1:], "-")
+		if strings.Contains(name, "=") {
+			continue
+		}
+		if f := fs.Lookup(name); f != nil {
+			if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+				continue
+			}
+		}
+		i++ // the flag's value, whatever it is
+	}
+	return false
 }
 
 func topUsage(w io.Writer) {

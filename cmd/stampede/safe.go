@@ -71,11 +71,20 @@ func escapeJSON(b []byte) []byte {
 }
 
 // shown is s for a message: quoted, and cut to its first 64 bytes.
-func shown(s string) string {
-	if len(s) <= 64 {
+func shown(s string) string { return shownUpTo(s, 64) }
+
+// maxShownKey is how much of a key read from Redis (a report, a tag's
+// key set) a line shows: keys are the guard's callers', and Redis may hold
+// larger ones of anyone's (up to MaxKeyBytes).
+const maxShownKey = 512
+
+// shownUpTo is s quoted, cut to its first n bytes (at a rune's start),
+// with its length, when longer.
+func shownUpTo(s string, n int) string {
+	if len(s) <= n {
 		return strconv.Quote(s)
 	}
-	cut := 64
+	cut := n
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}

@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -48,11 +47,35 @@ func top(ctx context.Context, out io.Writer, c *conn, n int, asJSON bool, every 
 		return err
 	}
 	defer stop()
+	lost := false
 	for {
 		hk, err := g.FleetHotKeys(ctx)
 		switch {
-		case err != nil:
+		case err != nil && every == 0:
 			return err
+		case err != nil:
+			// As watch does: a Redis that stalls or restarts is a line,
+			// not the end of the view the operator keeps open.
+			if ctx.Err() != nil {
+				return nil
+			}
+			if !lost {
+				writeTopState(out, asJSON, "lost", err.Error()+"; trying again every "+every.String())
+				lost = true
+			}
+		case lost:
+			writeTopState(out, asJSON, "back", "")
+			lost = false
+		}
+		if err != nil {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(every):
+			}
+			continue
+		}
+		switch {
 		case hk.Nodes == 0 && every == 0:
 			return errors.New("no Group of this Namespace published hot keys in the last 15s (none called, HotKeys off, or another Namespace)")
 		}
@@ -73,6 +96,26 @@ func top(ctx context.Context, out io.Writer, c *conn, n int, asJSON bool, every 
 	}
 }
 
+// writeTopState prints a line of top -every's own: "lost" (why) when
+// Redis stopped answering, "back" when it answers again; with asJSON, an
+// object {"lost": why} or {"back": true}.
+func writeTopState(w io.Writer, asJSON bool, state, why string) {
+	if !asJSON {
+		line := time.Now().Format("15:04:05") + "  " + state
+		if why != "" {
+			line += ": " + printable(why)
+		}
+		fmt.Fprintln(w, line)
+		return
+	}
+	var v any = map[string]bool{state: true}
+	if why != "" {
+		v = map[string]string{state: why}
+	}
+	b, _ := json.Marshal(v)
+	_, _ = w.Write(append(escapeJSON(b), '\n'))
+}
+
 func writeTop(w io.Writer, hk guard.HotKeys) error {
 	fmt.Fprintf(w, "%s  %d node(s) published in the last 15s", time.Now().Format("15:04:05"), hk.Nodes)
 	if hk.Foreign > 0 {
@@ -86,7 +129,7 @@ func writeTop(w io.Writer, hk guard.HotKeys) error {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintf(tw, "\t%s\t\n", r.what)
 		for i, k := range r.keys {
-			fmt.Fprintf(tw, "%d\t%.1f\t  %s\n", i+1, k.PerSecond, strconv.Quote(k.Key))
+			fmt.Fprintf(tw, "%d\t%.1f\t  %s\n", i+1, k.PerSecond, shownUpTo(k.Key, maxShownKey))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -104,6 +147,7 @@ type jsonTop struct {
 
 type jsonHotKey struct {
 	Key       string  `json:"key"`
+	KeyBytes  []byte  `json:"key_base64,omitempty"` // the key's bytes, when they are not UTF-8
 	PerSecond float64 `json:"per_second"`
 }
 
@@ -111,7 +155,7 @@ func writeTopJSON(w io.Writer, hk guard.HotKeys) error {
 	conv := func(ks []guard.HotKey) []jsonHotKey {
 		out := make([]jsonHotKey, len(ks))
 		for i, k := range ks {
-			out[i] = jsonHotKey{k.Key, k.PerSecond}
+			out[i] = jsonHotKey{Key: k.Key, KeyBytes: notUTF8(k.Key), PerSecond: k.PerSecond}
 		}
 		return out
 	}

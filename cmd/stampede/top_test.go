@@ -166,7 +166,7 @@ func TestTopForeign(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &got); r.code != 0 || err != nil {
 		t.Fatalf("top -json: exit %d, %v:\n%s%s", r.code, err, r.stdout, r.stderr)
 	}
-	if got.Nodes != 1 || got.Foreign != 3 || len(got.Calls) != 1 || got.Calls[0] != (jsonHotKey{"hot", 5}) {
+	if got.Nodes != 1 || got.Foreign != 3 || len(got.Calls) != 1 || got.Calls[0].Key != "hot" || got.Calls[0].PerSecond != 5 || got.Calls[0].KeyBytes != nil {
 		t.Errorf("top -json = %+v; want the real view's hot at 5/s, 3 views skipped", got)
 	}
 	r = stampede(t, nil, "top", "-redis", srv.Addr, "-namespace", ns)

@@ -71,6 +71,10 @@ func watch(ctx context.Context, out io.Writer, c *conn, maxLines int) error {
 		}
 	}
 	w.printf("watching %q on %d node(s); Ctrl-C stops\n", c.namespace, len(masters))
+	if db := masters[0].DB; db != 0 {
+		// Tracking reports a changed name, not its database.
+		w.printf("note: Redis reports changes by name, whatever their database: changes of these names in databases other than %d show here too (as drops, mostly)\n", db)
+	}
 	wg.Go(func() { w.tick(ctx) })
 	<-ctx.Done()
 	wg.Wait()

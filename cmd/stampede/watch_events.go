@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/stampede-go/stampede/guard"
@@ -58,7 +57,7 @@ func (w *watcher) changed(ctx context.Context, names []string) {
 // written reads key, whose entry changed: a fill or a refresh, or an
 // entry gone (expired, evicted, deleted by hand).
 func (w *watcher) written(ctx context.Context, now time.Time, key string) {
-	ki, ok := w.inspect(ctx, now, key)
+	ki, ok := w.inspect(ctx, now, key, "fill")
 	if !ok {
 		return
 	}
@@ -81,7 +80,7 @@ func (w *watcher) written(ctx context.Context, now time.Time, key string) {
 // granted reads key, whose refresh lease was granted: a refresh when an
 // entry written before the grant is there.
 func (w *watcher) granted(ctx context.Context, now time.Time, key string) {
-	ki, ok := w.inspect(ctx, now, key)
+	ki, ok := w.inspect(ctx, now, key, "lease")
 	if !ok {
 		return
 	}
@@ -109,7 +108,7 @@ func (w *watcher) granted(ctx context.Context, now time.Time, key string) {
 // backedUp reads key, whose backup lease was granted (BackupLoad): a
 // waiter loads it beside a lease holder slower than WaitTimeout.
 func (w *watcher) backedUp(ctx context.Context, now time.Time, key string) {
-	ki, ok := w.inspect(ctx, now, key)
+	ki, ok := w.inspect(ctx, now, key, "backup")
 	if !ok {
 		return
 	}
@@ -121,9 +120,11 @@ func (w *watcher) backedUp(ctx context.Context, now time.Time, key string) {
 }
 
 // inspect reads key for an event's line, when this second has room for
-// one; a failed read is a line of its own.
-func (w *watcher) inspect(ctx context.Context, now time.Time, key string) (guard.KeyInfo, bool) {
-	if !w.show() {
+// one; a failed read is a line of its own. An event with no room is
+// counted as the kind its names tell (a changed entry as a fill, or a
+// refresh after a lease granted over a value), not read.
+func (w *watcher) inspect(ctx context.Context, now time.Time, key, kind string) (guard.KeyInfo, bool) {
+	if !w.show(key, kind) {
 		return guard.KeyInfo{}, false
 	}
 	ki, err := w.g.Inspect(ctx, key)
@@ -135,13 +136,18 @@ func (w *watcher) inspect(ctx context.Context, now time.Time, key string) (guard
 }
 
 // show reports whether this second still has room for a line; when not,
-// the event is counted as hidden, and not read.
-func (w *watcher) show() bool {
+// the event is counted, as kind and as hidden, and not read.
+func (w *watcher) show(key, kind string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.lines < w.maxLines {
 		return true
 	}
+	if kind == "fill" && w.stale[key] {
+		kind = "refresh"
+		delete(w.stale, key)
+	}
+	w.counts[kind]++
 	w.hidden++
 	return false
 }
@@ -158,7 +164,7 @@ func (w *watcher) event(now time.Time, kind, key, detail string) {
 	w.lines++
 	line := fmt.Sprintf("%s %-14s", now.Format("15:04:05.000"), kind)
 	if key != "" {
-		line += " " + strconv.Quote(key)
+		line += " " + shownUpTo(key, maxShownKey)
 	}
 	if detail != "" {
 		line += "  " + printable(detail) // may carry Redis's error text
