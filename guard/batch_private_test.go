@@ -122,3 +122,68 @@ func TestBatchLeasesOutliveTheirPipeline(t *testing.T) {
 		t.Errorf("of %d keys loaded (want %d), %d had lost their lease when the loader ran; want none", checked.Load(), len(keys), lost.Load())
 	}
 }
+
+// TestCloseEndsWaits: a call of a Group closed while it waited for
+// another node's fill waited out WaitTimeout, then called its loader for
+// the closed Group and stored the value (a Do and a GetMany alike). It
+// returns ErrClosed now, at Close, and loads nothing.
+func TestCloseEndsWaits(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	o := Options{WaitTimeout: 20 * time.Second, LocalEntries: Disabled}
+	a := newGroup(t, rdb, o)
+	key := redistest.Key(t)
+	inLoad, release := make(chan struct{}), make(chan struct{})
+	aDone := make(chan struct{})
+	go func() {
+		defer close(aDone)
+		_, _ = a.Do(ctxT(t), key, func(context.Context) ([]byte, error) {
+			close(inLoad)
+			<-release
+			return []byte("a"), nil
+		})
+	}()
+	<-inLoad
+	defer func() { close(release); <-aDone }()
+	for _, batch := range []bool{false, true} {
+		b := newGroup(t, rdb, o)
+		waiting := make(chan struct{}, 1)
+		b.testStep = func(_ context.Context, step string) {
+			if step == "wait" {
+				select {
+				case waiting <- struct{}{}:
+				default:
+				}
+			}
+		}
+		var loads atomic.Int64
+		errc := make(chan error, 1)
+		go func() {
+			var err error
+			if batch {
+				_, err = b.GetMany(ctxT(t), []string{key}, func(_ context.Context, ks []string) (map[string][]byte, error) {
+					loads.Add(1)
+					return map[string][]byte{key: []byte("b")}, nil
+				})
+			} else {
+				_, err = b.Do(ctxT(t), key, func(context.Context) ([]byte, error) {
+					loads.Add(1)
+					return []byte("b"), nil
+				})
+			}
+			errc <- err
+		}()
+		<-waiting
+		start := time.Now()
+		if err := b.Close(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-errc:
+			if !errors.Is(err, ErrClosed) || loads.Load() != 0 || time.Since(start) > 5*time.Second {
+				t.Errorf("batch %v: the waiting call ended with %v after %v, %d load(s); want ErrClosed at Close, none", batch, err, time.Since(start), loads.Load())
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("batch %v: the waiting call still waits 10 s after Close", batch)
+		}
+	}
+}

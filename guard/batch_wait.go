@@ -31,6 +31,13 @@ func (d batchWait) joined(w *waiter, o outcome) bool {
 	return true
 }
 
+// closed ends the wait of keys ws of a Group closing.
+func (d batchWait) closed(ws []*waiter) {
+	for _, w := range ws {
+		d.set(w.i, keyResult{err: ErrClosed})
+	}
+}
+
 // late applies WaitTimeoutPolicy to the keys still waiting.
 func (d batchWait) late(ws []*waiter) {
 	idx := make([]int, len(ws))

@@ -316,7 +316,8 @@ func contextTimeouts(rdb redis.UniversalClient) bool {
 var leaseGrace = time.Second // a var for tests
 
 // Close waits for background refreshes and stops the Group; later calls
-// return ErrClosed. Loads still running for their callers are not waited
+// return ErrClosed, and so do calls waiting for another node's fill (they
+// load nothing). Loads still running for their callers are not waited
 // for: their leases are given back, so that another node may load those
 // keys at once. It does not close the Redis client.
 func (g *Group) Close() error {

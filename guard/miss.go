@@ -176,6 +176,9 @@ func (d *missWait) joined(_ *waiter, o outcome) bool {
 	return true
 }
 
+// closed ends the wait of a Group closing.
+func (d *missWait) closed([]*waiter) { d.err = ErrClosed }
+
 // late applies WaitTimeoutPolicy: no load outside the lease at a failing
 // key; ErrWaitTimeout; a backup load (backup.go); or a load of this
 // node's own, stored only if nothing newer landed and nothing was

@@ -47,6 +47,8 @@ type waitDriver interface {
 	joined(w *waiter, o outcome) bool
 	// late acts on the keys still waiting after WaitTimeout.
 	late(ws []*waiter)
+	// closed answers the keys still waiting when Close began: ErrClosed.
+	closed(ws []*waiter)
 }
 
 // joinedLoad is a load of this process that a waiter joined, once over.
@@ -120,6 +122,21 @@ func (g *Group) waitFor(ctx context.Context, ws []*waiter, d waitDriver) {
 			case j := <-l.joined:
 				timer.Stop() // go ≥ 1.23: no stale tick after Stop
 				l.take(j)
+				continue
+			case <-g.done:
+				// Close: the wait ends now, as a later call would, rather
+				// than wait out WaitTimeout and then load for a closed
+				// Group. Loads of this process it joined are over soon
+				// (Close gives their leases back); they are taken still.
+				timer.Stop()
+				var left []*waiter
+				for _, w := range ws {
+					if !w.done && !w.joined {
+						l.resolve(w)
+						left = append(left, w)
+					}
+				}
+				d.closed(left)
 				continue
 			}
 			timer.Stop()
