@@ -166,20 +166,23 @@ func (g *Group) readPathOnce(ctx context.Context, c *call) (Result, error) {
 		if err := mine(c, lk.owner, lk.err); err != lk.err {
 			return Result{}, err
 		}
-		return g.claim(c.key, lk.res, lk.claimed), lk.err
+		return g.claim(c.key, lk.res, lk.claimed, lk.owner != c, lk.err), lk.err
 	}
 	g.missOnce(c)
 	return g.missFlight(ctx, c, lk.x)
 }
 
 // claim gives the Miss of a flight's load to its first caller; the others
-// shared it.
-func (g *Group) claim(key string, res Result, claimed *atomic.Bool) Result {
+// shared it. A follower of a flight that ended otherwise without error (a
+// fill of another node's it waited for: Shared already) shared it too:
+// either way, each caller but one is Coalesced.
+func (g *Group) claim(key string, res Result, claimed *atomic.Bool, follower bool, err error) Result {
+	shared := follower && err == nil && res.Status != Miss
 	if res.Status == Miss && !claimed.CompareAndSwap(false, true) {
-		res.Status = Shared
-		if h := g.opts.Hooks.Coalesced; h != nil {
-			h(key)
-		}
+		res.Status, shared = Shared, true
+	}
+	if h := g.opts.Hooks.Coalesced; h != nil && shared {
+		h(key)
 	}
 	return res
 }

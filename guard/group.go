@@ -91,7 +91,8 @@ type Group struct {
 	done         chan struct{}  // closed when Close begins
 	probeSeq     atomic.Uint64  // probeKey's last number
 	closed       atomic.Bool
-	inv          invRetry // invalidations waiting for Redis
+	unreadyOut   atomic.Bool // Hooks.Unready told, Hooks.Ready not yet (tellReady)
+	inv          invRetry    // invalidations waiting for Redis
 	closeOnce    sync.Once
 }
 
@@ -216,15 +217,20 @@ func New(rdb redis.UniversalClient, opts Options) (*Group, error) {
 				}
 			}
 			reported := g.unready(err) // Hooks.Unready
-			if rerr := redis.Error(nil); !reported || errors.As(err, &rerr) {
+			if !reported {
+				return
+			}
+			g.unreadyOut.Store(true)
+			if rerr := redis.Error(nil); errors.As(err, &rerr) {
+				if g.closed.Load() {
+					g.tellReady() // Close may have looked before the Store
+				}
 				return
 			}
 			// Redis down at start: the hub subscribes once it answers
 			// (or Close ends the wait, closing the hub).
-			if g.hub.Ready(context.Background()) == nil && !g.closed.Load() {
-				if h := o.Hooks.Ready; h != nil {
-					h()
-				}
+			if g.hub.Ready(context.Background()) == nil || g.closed.Load() {
+				g.tellReady()
 			}
 		}
 	})
@@ -326,6 +332,7 @@ func (g *Group) Close() error {
 		g.mu.Lock()
 		g.closed.Store(true)
 		g.mu.Unlock()
+		g.tellReady() // a Group still unready is counted so no more
 		close(g.done)
 		close(g.inv.stop)
 		g.hot.close()

@@ -29,7 +29,9 @@ type Hooks struct {
 	Coalesced func(key string)
 	// Load: a loader call ended, after d, with err.
 	Load func(key string, d time.Duration, err error)
-	// Lease: this node won a key's refresh lease, or found it held.
+	// Lease: this node won a key's refresh lease, or found it held
+	// (by another node, or by a refresh of this node's own still
+	// running: a stale key's later callers find it so).
 	Lease func(key string, won bool)
 	// Woken: a wait for another node's fill ended (per key of a batch);
 	// notified: by the fill's notification, not a poll or a timeout.
@@ -68,7 +70,9 @@ type Hooks struct {
 	// *ReadyError per failed check; once per Group, which still serves.
 	Unready func(err error)
 	// Ready: the fill subscription Unready reported is up after all
-	// (Redis answered again); once, after Unready, never without it.
+	// (Redis answered again), or the Group was closed before it was (so
+	// that a gauge of unready Groups drops it); once, after Unready,
+	// never without it.
 	Ready func()
 	// LocalTier: the in-process tier started serving or stopped. why is
 	// "" when on, else "disabled", "unsupported", "connecting", "lost",

@@ -63,7 +63,7 @@ func (g *Group) missFlight(ctx context.Context, c *call, x int64) (Result, error
 			// itself.
 			return g.readPathOnce(ctx, c)
 		}
-		return g.claim(c.key, mo.res, mo.claimed), r.Err
+		return g.claim(c.key, mo.res, mo.claimed, mo.owner != c, r.Err), r.Err
 	case <-ctx.Done():
 		return Result{}, ctx.Err()
 	}

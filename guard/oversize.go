@@ -106,7 +106,7 @@ func (g *Group) loadOversize(ctx context.Context, key string, load LoadFunc, e e
 	select {
 	case r := <-ch:
 		mo, _ := r.Val.(missOutcome)
-		return g.claim(key, mo.res, mo.claimed), r.Err
+		return g.claim(key, mo.res, mo.claimed, false, r.Err), r.Err
 	case <-ctx.Done():
 		return Result{}, ctx.Err()
 	}

@@ -181,6 +181,18 @@ func (g *Group) scriptsRun(ctx context.Context) error {
 // unready reports to Hooks.Unready that the fill subscription New started
 // failed (subErr: refused, or not confirmed within WaitTimeout), with what
 // TIME says of Redis. Not after Close. It reports whether it reported.
+// tellReady ends, once, the unready state Hooks.Unready reported: the
+// fill subscription came up after all, or the Group closed first (a
+// gauge of the unready Groups would keep a closed one for good, as it
+// would a breaker left open: Close reports that closed too).
+func (g *Group) tellReady() {
+	if g.unreadyOut.CompareAndSwap(true, false) {
+		if h := g.opts.Hooks.Ready; h != nil {
+			h()
+		}
+	}
+}
+
 func (g *Group) unready(subErr error) bool {
 	h := g.opts.Hooks.Unready
 	if h == nil || errors.Is(subErr, notify.ErrClosed) || g.closed.Load() {

@@ -372,8 +372,8 @@ func TestMergeHooksUnready(t *testing.T) {
 
 // TestReadyHookAfterUnready: a Group made while Redis is down reports
 // Unready; once Redis answers, its fill subscription comes up and Ready
-// reports it, once. A Group closed while still unready reports no Ready.
-// Before, nothing said the subscription had come up: a gauge fed by
+// reports it, once; a Group closed while still unready reports it at
+// Close (TestUnreadyClosedTellsReady). Before, nothing said the subscription had come up: a gauge fed by
 // Unready (stampede_started_unready) stayed 1 for the Group's life.
 func TestReadyHookAfterUnready(t *testing.T) {
 	srv := redistest.Start(t)
@@ -406,7 +406,42 @@ func TestReadyHookAfterUnready(t *testing.T) {
 	if err := g2.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if r2.Load() != 0 {
-		t.Errorf("Hooks.Ready called for a Group closed while unready")
+	if r2.Load() != 1 {
+		t.Errorf("Hooks.Ready called %d times for a Group closed while unready; want once, at Close", r2.Load())
+	}
+}
+
+// TestUnreadyClosedTellsReady: a Group closed while still unready (Redis
+// down since New) left a gauge of unready Groups up for good, the closed
+// Group counted: Hooks.Ready was never called. Close now reports it
+// once, as it reports a breaker left open closed; and a Group that came
+// up is not reported again at Close.
+func TestUnreadyClosedTellsReady(t *testing.T) {
+	addr := redistest.RefusedAddr(t)
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	var unready, ready atomic.Int64
+	reported := make(chan struct{}, 1)
+	g, err := New(rdb, Options{WaitTimeout: 100 * time.Millisecond, Hooks: Hooks{
+		Unready: func(error) { unready.Add(1); reported <- struct{}{} },
+		Ready:   func() { ready.Add(1) },
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-reported:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Hooks.Unready not called within 10s of New")
+	}
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if unready.Load() != 1 || ready.Load() != 1 {
+		t.Errorf("after Close of an unready Group: Unready %d, Ready %d; want 1 and 1", unready.Load(), ready.Load())
+	}
+	_ = g.Close()
+	if ready.Load() != 1 {
+		t.Errorf("a second Close: Ready %d, want still 1", ready.Load())
 	}
 }

@@ -134,7 +134,7 @@ func New(opts Options) (*Telemetry, error) {
 			"revalidated (guard.Revalidated), pass (guard.Pass), error.")
 	t.loadDur = seconds("stampede.load.duration", "Duration of origin loader calls.")
 	t.leases = counter("stampede.leases", "{lease}",
-		"Refresh leases tried by this node, by stampede.result: won (this node loads), busy (another node loads).")
+		"Refresh leases tried by this node, by stampede.result: won (this node loads), busy (held already: another node loads, or this node's own refresh runs).")
 	t.wakeups = counter("stampede.wakeups", "{wakeup}",
 		"Wake-ups of callers waiting for another node's fill, by stampede.source: notification, timer.")
 	t.waitDur = seconds("stampede.wait.duration",

@@ -124,7 +124,7 @@ func New(opts Options) *Metrics {
 		with("result"))
 	m.loadDur = histogram("", "load_duration_seconds", "Duration of origin loader calls.")
 	m.leases = counter("", "leases_total",
-		"Refresh leases tried by this node, by result: won (this node loads), busy (another node loads).",
+		"Refresh leases tried by this node, by result: won (this node loads), busy (held already: another node loads, or this node's own refresh runs).",
 		with("result"))
 	m.wakeups = counter("", "wakeups_total",
 		"Wake-ups of callers waiting for another node's fill, by source: notification (the fill's publish), timer (fallback poll).",
@@ -146,7 +146,7 @@ func New(opts Options) *Metrics {
 	m.unreadyVec = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: o.Namespace, Name: "started_unready", ConstLabels: cl,
 		Help: "Groups among those these hooks observe whose fill subscription failed at start-up and is not up yet " +
-			"(0 or 1 for one Group; back to 0 on the Ready hook).",
+			"(0 or 1 for one Group; back to 0 on the Ready hook, which Close of a Group still unready calls too).",
 	}, nil)
 	m.all = append(m.all, m.unreadyVec)
 	m.redisErrs = counter("", "redis_errors_total", "Failed Redis calls of the guard, by op.", []string{"op"})

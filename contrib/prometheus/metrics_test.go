@@ -386,7 +386,7 @@ func TestStartedUnreadyGauge(t *testing.T) {
 	m, reg := newMetrics(t, stampedeprom.Options{Labels: metrics.Labels{Group: "products"}})
 	h := m.GuardHooks()
 	const before = `
-# HELP stampede_started_unready Groups among those these hooks observe whose fill subscription failed at start-up and is not up yet (0 or 1 for one Group; back to 0 on the Ready hook).
+# HELP stampede_started_unready Groups among those these hooks observe whose fill subscription failed at start-up and is not up yet (0 or 1 for one Group; back to 0 on the Ready hook, which Close of a Group still unready calls too).
 # TYPE stampede_started_unready gauge
 stampede_started_unready{group="products"} 0
 `
@@ -398,7 +398,7 @@ stampede_started_unready{group="products"} 0
 	h.Breaker(false)
 	h.LocalTier(true, "")
 	const after = `
-# HELP stampede_started_unready Groups among those these hooks observe whose fill subscription failed at start-up and is not up yet (0 or 1 for one Group; back to 0 on the Ready hook).
+# HELP stampede_started_unready Groups among those these hooks observe whose fill subscription failed at start-up and is not up yet (0 or 1 for one Group; back to 0 on the Ready hook, which Close of a Group still unready calls too).
 # TYPE stampede_started_unready gauge
 stampede_started_unready{group="products"} 1
 `
