@@ -361,5 +361,8 @@ func (g *Group) storeMany(ctx context.Context, items []fillItem) {
 		g.filled(it.key, it.nm, it.f, v, sent)
 	}
 	g.settle("fill", failed)
+	if breaker.Refused(failed) {
+		g.br.Trip() // see fillRefused
+	}
 	g.releaseLeases(ctx, unsettled)
 }

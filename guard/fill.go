@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/stampede-go/stampede/guard/internal/breaker"
 	"github.com/stampede-go/stampede/guard/internal/tier"
 	"github.com/stampede-go/stampede/internal/lua"
 )
@@ -165,6 +166,7 @@ func (g *Group) store(ctx context.Context, key string, nm names, f fillSpec) {
 	})
 	if err != nil {
 		g.redisFailed("fill", err)
+		g.fillRefused(err, nm, f.fence)
 		changed()
 		g.keepUnfilled(key, nm, f)
 		return
@@ -172,6 +174,26 @@ func (g *Group) store(ctx context.Context, key string, nm names, f fillSpec) {
 	defer changed()
 	g.br.Success()
 	g.filled(key, nm, f, reply, sent)
+}
+
+// fillRefused acts on a fill Redis refused to this user (an ACL without a
+// command the fill script runs, while the reads pass): the fill can never
+// land, so the waiters of the other nodes would wait out WaitTimeout at
+// every expiry, and the reads' successes keep the breaker from counting
+// the refusals in a row. The breaker opens at once, so that this node
+// serves Degraded (one load per key per FreshFor, no wait), as for any
+// refusal; the leases the fill would have settled are given back, best
+// effort, so that the waiters need not wait them out.
+func (g *Group) fillRefused(err error, nm names, fence int64) {
+	if !breaker.Refused(err) {
+		return
+	}
+	g.br.Trip()
+	if fence > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), g.redisTimeout())
+		defer cancel()
+		g.releaseLeases(ctx, []heldLease{{nm, fence}})
+	}
 }
 
 // keepUnfilled keeps the value of fill f, which Redis did not take (it

@@ -43,7 +43,7 @@ end
 -- backup from loading either).
 local function answers()
   local head = redis.pcall('GETRANGE', entry, 0, 127)
-  if type(head) == 'table' then
+  if othertype(head) then
     return false -- another type: the next read drops it
   end
   local fu, _, fl = parse(head, redis.call('STRLEN', entry))

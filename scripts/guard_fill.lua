@@ -171,7 +171,7 @@ local function admit()
   return not tkeys or member(tkeys, entry, cap, fresh + stale, foreign)
 end
 local held = redis.pcall('GET', lease)
-if type(held) == 'table' and held.err then
+if othertype(held) then
   drop(lease)
   table.insert(foreign, 'lease')
   held = false
@@ -193,7 +193,7 @@ local function beforebackup(cur)
     return false
   end
   local b = redis.pcall('GET', bkey)
-  if type(b) ~= 'string' or b ~= cur or redis.call('PTTL', bkey) < 0 then
+  if othertype(b) or type(b) ~= 'string' or b ~= cur or redis.call('PTTL', bkey) < 0 then
     return false
   end
   local t = redis.call('TIME')
@@ -206,7 +206,7 @@ if mode == 'c' then
   -- fence and written time are its own). The fence counter and the
   -- invalidation marker need no check.
   local head = redis.pcall('GETRANGE', entry, 0, 127)
-  if type(head) == 'table' and head.err then
+  if othertype(head) then
     drop(entry)
     table.insert(foreign, 'entry')
     head = nil
@@ -222,7 +222,7 @@ elseif mode ~= '-' then
   local ok = true
   local cur = counter(fence, foreign)
   local gen = redis.pcall('GET', inv)
-  local badinv = type(gen) == 'table' and gen.err ~= nil
+  local badinv = othertype(gen)
   if gen and not badinv then
     badinv = not canon(gen, fencemax) or redis.call('PTTL', inv) == -1 or (cur and less(cur, gen))
   end
@@ -248,7 +248,7 @@ elseif mode ~= '-' then
   if ok then
     if mode == 'm' then
       local head = redis.pcall('GETRANGE', entry, 0, 127)
-      if type(head) == 'table' and head.err then
+      if othertype(head) then
         drop(entry)
         table.insert(foreign, 'entry')
         head = nil
@@ -269,7 +269,7 @@ elseif mode ~= '-' then
     else
       -- Only the header is needed: do not copy a large payload into Lua.
       local head = redis.pcall('GETRANGE', entry, 0, 127)
-      if type(head) == 'table' and head.err then
+      if othertype(head) then
         drop(entry)
         table.insert(foreign, 'entry')
       else

@@ -18,7 +18,7 @@ end
 -- A value of another type is not a lease of the caller's: 0, and the next
 -- read drops it.
 local held = redis.pcall('GET', lease)
-if type(held) == 'table' or held ~= mine then
+if othertype(held) or held ~= mine then
   return 0
 end
 if ms > 0 then

@@ -47,7 +47,7 @@ end
 -- name is added to the list foreign.
 local function getstr(name, what, foreign)
   local v = redis.pcall('GET', name)
-  if type(v) == 'table' and v.err then
+  if othertype(v) then
     drop(name)
     table.insert(foreign, what)
     return false
@@ -135,7 +135,7 @@ local maxwaiters = 10000
 local function notify(waiters, msg, foreign)
   local n = 0
   local size = redis.pcall('SCARD', waiters)
-  if type(size) ~= 'number' or size > maxwaiters then
+  if othertype(size) or type(size) ~= 'number' or size > maxwaiters then
     drop(waiters)
     table.insert(foreign, 'w')
     return 0
@@ -211,7 +211,7 @@ end
 -- waiters is replaced and reported in foreign as "w".
 local function addwaiter(waiters, channel, wait, foreign)
   local added = redis.pcall('SADD', waiters, channel)
-  if type(added) == 'table' and added.err then
+  if othertype(added) then
     drop(waiters)
     table.insert(foreign, 'w')
     redis.call('SADD', waiters, channel)

@@ -64,6 +64,7 @@ if mode == 't' then
     return obtained(0, 1)
   end
   local v = redis.pcall('GET', lock) -- a reentrant lock's hash fails the GET
+  othertype(v) -- anything else raised: a refused GET is not a busy lock
   if v == reserved or v == id then
     redis.call('SET', lock, id, 'PX', ttl)
     return obtained(0, 1)

@@ -31,6 +31,7 @@ local token, mode = ARGV[1], ARGV[2]
 -- The common case first, before anything else is set up: a token lock
 -- released by its holder, with nobody waiting.
 local v = redis.pcall('GET', lock) -- fails on a reentrant lock's hash
+othertype(v) -- anything else raised: a refused GET is not a lost lock
 local released = false
 if mode == 't' and v == token then
   redis.call('DEL', lock)

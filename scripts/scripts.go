@@ -13,7 +13,8 @@
 // preludes (files ending in _lib.lua) that are put in front of the scripts
 // that use them. fence_lib.lua holds the one fence-minting rule of both
 // packages: max(counter + 1, Redis time in microseconds); lock_lib.lua
-// what the reentrant lock's scripts share.
+// what the reentrant lock's scripts share; reply_lib.lua how a script
+// tells a value of another type from a refused command.
 package scripts
 
 import (
@@ -30,22 +31,23 @@ const (
 	fenceLib = "fence_lib.lua"
 	guardLib = "guard_lib.lua"
 	lockLib  = "lock_lib.lua"
+	replyLib = "reply_lib.lua"
 )
 
 // preludes lists, for each script that needs any, the preludes put in front
 // of it, in order.
 var preludes = map[string][]string{
 	"lock_fence.lua":             {fenceLib},
-	"lock_acquire.lua":           {lockLib},
+	"lock_acquire.lua":           {replyLib, lockLib},
 	"lock_refresh.lua":           {lockLib},
-	"lock_release.lua":           {lockLib},
-	"guard_read.lua":             {fenceLib, guardLib},
-	"guard_fill.lua":             {fenceLib, guardLib},
-	"guard_invalidate.lua":       {fenceLib, guardLib},
-	"guard_invalidate_tag.lua":   {guardLib},
-	"guard_invalidate_drain.lua": {guardLib},
-	"guard_backup.lua":           {fenceLib, guardLib},
-	"guard_lease.lua":            {guardLib},
+	"lock_release.lua":           {replyLib, lockLib},
+	"guard_read.lua":             {fenceLib, replyLib, guardLib},
+	"guard_fill.lua":             {fenceLib, replyLib, guardLib},
+	"guard_invalidate.lua":       {fenceLib, replyLib, guardLib},
+	"guard_invalidate_tag.lua":   {replyLib, guardLib},
+	"guard_invalidate_drain.lua": {replyLib, guardLib},
+	"guard_backup.lua":           {fenceLib, replyLib, guardLib},
+	"guard_lease.lua":            {replyLib, guardLib},
 }
 
 func isPrelude(name string) bool { return strings.HasSuffix(name, "_lib.lua") }

@@ -323,6 +323,41 @@ func (b *Breaker) Failure() {
 	}
 }
 
+// Trip opens the breaker now, whatever its count: for a failure that
+// says Redis will not serve this node's calls however often they are
+// tried (Refused).
+func (b *Breaker) Trip() {
+	b.hookMu.Lock()
+	defer b.hookMu.Unlock()
+	b.mu.Lock()
+	if b.shut {
+		b.mu.Unlock()
+		return
+	}
+	b.lastFail = time.Now()
+	b.retryAt = time.Time{}
+	opened := b.fails < b.Threshold
+	b.fails = max(b.fails, b.Threshold)
+	b.openUntil = time.Now().Add(b.Cooldown)
+	b.probe = 0
+	b.mu.Unlock()
+	if opened && b.Hook != nil {
+		b.Hook(true)
+	}
+}
+
+// Refused reports whether err is Redis refusing a command to this
+// client's user (NOPERM, or a command a script ran that the user may not):
+// a matter of configuration, which no retry mends.
+func Refused(err error) bool {
+	var reply redis.Error
+	if !errors.As(err, &reply) {
+		return false
+	}
+	msg := reply.Error()
+	return strings.HasPrefix(msg, "NOPERM") || strings.HasPrefix(msg, "ERR The user executing the script can't run")
+}
+
 // Record settles the breaker with the outcome of one Redis call whose
 // error is err; callerErr is the error of the caller's own ctx, when the
 // call ran on it. A call that failed because its caller left says nothing
