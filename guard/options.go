@@ -15,7 +15,8 @@ import (
 // other negative value. docs/guard.md has a table of them all.
 type Options struct {
 	// Namespace prefixes the Group's Redis names and channels: one per
-	// service sharing a Redis; no '{' or '}'. Default: "stampede:".
+	// service sharing a Redis; no '{' or '}'; not a lock Client's Prefix
+	// (lock.Options.Prefix) on the same Redis. Default: "stampede:".
 	Namespace string
 	// FreshFor is how long a loaded value is served as is. Default: 1m.
 	FreshFor time.Duration

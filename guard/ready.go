@@ -32,7 +32,10 @@ func (e *ReadyError) Unwrap() error { return e.Err }
 
 // Ready reports whether this node can serve, for a readiness probe. A
 // Redis outage does not fail it (the Group serves from memory); what
-// waiting will not heal does (an ACL, no Lua), with a *ReadyError.
+// waiting will not heal does (an ACL, no Lua), with a *ReadyError. A
+// failed TLS handshake counts as Redis not answering (Coordinating
+// reports it): a server certificate that expires does so for every pod
+// at once, and failing them all would drain the fleet.
 func (g *Group) Ready(ctx context.Context) error {
 	var out []error
 	for _, err := range unjoin(g.Coordinating(ctx)) {

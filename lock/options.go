@@ -9,7 +9,10 @@ import (
 // documents its default.
 type Options struct {
 	// Prefix is prepended to every Redis key and channel of a lock. It must
-	// not contain '{' or '}' (the lock name's hash tag follows it).
+	// not contain '{' or '}' (the lock name's hash tag follows it), and
+	// must not be a guard Group's Namespace on the same Redis: the lock
+	// of "k" and the Group's entry of "k" would be one Redis name, and
+	// the Group, taking the lock for foreign data, would drop it.
 	// Default: "stampede:lock:".
 	Prefix string
 
