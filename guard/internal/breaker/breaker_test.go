@@ -590,3 +590,42 @@ func TestAnsweredSince(t *testing.T) {
 		}
 	})
 }
+
+// TestBreakerTripRefused: Refused tells an ACL refusal (NOPERM, or a
+// command refused inside a script) from every other error, and Trip opens
+// the breaker at once, whatever its count, telling the hook once; a shut
+// breaker stays shut.
+func TestBreakerTripRefused(t *testing.T) {
+	for _, c := range []struct {
+		err     error
+		refused bool
+	}{
+		{proto("NOPERM this user has no permissions to run the 'strlen' command"), true},
+		{proto("ERR The user executing the script can't run this command or subcommand script: 71, on @user_script:11."), true},
+		{proto("WRONGTYPE Operation against a key holding the wrong kind of value"), false},
+		{proto("LOADING Redis is loading the dataset in memory"), false},
+		{context.DeadlineExceeded, false},
+		{nil, false},
+	} {
+		if got := Refused(c.err); got != c.refused {
+			t.Errorf("Refused(%v) = %v, want %v", c.err, got, c.refused)
+		}
+	}
+	var opened int
+	b := Breaker{Threshold: 5, Cooldown: time.Hour, Hook: func(open bool) {
+		if open {
+			opened++
+		}
+	}}
+	b.Trip()
+	b.Trip()
+	if !b.Open() || opened != 1 {
+		t.Errorf("after Trip: open %v, hook told open %d times; want open, once", b.Open(), opened)
+	}
+	s := Breaker{Threshold: 1, Cooldown: time.Hour}
+	s.Shut()
+	s.Trip()
+	if s.Open() {
+		t.Error("a shut breaker opened on Trip")
+	}
+}
