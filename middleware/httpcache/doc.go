@@ -160,7 +160,10 @@
 // lists, a failing If-Match or If-Unmodified-Since with 412. They never
 // reach the handler call that fills an entry. A response whose Vary names
 // request headers the key does not hold is stored per variant, selected by
-// the normalised values of those headers (RFC 9111 §4.1); the URL's key
+// the values of those headers exactly as they came, field line by field
+// line (RFC 9111 §4.1 allows normalising them, but a handler reads them
+// as they came, and a client spelling one otherwise would choose what
+// the others are served); Host is the request's host. The URL's key
 // then holds the list of names, and each variant lives in the URL key's
 // hash slot (two round trips for a hit where one suffices otherwise).
 // HEAD is served from the GET entry; with nothing stored it reaches the

@@ -124,7 +124,7 @@ func variantKey(primary string, rec varyRecord, r *http.Request) string {
 	b = binary.AppendUvarint(b, uint64(len(rec.names)))
 	for _, name := range rec.names {
 		b = appendStr(b, name)
-		b = appendVaryValue(b, name, r.Header[name])
+		b = appendVaryValue(b, varyValues(r, name))
 	}
 	sum := sha256.Sum256(b)
 	return "{" + hashTag(primary) + "}v:" + base64.RawURLEncoding.EncodeToString(sum[:])
@@ -139,44 +139,32 @@ func hashTag(key string) string {
 	return key
 }
 
-// listFields are the request fields defined as comma-separated lists,
-// whose members a variant is selected by, in order and trimmed; the value
-// is folded to lower case where the syntax makes case insignificant
-// (RFC 9110 §12.5, RFC 4647 language ranges). Any other field is compared
-// as its combined field lines, trimmed.
-var listFields = map[string]bool{
-	"Accept": false, "Accept-Encoding": true, "Accept-Language": true, "Accept-Charset": true,
-}
-
-// appendVaryValue appends the normalised value of one selecting header
-// (RFC 9111 §4.1): absent differs from present; field lines are combined;
-// in a list, whitespace around commas is dropped and case folded where it
-// is insignificant.
-func appendVaryValue(b []byte, name string, vals []string) []byte {
+// appendVaryValue appends the value of one selecting header, exactly:
+// absent differs from present, and each field line is kept as it came, in
+// order. RFC 9111 §4.1 allows a cache to normalise them (combine the
+// lines, drop whitespace, fold the case of a case-insensitive list), but
+// the handler that answered reads them as they came: a Go handler reads
+// the first line alone (Header.Get), or matches a language tag by its
+// case, so a request spelled otherwise filled the variant that every
+// request of the common spelling was then served ("FR-FR" answered "en",
+// then served to "fr-fr"). A spelling of its own is a variant of its own.
+func appendVaryValue(b []byte, vals []string) []byte {
 	if len(vals) == 0 {
 		return append(b, 0)
 	}
 	b = append(b, 1)
-	fold, list := listFields[name]
-	if !list {
-		b = append(b, 0)
-		return appendStr(b, strings.Trim(strings.Join(vals, ", "), " \t"))
-	}
-	b = append(b, 1)
-	var members []string
+	b = binary.AppendUvarint(b, uint64(len(vals)))
 	for _, v := range vals {
-		for m := range strings.SplitSeq(v, ",") {
-			if m = strings.Trim(m, " \t"); m != "" {
-				members = append(members, m)
-			}
-		}
-	}
-	b = binary.AppendUvarint(b, uint64(len(members)))
-	for _, m := range members {
-		if fold {
-			m = strings.ToLower(m)
-		}
-		b = appendStr(b, m)
+		b = appendStr(b, v)
 	}
 	return b
+}
+
+// varyValues returns the field lines of the request header name: Host's
+// is r.Host, which net/http takes out of r.Header.
+func varyValues(r *http.Request, name string) []string {
+	if name == "Host" {
+		return []string{r.Host}
+	}
+	return r.Header[name]
 }
