@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"context"
 	"math"
 	"time"
 )
@@ -23,8 +24,14 @@ func loadGrace(timeout time.Duration) time.Duration {
 }
 
 // awaitLoader waits for a loader's result on done, LoadTimeout and its
-// grace at most; ok is false when the loader was abandoned.
-func awaitLoader[R any](g *Group, done <-chan R) (r R, ok bool) {
+// grace at most; ok is false when the loader was abandoned. ctx is the
+// loader's, whose deadline is LoadTimeout: an abandoned loader's ctx is
+// done, with DeadlineExceeded, before awaitLoader returns. (After a stall
+// of the process both timers had passed, and the caller's deferred
+// cancel could run before the deadline's timer: the loader was told
+// Canceled, as if its caller had left, and a proxy in front of a slow
+// upstream logged a timeout as a cancelled call.)
+func awaitLoader[R any](g *Group, ctx context.Context, done <-chan R) (r R, ok bool) {
 	d := g.opts.LoadTimeout + loadGrace(g.opts.LoadTimeout)
 	if d < 0 {
 		d = math.MaxInt64 // a LoadTimeout of "forever" must not overflow
@@ -35,6 +42,7 @@ func awaitLoader[R any](g *Group, done <-chan R) (r R, ok bool) {
 	case r = <-done:
 		return r, true
 	case <-t.C:
+		<-ctx.Done() // its deadline passed already: at once
 		return r, false
 	}
 }

@@ -186,7 +186,7 @@ func (b *batch) callBatch(keys []string) (vals map[string][]byte, unasked int, d
 		o.vals, o.unasked, o.err = b.load(ctx, keys)
 		returned = true
 	}()
-	o, ok := awaitLoader(b.g, ch)
+	o, ok := awaitLoader(b.g, ctx, ch)
 	if !ok {
 		o = outcome{err: ErrLoadTimeout}
 	}

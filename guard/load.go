@@ -198,7 +198,7 @@ func (g *Group) runLoader(ctx context.Context, key string, load LoadFunc, prev *
 		r.v, r.err = load(ctx)
 		normal = true
 	}()
-	r, ok := awaitLoader(g, done)
+	r, ok := awaitLoader(g, ctx, done)
 	// The load ends when the loader returns, not once the hooks below
 	// are done: a call that begins meanwhile must not take its value
 	// (see takes).
