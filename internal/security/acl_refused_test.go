@@ -24,7 +24,8 @@ import (
 // after each load, the other nodes waited WaitTimeout at every expiry,
 // and the reads' successes kept the breaker closed. Now a refusal fails
 // the script; the breaker opens (at the first refused fill); each node
-// loads once and serves Degraded; Release returns the refusal.
+// loads once (twice at most) and serves Degraded; Release returns the
+// refusal.
 func TestACLRefusedInsideScripts(t *testing.T) {
 	_, rules := aclUser(t)
 	srv := redistest.Start(t)
@@ -75,8 +76,12 @@ func TestACLRefusedInsideScripts(t *testing.T) {
 				wg.Wait()
 			}
 			t.Logf("without %s: %d loads, statuses %v, slowest call %v, %d Corrupt", drop, loads.Load(), statuses, time.Duration(worst.Load()), corrupt.Load())
-			if loads.Load() > int64(len(groups)) || corrupt.Load() != 0 {
-				t.Errorf("without %s: %d loads for %d nodes, %d Corrupt reports; want at most one load a node, none", drop, loads.Load(), len(groups), corrupt.Load())
+			// Each node loads once, and keeps its value while the breaker
+			// is open; a call that begins between a load's end and its
+			// refused fill (the breaker not open yet) may load once more.
+			// Before, every node loaded at every round.
+			if loads.Load() > int64(2*len(groups)) || corrupt.Load() != 0 {
+				t.Errorf("without %s: %d loads for %d nodes in 10 rounds, %d Corrupt reports; want at most two a node, none", drop, loads.Load(), len(groups), corrupt.Load())
 			}
 			if statuses[guard.Degraded.String()] == 0 {
 				t.Errorf("without %s: statuses %v; want calls served Degraded", drop, statuses)
