@@ -63,30 +63,23 @@ func top(ctx context.Context, out io.Writer, c *conn, n int, asJSON bool, every 
 				writeTopState(out, asJSON, "lost", err.Error()+"; trying again every "+every.String())
 				lost = true
 			}
-		case lost:
-			writeTopState(out, asJSON, "back", "")
-			lost = false
-		}
-		if err != nil {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(every):
+		default:
+			if lost {
+				writeTopState(out, asJSON, "back", "")
+				lost = false
 			}
-			continue
-		}
-		switch {
-		case hk.Nodes == 0 && every == 0:
-			return errors.New("no Group of this Namespace published hot keys in the last 15s (none called, HotKeys off, or another Namespace)")
-		}
-		hk.Calls, hk.Loads = hk.Calls[:min(n, len(hk.Calls))], hk.Loads[:min(n, len(hk.Loads))]
-		if asJSON {
-			err = writeTopJSON(out, hk)
-		} else {
-			err = writeTop(out, hk)
-		}
-		if err != nil || every == 0 {
-			return err
+			if hk.Nodes == 0 && every == 0 {
+				return errors.New("no Group of this Namespace published hot keys in the last 15s (none called, HotKeys off, or another Namespace)")
+			}
+			hk.Calls, hk.Loads = hk.Calls[:min(n, len(hk.Calls))], hk.Loads[:min(n, len(hk.Loads))]
+			if asJSON {
+				err = writeTopJSON(out, hk)
+			} else {
+				err = writeTop(out, hk)
+			}
+			if err != nil || every == 0 {
+				return err
+			}
 		}
 		select {
 		case <-ctx.Done():
