@@ -36,6 +36,12 @@
 // whose answer depends on who calls must not be listed, or must be keyed
 // by a KeyFunc.
 //
+// Interceptors chained before the server interceptor run for every call;
+// those after it, and the handler, only for a run the cache needs. Chain
+// authentication and authorization first: after the cache, a call served
+// from it would skip them. On the client, metadata a later interceptor
+// adds (a token) is not in the key.
+//
 // # The key
 //
 // The method's full name, the request's deterministic proto bytes
@@ -51,9 +57,12 @@
 // server's replies. A KeyFunc's key is scoped to them too, as a KeyFunc
 // cannot see the connection. grpc-go does not expose the authority a
 // connection was dialled with (grpc.WithAuthority, a TLS ServerName), nor
-// the credentials of grpc.WithPerRPCCredentials: connections to one target
-// that differ only in those, to a server answering by them, need Groups
-// of their own (another Namespace). Server and client keys never
+// the credentials of grpc.WithPerRPCCredentials, nor where a connection's
+// dialer (grpc.WithContextDialer) or resolver (grpc.WithResolvers) sends
+// its target: connections to one target that differ only in those, to a
+// server answering by them or to different servers ("passthrough:///catalog"
+// dialled to the EU on one connection and to the US on another), need
+// Groups of their own (another Namespace). Server and client keys never
 // coincide, so both interceptors may share a Group.
 //
 // # Metadata

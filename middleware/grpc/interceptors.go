@@ -76,7 +76,9 @@ func (c *cache) key(ctx context.Context, d dest, method string, req proto.Messag
 	}
 	if c.o.keyFunc != nil {
 		// A KeyFunc decides for itself what the answer depends on.
-		if key, ok := c.o.keyFunc(ctx, method, req); ok {
+		// A key the guard would refuse (empty, or past MaxKeyBytes: a
+		// client may choose the field it holds) goes past the cache too.
+		if key, ok := c.o.keyFunc(ctx, method, req); ok && (d.client || key != "" && len(key) <= guard.MaxKeyBytes) {
 			return funcKey(d, key), "", ""
 		}
 		return "", BypassKeyFunc, ""
@@ -240,13 +242,13 @@ func UnaryServerInterceptor(g *guard.Group, opts ...Option) grpc.UnaryServerInte
 		msg, ok := req.(proto.Message)
 		if !ok {
 			c.pass(ctx, method, BypassNotProto, "")
-			return handler(ctx, req)
+			return c.direct(ctx, method, req, handler)
 		}
 		md, _ := metadata.FromIncomingContext(ctx)
 		key, reason, mdKey := c.key(ctx, dest{}, method, msg, nil, md)
 		if reason != "" {
 			c.pass(ctx, method, reason, mdKey)
-			return handler(ctx, req)
+			return c.direct(ctx, method, req, handler)
 		}
 
 		for again := true; ; again = false {
@@ -259,13 +261,17 @@ func UnaryServerInterceptor(g *guard.Group, opts ...Option) grpc.UnaryServerInte
 					setStatus(ctx, f.status)
 				}
 				if !f.direct {
+					if own != nil && own.err != nil {
+						own.replay(ctx) // this call's own run failed
+					}
 					return nil, f.err
 				}
 				c.bypassed(ctx, method, f.reason, "")
 				if own != nil && own.err == nil {
+					own.replay(ctx)
 					return own.resp, nil // this call's own run, not storable
 				}
-				return handler(ctx, req)
+				return c.direct(ctx, method, req, handler)
 			}
 			// The answer of this call's own handler run needs no decoding. A
 			// hit or stale answer comes from the cache even if this call's
@@ -278,6 +284,7 @@ func UnaryServerInterceptor(g *guard.Group, opts ...Option) grpc.UnaryServerInte
 					st = cachestatus.Degraded
 				}
 				setStatus(ctx, st)
+				a.replay(ctx)
 				return a.resp, nil
 			}
 			resp, err := c.decode(method, res.Value)
@@ -289,7 +296,7 @@ func UnaryServerInterceptor(g *guard.Group, opts ...Option) grpc.UnaryServerInte
 				// build's), or garbage again: answer from the handler;
 				// the entry expires on its own.
 				c.pass(ctx, method, BypassUndecodable, "")
-				return handler(ctx, req)
+				return c.direct(ctx, method, req, handler)
 			}
 			st := res.Status
 			if st == guard.Miss {
@@ -299,6 +306,30 @@ func UnaryServerInterceptor(g *guard.Group, opts ...Option) grpc.UnaryServerInte
 			return resp, nil
 		}
 	}
+}
+
+// direct runs handler for a call of a listed method that goes past the
+// cache, as a cached run would run it: a panic or a runtime.Goexit answers
+// codes.Internal to this call alone, and the process survives. Otherwise
+// any client could turn a handler's panic into the server's crash with
+// one metadata entry that sends its call past the cache.
+func (c *cache) direct(ctx context.Context, method string, req any, handler grpc.UnaryHandler) (any, error) {
+	var resp any
+	err := safely(func() (err error) {
+		resp, err = handler(ctx, req)
+		return err
+	})
+	if he, ok := err.(*handlerError); ok {
+		if l := c.o.logger; l != nil {
+			if he.panicked != nil {
+				l.ErrorContext(ctx, "guardgrpc: handler panicked", "method", method, "panic", fmt.Sprint(he.panicked), "stack", string(he.stack))
+			} else {
+				l.ErrorContext(ctx, "guardgrpc: handler called runtime.Goexit", "method", method)
+			}
+		}
+		return nil, he.err
+	}
+	return resp, err
 }
 
 // pass reports a server call that its handler answers alone, and says so
