@@ -21,12 +21,22 @@
 // # Echo specifics
 //
 // A handler that returns an error is never cached: the error is returned
-// by the middleware of the request that ran the handler, so echo's
-// HTTPErrorHandler renders it; the requests coalesced with it take turns
+// by the middleware of the request that ran the handler, with the fields
+// the handler set on the response (a 401's WWW-Authenticate) and the
+// values it set on its context (Context.Set), so echo's HTTPErrorHandler
+// renders it as without the cache; the requests coalesced with it take turns
 // at the handler, one call at a time across the fleet, until one response
 // can be shared. A handler that panics panics again on its own request's
 // goroutine, with its value, for echo's Recover middleware (or net/http)
-// to handle; no other request sees it.
+// to handle; no other request sees it. A request no route's handler
+// answers (echo's 404 or 405, a HEAD on a GET-only route) goes to echo
+// untouched.
+//
+// Route and group middleware run only in a handler's run: a request served
+// from the cache skips them. Access checks (a group's BasicAuth, an API
+// key) belong before the cache, with Echo.Pre or before it in Echo.Use,
+// unless their credentials are in Authorization or Cookie, whose requests
+// are never shared.
 //
 // # Detached runs
 //

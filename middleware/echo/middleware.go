@@ -3,7 +3,9 @@ package guardecho
 import (
 	"errors"
 	"net/http"
+	"reflect"
 	"slices"
+	"sync/atomic"
 
 	"github.com/labstack/echo/v4"
 
@@ -47,6 +49,12 @@ func MiddlewareWithConfig(g *guard.Group, cfg Config) echo.MiddlewareFunc {
 				}
 				return err
 			}
+			if noRoute(c) {
+				// No route's handler: echo's 404 or 405 answers, as it
+				// would without the cache (a HEAD on a GET-only route is
+				// not served GET's entry).
+				return next(c)
+			}
 			// Snapshot what a detached run needs: c goes back to echo's
 			// pool when this request ends, possibly before the run.
 			vals, ok := values(c)
@@ -56,6 +64,10 @@ func MiddlewareWithConfig(g *guard.Group, cfg Config) echo.MiddlewareFunc {
 			}
 			e, path, logger := c.Echo(), c.Path(), c.Logger()
 			names, pvalues := slices.Clone(c.ParamNames()), slices.Clone(c.ParamValues())
+			// failed holds the values of a run whose handler returned an
+			// error: the engine returns that error to this request only
+			// when the run was this request's own, after it ended.
+			var failed atomic.Pointer[map[string]any]
 			run := func(w http.ResponseWriter, req *http.Request) error {
 				lc := e.NewContext(req, w)
 				lc.SetPath(path)
@@ -65,13 +77,44 @@ func MiddlewareWithConfig(g *guard.Group, cfg Config) echo.MiddlewareFunc {
 					lc.Set(k, v)
 				}
 				lc.SetLogger(logger)
-				return next(lc)
+				err := next(lc)
+				if err != nil {
+					if left, ok := values(lc); ok {
+						failed.Store(&left)
+					}
+				}
+				return err
 			}
 			err := eng.Serve(c, c.Response(), r, func() error { return next(c) }, run)
 			if se := (*httpcache.StatusError)(nil); errors.As(err, &se) {
 				return echo.NewHTTPError(se.Code).SetInternal(se.Err)
 			}
+			if left := failed.Load(); err != nil && left != nil {
+				// The handler's own run failed: echo's HTTPErrorHandler
+				// (and the middleware before this one) read its error on
+				// c, with what the handler set for them (c.Set).
+				for k, v := range *left {
+					c.Set(k, v)
+				}
+			}
 			return err
 		}
 	}
+}
+
+// echo's handlers of a request no route matched, by code pointer.
+var (
+	notFoundCode         = reflect.ValueOf(echo.NotFoundHandler).Pointer()
+	methodNotAllowedCode = reflect.ValueOf(echo.MethodNotAllowedHandler).Pointer()
+)
+
+// noRoute reports whether echo's router matched no route for c's request:
+// its handler is echo's 404 or 405.
+func noRoute(c echo.Context) bool {
+	h := c.Handler()
+	if h == nil {
+		return false
+	}
+	p := reflect.ValueOf(h).Pointer()
+	return p == notFoundCode || p == methodNotAllowedCode
 }

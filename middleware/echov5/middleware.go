@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"reflect"
+	"sync/atomic"
 
 	"github.com/labstack/echo/v5"
 
@@ -52,9 +53,16 @@ func middlewareFor(eng *httpcache.Engine[*echo.Context]) echo.MiddlewareFunc {
 				// RFC 9111 §4.4: invalidated before the status goes out.
 				res, rerr := echo.UnwrapResponse(c.Response())
 				if rerr != nil {
+					// A writer of an earlier middleware that hides echo's:
+					// one of ours sees the status as it goes out.
+					uw := &unsafeWriter{ResponseWriter: c.Response(), before: inv}
+					c.SetResponse(uw)
 					err := next(c)
+					if c.Response() == uw {
+						c.SetResponse(uw.ResponseWriter)
+					}
 					if err == nil {
-						inv(http.StatusOK, c.Response().Header())
+						uw.header(http.StatusOK)
 					}
 					return err
 				}
@@ -64,6 +72,12 @@ func middlewareFor(eng *httpcache.Engine[*echo.Context]) echo.MiddlewareFunc {
 					inv(http.StatusOK, res.Header())
 				}
 				return err
+			}
+			if c.RouteInfo().Method == "" {
+				// No route's handler: echo's 404 or 405 answers, as it
+				// would without the cache (a HEAD on a GET-only route is
+				// not served GET's entry).
+				return next(c)
 			}
 			// A run may be detached from this request and outlive it,
 			// while c goes back to echo's pool. Echo v5 keeps the route's
@@ -77,6 +91,10 @@ func middlewareFor(eng *httpcache.Engine[*echo.Context]) echo.MiddlewareFunc {
 				return next(c)
 			}
 			e, vals, logger := c.Echo(), values(c), c.Logger()
+			// failed holds the values of a run whose handler returned an
+			// error: the engine returns that error to this request only
+			// when the run was this request's own, after it ended.
+			var failed atomic.Pointer[map[string]any]
 			run := func(w http.ResponseWriter, req *http.Request) error {
 				req = req.WithContext(context.WithValue(req.Context(), detachedKey{}, eng))
 				lc := e.NewContext(req, w)
@@ -84,11 +102,24 @@ func middlewareFor(eng *httpcache.Engine[*echo.Context]) echo.MiddlewareFunc {
 					lc.Set(k, v)
 				}
 				lc.SetLogger(logger)
-				return afterCache(e.Middlewares(), e.Router().Route(lc))(lc)
+				err := afterCache(e.Middlewares(), e.Router().Route(lc))(lc)
+				if err != nil {
+					left := values(lc)
+					failed.Store(&left)
+				}
+				return err
 			}
 			err := eng.Serve(c, c.Response(), r, func() error { return next(c) }, run)
 			if se := (*httpcache.StatusError)(nil); errors.As(err, &se) {
 				return echo.NewHTTPError(se.Code, http.StatusText(se.Code)).Wrap(se.Err)
+			}
+			if left := failed.Load(); err != nil && left != nil {
+				// The handler's own run failed: echo's HTTPErrorHandler
+				// (and the middleware before this one) read its error on
+				// c, with what the handler set for them (c.Set).
+				for k, v := range *left {
+					c.Set(k, v)
+				}
 			}
 			return err
 		}
@@ -126,3 +157,43 @@ func afterCache(ms []echo.MiddlewareFunc, h echo.HandlerFunc) echo.HandlerFunc {
 // middleware), calls the handler instead of serving the run's request
 // through the cache a second time.
 type detachedKey struct{}
+
+// unsafeWriter hands the status and fields of an unsafe request's response
+// to the engine's invalidation just before the status goes out, on a
+// response whose writer hides echo's (echo.UnwrapResponse fails), so that
+// its Before hooks cannot be used.
+type unsafeWriter struct {
+	http.ResponseWriter
+	before func(status int, h http.Header)
+	done   bool
+}
+
+// header hands status on, once: the first status that goes out.
+func (w *unsafeWriter) header(status int) {
+	if !w.done {
+		w.done = true
+		w.before(status, w.Header())
+	}
+}
+
+func (w *unsafeWriter) WriteHeader(code int) {
+	if code >= 200 || code == http.StatusSwitchingProtocols {
+		w.header(code)
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *unsafeWriter) Write(b []byte) (int, error) {
+	w.header(http.StatusOK)
+	return w.ResponseWriter.Write(b)
+}
+
+// Flush sends the status as the writer under it would: 200 if none was
+// written.
+func (w *unsafeWriter) Flush() {
+	w.header(http.StatusOK)
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Unwrap lets http.ResponseController reach the writer under this one.
+func (w *unsafeWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -82,6 +82,11 @@ type call struct {
 	goexited  bool     // the handler called runtime.Goexit
 	cur       *capture // the capture of the handler run in progress
 	err       error    // the handler's error
+	// errHeader is the header of a handler that returned err before it
+	// wrote anything: the fields it set for the error's renderer (a 401's
+	// WWW-Authenticate, a 429's Retry-After), which would have been on its
+	// request's response.
+	errHeader http.Header
 	held      *capture // the unshared response load ended with, not streamed
 	cancel    context.CancelFunc
 }
@@ -141,6 +146,9 @@ func (c *call) load(ctx context.Context) (val []byte, err error) {
 			c.goexited, why = true, "handler called runtime.Goexit"
 		} else {
 			c.err = herr
+			if !cw.wroteHeader {
+				c.errHeader = cw.header
+			}
 		}
 		c.mu.Unlock()
 		if cw.wroteHeader {
@@ -335,8 +343,8 @@ func (c *call) loaded() bool {
 // written to w. It returns the handler's error.
 func (c *call) outcome(w http.ResponseWriter) error {
 	c.mu.Lock()
-	panicked, goexited, streaming, err, held, cur := c.panicked, c.goexited, c.streaming, c.err, c.held, c.cur
-	c.held = nil
+	panicked, goexited, streaming, err, held, cur, errHeader := c.panicked, c.goexited, c.streaming, c.err, c.held, c.cur, c.errHeader
+	c.held, c.errHeader = nil, nil
 	done := c.done
 	c.mu.Unlock()
 	select {
@@ -374,10 +382,19 @@ func (c *call) outcome(w http.ResponseWriter) error {
 		}
 		panic(p)
 	}
-	if held != nil {
+	switch {
+	case held != nil:
 		held.writeTo(w, c.r.Method != http.MethodHead)
-	} else if streaming && cur != nil && !cur.hijacked {
+	case streaming && cur != nil && !cur.hijacked:
 		cur.trailersTo(w) // the rest of it went out as it was written
+	case errHeader != nil:
+		// Nothing written: the framework renders err on w, with the
+		// fields the handler set for it, as it would have without the
+		// cache (a fresh header per run: the handler is done with it).
+		dst := w.Header()
+		for k, v := range errHeader {
+			dst[k] = v
+		}
 	}
 	return err
 }
