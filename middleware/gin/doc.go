@@ -30,11 +30,18 @@
 // pool. So that call runs the route's handler (Context.Handler, the last of
 // its chain) on a copy of the context (Context.Copy: the keys other
 // middleware stored with Set, the path parameters and the full path are
-// there) writing to a response of its own; handlers between this middleware
-// and the route's handler do not run for it. Register the middleware last,
-// or on the route itself:
+// there) writing to a response of its own, which may stream to the
+// request's client (its Writer's CloseNotify fires when that client
+// leaves, so that c.Stream ends). A handler between this middleware and the
+// route's handler (a group's access check) would never run for it: a route
+// that has one is served past the cache, every request down the whole
+// chain with c.Next, with Cache-Status: ...; fwd=bypass; detail="handlers
+// after the cache". Register the middleware last, or on the route itself:
 //
 //	r.GET("/products/:id", guardgin.Middleware(g, cfg), getProduct)
+//
+// and put access checks before it: a response served from the cache runs
+// no handler after the middleware.
 //
 // A request no route matches (gin's NoRoute and NoMethod chains, with or
 // without handlers of their own) has no route's handler to run: it goes on
@@ -44,12 +51,15 @@
 //
 // Errors the handler records with c.Error (or c.AbortWithError) mean the
 // response is never cached: the request that ran the handler gets its
-// response and finds the errors in its own c.Errors, for the app's error
-// middleware; the requests coalesced with it take turns at the handler,
-// one call at a time across the fleet, until one response can be shared. A
-// handler that panics panics again on its own request's goroutine, with its
-// value, for gin.Recovery (or net/http) to handle; no other request sees
-// it.
+// response and finds the errors in its own c.Errors, with the keys the
+// handler set (c.Set), for the app's error middleware; the requests
+// coalesced with it take turns at the handler, one call at a time across
+// the fleet, until one response can be shared. A handler that panics
+// panics again on its own request's goroutine, with its value, for
+// gin.Recovery (or net/http) to handle; no other request sees it. An
+// unsafe request whose handlers recorded errors and wrote nothing
+// invalidates its URL only if the error middleware then writes a 2xx or
+// 3xx.
 //
 // The engine's own failures end the chain with c.AbortWithError: 503 while
 // a failing key's requests wait for their turn past the guard's

@@ -3,11 +3,15 @@ package guardgin
 import (
 	"errors"
 	"net/http"
+	"reflect"
+	"runtime"
+	"slices"
 	"strings"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/stampede-go/stampede/guard"
+	"github.com/stampede-go/stampede/middleware/cachestatus"
 	"github.com/stampede-go/stampede/middleware/httpcache"
 )
 
@@ -23,6 +27,15 @@ func Middleware(g *guard.Group, cfg Config) gin.HandlerFunc {
 	if err != nil {
 		panic("guardgin: " + err.Error())
 	}
+	return middlewareFor(eng)
+}
+
+// middlewareFor is the middleware of eng. Every one it returns is one
+// closure, of one code pointer, which gin names cacheName. Not inlined: an
+// inlined copy would be a closure of a code pointer of its own.
+//
+//go:noinline
+func middlewareFor(eng *httpcache.Engine[*gin.Context]) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		if eng.Skip(c) {
 			c.Next()
@@ -34,6 +47,12 @@ func Middleware(g *guard.Group, cfg Config) gin.HandlerFunc {
 			uw := &unsafeWriter{ResponseWriter: c.Writer, before: inv}
 			c.Writer = uw
 			c.Next()
+			if !uw.Written() && len(c.Errors) > 0 {
+				// Nothing written, and errors recorded for a middleware
+				// before this one to render: the status goes out then,
+				// through uw, which decides on it.
+				return
+			}
 			c.Writer = uw.ResponseWriter
 			uw.header()
 			return
@@ -42,6 +61,14 @@ func Middleware(g *guard.Group, cfg Config) gin.HandlerFunc {
 			// No route matched: the handler ending this chain is this
 			// middleware, or another, not a route's (see the package
 			// documentation).
+			c.Next()
+			return
+		}
+		if handlersAfter(c) {
+			// A detached run calls the route's handler alone: the
+			// handlers between (a group's access check) would never run,
+			// not even for the request itself.
+			c.Header("Cache-Status", cachestatus.Bypass+`; detail="handlers after the cache"`)
 			c.Next()
 			return
 		}
@@ -61,14 +88,18 @@ func Middleware(g *guard.Group, cfg Config) gin.HandlerFunc {
 		}
 		err := eng.Serve(c, c.Writer, r, direct, run)
 		var se *httpcache.StatusError
-		var re runErrors
+		var re *runErrors
 		switch {
 		case errors.As(err, &se):
 			_ = c.AbortWithError(se.Code, se)
 		case errors.As(err, &re):
 			// This request's own handler run recorded errors; its
-			// response was written to c.Writer.
-			c.Errors = append(c.Errors, re...)
+			// response was written to c.Writer. The keys it set go with
+			// them, for the app's error middleware.
+			c.Errors = append(c.Errors, re.errs...)
+			for k, v := range re.keys {
+				c.Set(k, v)
+			}
 			c.Abort()
 		case err != nil:
 			_ = c.Error(err)
@@ -83,11 +114,14 @@ func Middleware(g *guard.Group, cfg Config) gin.HandlerFunc {
 
 // runErrors are the errors a detached run's handler recorded with c.Error:
 // the engine never caches a response that comes with an error.
-type runErrors []*gin.Error
+type runErrors struct {
+	errs []*gin.Error
+	keys map[any]any // the run's Keys
+}
 
-func (re runErrors) Error() string {
-	msgs := make([]string, len(re))
-	for i, e := range re {
+func (re *runErrors) Error() string {
+	msgs := make([]string, len(re.errs))
+	for i, e := range re.errs {
 		msgs[i] = e.Error()
 	}
 	return strings.Join(msgs, "; ")
@@ -98,12 +132,57 @@ func (re runErrors) Error() string {
 func runDetached(cp *gin.Context, handler gin.HandlerFunc, w http.ResponseWriter, req *http.Request) error {
 	lc := cp.Copy()
 	lc.Request = req
-	dw := newWriter(w)
+	dw := newWriter(req.Context(), w)
 	lc.Writer = dw
 	handler(lc)
 	dw.WriteHeaderNow() // c.Status(204) and no body: gin writes it after the chain
 	if len(lc.Errors) == 0 {
 		return nil
 	}
-	return runErrors(lc.Errors)
+	return &runErrors{errs: lc.Errors, keys: lc.Keys}
+}
+
+// handlersAfter reports whether c's chain holds handlers between the one
+// running (this middleware) and the route's handler, the last.
+func handlersAfter(c *gin.Context) bool {
+	if chainKnown {
+		v := reflect.ValueOf(c).Elem()
+		return v.FieldByIndex(handlersField).Len()-int(v.FieldByIndex(indexField).Int()) > 2
+	}
+	// A gin of another layout: by name, this middleware's last.
+	names := c.HandlerNames()
+	last := slices.Index(names, cacheName)
+	for i := len(names) - 1; i >= 0; i-- {
+		if names[i] == cacheName {
+			last = i
+			break
+		}
+	}
+	return last >= 0 && len(names)-last > 2
+}
+
+// gin.Context's handler chain and the index of the handler running in it,
+// read by reflection (gin exports neither), when their layout is the one
+// known: HandlersChain handlers, int8 index.
+var (
+	handlersField, indexField []int
+	chainKnown                = func() bool {
+		t := reflect.TypeFor[gin.Context]()
+		h, ok1 := t.FieldByName("handlers")
+		i, ok2 := t.FieldByName("index")
+		if !ok1 || !ok2 || h.Type != reflect.TypeFor[gin.HandlersChain]() || i.Type.Kind() != reflect.Int8 {
+			return false
+		}
+		handlersField, indexField = h.Index, i.Index
+		return true
+	}()
+)
+
+// cacheName is the name gin gives this package's middleware
+// (Context.HandlerNames); set by init, as handlersAfter, which reads it, is
+// part of that middleware.
+var cacheName string
+
+func init() {
+	cacheName = runtime.FuncForPC(reflect.ValueOf(middlewareFor(nil)).Pointer()).Name()
 }

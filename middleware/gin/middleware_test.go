@@ -141,15 +141,19 @@ func panicOf(h http.Handler, r *http.Request) (p any) {
 	return nil
 }
 
-// TestChain: a hit ends the chain (c.Abort): the handlers after the
-// middleware do not run; a request that is not shared goes on down the
-// chain (c.Next) through them. On a route, the middleware works the same.
+// TestChain: a hit ends the chain (c.Abort): no handler after the
+// middleware runs for it, the route's included; a request that is not
+// shared goes on down the chain (c.Next). A route with a handler between
+// the middleware and its own, which a hit would skip, is served past the
+// cache: every request runs the whole chain. On a route, the middleware
+// works the same.
 func TestChain(t *testing.T) {
 	var after atomic.Int64
 	r := gin.New()
 	r.Use(guardgin.Middleware(newGroup(t), guardgin.Config{}))
+	r.GET("/a", func(c *gin.Context) { after.Add(1); c.String(http.StatusOK, "a") })
 	r.Use(func(c *gin.Context) { after.Add(1); c.Next() })
-	r.GET("/a", func(c *gin.Context) { c.String(http.StatusOK, "a") })
+	r.GET("/b", func(c *gin.Context) { c.String(http.StatusOK, "b") })
 
 	for i, want := range []string{"stampede; fwd=miss; stored", "stampede; hit"} {
 		rec := do(r, get("/a"))
@@ -157,13 +161,19 @@ func TestChain(t *testing.T) {
 			t.Errorf("request %d: %q %q, want \"a\" %q", i+1, rec.Body, rec.Header().Get("Cache-Status"), want)
 		}
 	}
-	if got := after.Load(); got != 0 {
-		t.Errorf("the handler after the middleware ran %d times for shared requests, want 0", got)
+	if got := after.Load(); got != 1 {
+		t.Errorf("the route's handler ran %d times for two shared requests, want 1", got)
 	}
 	req := get("/a")
 	req.Header.Set("Authorization", "Bearer x")
-	if rec := do(r, req); rec.Body.String() != "a" || after.Load() != 1 {
-		t.Errorf("a request not shared: %q, later handler ran %d times; want \"a\", 1", rec.Body, after.Load())
+	if rec := do(r, req); rec.Body.String() != "a" || after.Load() != 2 {
+		t.Errorf("a request not shared: %q, the route's handler ran %d times; want \"a\", 2", rec.Body, after.Load())
+	}
+	for i := range 2 {
+		rec := do(r, get("/b"))
+		if want := `stampede; fwd=bypass; detail="handlers after the cache"`; rec.Body.String() != "b" || rec.Header().Get("Cache-Status") != want || after.Load() != int64(3+i) {
+			t.Errorf("/b request %d: %q %q, the handler between ran %d times; want \"b\" %q, %d", i+1, rec.Body, rec.Header().Get("Cache-Status"), after.Load()-2, want, i+1)
+		}
 	}
 	routed := gin.New()
 	routed.GET("/route", guardgin.Middleware(newGroup(t), guardgin.Config{}), func(c *gin.Context) { c.String(http.StatusOK, "route") })

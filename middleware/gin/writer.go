@@ -2,6 +2,7 @@ package guardgin
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"net"
 	"net/http"
@@ -16,13 +17,15 @@ import (
 type writer struct {
 	w      http.ResponseWriter
 	status int
-	size   int // -1 until the header is written
+	size   int             // -1 until the header is written
+	ctx    context.Context // the run's: done when nobody waits for it
+	gone   chan bool       // CloseNotify's, made on first use
 }
 
 var _ gin.ResponseWriter = (*writer)(nil)
 
-func newWriter(w http.ResponseWriter) *writer {
-	return &writer{w: w, status: http.StatusOK, size: -1}
+func newWriter(ctx context.Context, w http.ResponseWriter) *writer {
+	return &writer{w: w, status: http.StatusOK, size: -1, ctx: ctx}
 }
 
 func (w *writer) Header() http.Header { return w.w.Header() }
@@ -76,10 +79,19 @@ func (w *writer) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	return conn, brw, err
 }
 
-// CloseNotify returns a channel that never fires: the run is detached from
-// every client on purpose. (http.CloseNotifier is deprecated; gin's
-// interface still requires it.)
-func (w *writer) CloseNotify() <-chan bool { return make(chan bool) }
+// CloseNotify returns a channel closed when the run's request context is
+// done: the client it streams to left, or the run was abandoned. A run
+// shared with other requests outlives any one client; gin's Stream and
+// SSE loops read this channel to stop. (http.CloseNotifier is deprecated;
+// gin's interface still requires it.)
+func (w *writer) CloseNotify() <-chan bool {
+	if w.gone == nil {
+		gone := make(chan bool)
+		w.gone = gone
+		context.AfterFunc(w.ctx, func() { close(gone) })
+	}
+	return w.gone
+}
 
 func (w *writer) Pusher() http.Pusher { return nil }
 
