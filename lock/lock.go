@@ -255,7 +255,7 @@ func (l *Lock) Release(ctx context.Context) error {
 		}
 	}
 	l.mu.Unlock()
-	<-l.renewing // the hooks below may call the handle's methods
+	<-l.renewing // given back before the hooks below run
 	switch {
 	case unknown:
 		// Unknown outcome: the caller may retry Release.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/stampede-go/stampede/internal/lua"
@@ -238,14 +239,23 @@ func (c *Client) tally(replies []reply, errs []error) (attempt, int, error) {
 	var a attempt
 	granted, busy := 0, 0
 	var failures []error
+	// What each granting master says of the owner's holds: its number and
+	// how many holds it counts. A master a Release missed (a minority: a
+	// Release needs a quorum) still holds the owner's previous holds and
+	// number, though another owner may have held the lock since with a
+	// larger one: only what a quorum says is the owner's.
+	type view struct{ fence, holds int64 }
+	var views map[view]int
 	for i, v := range replies {
 		switch {
 		case errs[i] != nil:
 			failures = append(failures, errs[i])
 		case v[0] == 1:
 			granted++
-			a.fence = max(a.fence, v[1])
-			a.holds = max(a.holds, v[2])
+			if views == nil {
+				views = make(map[view]int, len(replies))
+			}
+			views[view{v[1], v[2]}]++
 		default:
 			busy++
 			retry := time.Duration(v[1]) * time.Millisecond
@@ -257,6 +267,19 @@ func (c *Client) tally(replies []reply, errs []error) (attempt, int, error) {
 			if busy == 1 || retry < a.retry {
 				a.retry = retry
 			}
+		}
+	}
+	if granted > 0 {
+		// No view of a quorum: the holds are new (the fewest counted), and
+		// the number is minted anew on the first Fence, larger than every
+		// number minted before.
+		a.fence, a.holds = 0, math.MaxInt64
+		for w, n := range views {
+			if n >= c.quorum {
+				a.fence, a.holds = w.fence, w.holds
+				break
+			}
+			a.holds = min(a.holds, w.holds)
 		}
 	}
 	if len(failures) == 0 || granted >= c.quorum || busy >= c.quorum {

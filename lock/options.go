@@ -58,7 +58,10 @@ type Hooks struct {
 	// Lost is called once when a held lock is found lost or its lease ran out
 	// before Release; never for a lock that a Release released, also when
 	// a concurrent Release, Refresh, TTL or Fence of the handle then finds
-	// it gone.
+	// it gone. It must not call the handle's methods: it may run on the
+	// handle's watchdog or inside one of them, which they wait for (a
+	// Release from it would never return, nor would Client.Close). To act
+	// on a loss, read the handle's Lost channel.
 	Lost func(key string)
 	// Released is called after a successful Release with how long the handle
 	// held the lock.

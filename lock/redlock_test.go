@@ -278,3 +278,69 @@ func TestRedlockReentrantHoldsShareFence(t *testing.T) {
 		_ = l1.Release(ctx)
 	}
 }
+
+// TestRedlockReentrantAfterMissedRelease: a reentrant owner whose Release
+// missed one master (the Release's quorum held without it), which so keeps
+// the owner's hold and number, takes the lock anew on its next
+// hold: one hold (Holds), and a number larger than every number minted
+// before, also when another owner held the lock in between with a larger
+// one. Before, the hold took the number and the count of the master the
+// Release missed: the owner's old number, lower than the other owner's,
+// and two holds.
+func TestRedlockReentrantAfterMissedRelease(t *testing.T) {
+	servers := redistest.StartMasters(t, 3)
+	a := NewRedlock(redlockClients(t, servers), Options{})
+	b := NewRedlock(redlockClients(t, servers), Options{})
+	t.Cleanup(func() { a.Close(); b.Close() })
+	ctx := ctxT(t)
+	for _, between := range []bool{true, false} {
+		key := redistest.Key(t)
+		l1, err := a.ObtainReentrant(ctx, key, "O", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f1, err := l1.FenceContext(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Master 2 misses the release: it keeps the hash as it was (a
+		// release is answered by a quorum, so a master that did not
+		// answer in time may not have run it).
+		m2, name := servers[2].Client(t), a.names(key).lock
+		hold, err := m2.HGetAll(ctx, name).Result()
+		if err != nil || len(hold) == 0 {
+			t.Fatalf("master 2 holds %v (%v)", hold, err)
+		}
+		if err := l1.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := m2.HSet(ctx, name, hold).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := m2.PExpire(ctx, name, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		last := f1
+		if between {
+			p, err := b.ObtainReentrant(ctx, key, "P", time.Minute)
+			if err != nil {
+				t.Fatalf("another owner: %v", err)
+			}
+			if last, err = p.FenceContext(ctx); err != nil || last <= f1 {
+				t.Fatalf("another owner's number %d (%v), after %d", last, err, f1)
+			}
+			if err := p.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		l2, err := a.ObtainReentrant(ctx, key, "O", time.Minute)
+		if err != nil {
+			t.Fatalf("the owner again: %v", err)
+		}
+		f2, err := l2.FenceContext(ctx)
+		if err != nil || f2 <= last || l2.Holds() != 1 {
+			t.Errorf("another owner between %v: the owner's new hold has number %d (%v) after %d, and %d holds; want a larger number, 1 hold", between, f2, err, last, l2.Holds())
+		}
+		_ = l2.Release(ctx)
+	}
+}
