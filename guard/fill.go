@@ -137,7 +137,7 @@ func (f fillSpec) freshWindow() time.Duration {
 // store runs guard_fill.lua: store (subject to the fence), settle the lease,
 // wake the waiters. Failures are reported through hooks; the callers have
 // their value either way.
-func (g *Group) store(ctx context.Context, key string, nm names, f fillSpec) {
+func (g *Group) store(ctx context.Context, key string, nm names, f fillSpec) (rejected bool) {
 	fresh := f.fresh
 	if f.mode == fillNone {
 		fresh = time.Millisecond // windows are not used, but must be valid
@@ -169,11 +169,11 @@ func (g *Group) store(ctx context.Context, key string, nm names, f fillSpec) {
 		g.fillRefused(err, nm, f.fence)
 		changed()
 		g.keepUnfilled(key, nm, f)
-		return
+		return false
 	}
 	defer changed()
 	g.br.Success()
-	g.filled(key, nm, f, reply, sent)
+	return g.filled(key, nm, f, reply, sent)
 }
 
 // fillRefused acts on a fill Redis refused to this user (an ACL without a
@@ -230,11 +230,11 @@ func (g *Group) keepReserve(key, name string, v []byte, now time.Time, fresh, st
 
 // filled acts on a reply of guard_fill.lua for fill f of key, sent at
 // local time sent: the clock sample, the hint of a value stored, the
-// rejection or foreign values reported.
-func (g *Group) filled(key string, nm names, f fillSpec, reply []any, sent int64) {
-
+// rejection or foreign values reported. It reports a rejection: a newer
+// value or an Invalidate beat the fill.
+func (g *Group) filled(key string, nm names, f fillSpec, reply []any, sent int64) (rejected bool) {
 	if len(reply) != 4 {
-		return
+		return false
 	}
 	written, _ := reply[0].(int64)
 	now, _ := reply[1].(int64)
@@ -242,6 +242,7 @@ func (g *Group) filled(key string, nm names, f fillSpec, reply []any, sent int64
 	g.clk.observe(now, sent)
 	switch {
 	case f.mode != fillNone && written == 0:
+		rejected = true
 		if h := g.opts.Hooks.FillRejected; h != nil {
 			h(key)
 		}
@@ -251,6 +252,7 @@ func (g *Group) filled(key string, nm names, f fillSpec, reply []any, sent int64
 	case written == 1 && (f.flags == flagValue || f.flags == flagRevalidate):
 		g.hint(key, nm, now+ms(f.fresh))
 	}
+	return rejected
 }
 
 // private sets f for a load that answered Private or Pass (pe).

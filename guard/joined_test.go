@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -297,4 +298,115 @@ func TestBatchJoinedPrivateReadsAgain(t *testing.T) {
 	}
 	close(gateC)
 	<-fromC
+}
+
+// TestJoinedLoadFencedOut: a call that joins a load of its node still
+// running when a change returned (an Invalidate on another node) does not
+// take that load's value, whose fill the change fenced out: it began after
+// the change returned, so it gets the change's outcome. The load's own
+// caller, which began before the change, may still get it. Before, a
+// joiner took the value of any load that had not ended when it began: the
+// value Invalidate removed, as Shared. Both ways a call joins a running
+// load of its node, with and without the in-process tier: a read flight's
+// load (A refills the key, or nobody does and the joiner loads), and a
+// background refresh's, which a call waiting on another node's lease (A's
+// refill) joins.
+func TestJoinedLoadFencedOut(t *testing.T) {
+	type row struct {
+		path   string
+		refill bool
+	}
+	for _, r := range []row{{"read flight", true}, {"read flight", false}, {"refresh", true}} {
+		for _, tierOn := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/refill=%v/tier=%v", r.path, r.refill, tierOn), func(t *testing.T) {
+				rdb := redistest.Shared(t).Client(t)
+				o := Options{Namespace: redistest.Key(t) + ":", FreshFor: time.Hour, WaitTimeout: 10 * time.Second}
+				if !tierOn {
+					o.LocalEntries = Disabled
+				}
+				a := newGroup(t, rdb, o)
+				b := newGroup(t, otherClient(t, rdb), o)
+				key := "k"
+				var joined, waits, released atomic.Int64
+				b.testJoined = func(string) { joined.Add(1) }
+				b.testStep = func(_ context.Context, s string) {
+					switch s {
+					case "joined load":
+						waits.Add(1)
+					case "load released":
+						released.Add(1)
+					}
+				}
+				held := func(v string) (LoadFunc, chan struct{}, chan struct{}) {
+					started, gate := make(chan struct{}), make(chan struct{})
+					return func(context.Context) ([]byte, error) {
+						close(started)
+						<-gate
+						return []byte(v), nil
+					}, started, gate
+				}
+				get := func(g *Group, load LoadFunc) <-chan string {
+					out := make(chan string, 1)
+					go func() {
+						v, err := g.Get(ctxT(t), key, load)
+						if err != nil {
+							t.Error(err)
+						}
+						out <- string(v)
+					}()
+					return out
+				}
+				old, started, gate := held("old")
+				var first <-chan string
+				if r.path == "refresh" {
+					putEntry(t, rdb, b, key, "stale", -1000, 60_000, 1)
+					if v, err := b.Get(ctxT(t), key, old); err != nil || string(v) != "stale" {
+						t.Fatalf("the stale call: %q %v", v, err)
+					}
+					stale := make(chan string, 1)
+					stale <- "stale"
+					first = stale
+				} else {
+					first = get(b, old)
+				}
+				<-started // B loads old
+				if err := a.Invalidate(ctxT(t), key); err != nil {
+					t.Fatal(err)
+				}
+				want, gateA := "mine", make(chan struct{})
+				switch {
+				case r.path == "refresh":
+					// A takes the lease and loads new, held: B's call
+					// waits for its fill, joining B's refresh meanwhile.
+					loadA, startedA, gA := held("new")
+					refilled := get(a, loadA)
+					<-startedA
+					gateA, want = gA, "new"
+					defer func() { <-refilled }()
+				case r.refill:
+					if v, err := a.Get(ctxT(t), key, func(context.Context) ([]byte, error) { return []byte("new"), nil }); err != nil || string(v) != "new" {
+						t.Fatalf("A's refill: %q %v", v, err)
+					}
+					want = "new"
+				}
+				second := get(b, func(context.Context) ([]byte, error) { return []byte("mine"), nil })
+				if r.path == "refresh" {
+					redistest.Eventually(t, 10*time.Second, "the call to join B's refresh", func() bool { return waits.Load() == 1 })
+				} else {
+					redistest.Eventually(t, 10*time.Second, "the call to join B's read flight", func() bool { return joined.Load() == 2 })
+				}
+				close(gate) // B's load ends; its fill is fenced out
+				if r.path == "refresh" {
+					redistest.Eventually(t, 10*time.Second, "B's refresh to end", func() bool { return released.Load() == 1 })
+				}
+				close(gateA)
+				if v := <-first; v != "old" && v != "stale" {
+					t.Errorf("the load's own caller got %q", v)
+				}
+				if got := <-second; got != want {
+					t.Errorf("a call that began after the Invalidate returned got %q, want %q", got, want)
+				}
+			})
+		}
+	}
 }

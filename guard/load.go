@@ -19,16 +19,26 @@ import (
 // a stale value exists and keeps being served if the load fails. prev is
 // the entry the load replaces (Previous), or nil.
 func (g *Group) loadAndFill(ctx context.Context, c *call, fence int64, refresh bool, prev *entry.Entry) (Result, error) {
-	o := g.loadLeased(ctx, c.key, c.nm, c.load, fence, prev)
+	var f fillSpec
+	// Filled before the key's load slot is released, so that the calls
+	// of this process that joined the load learn whether its fill landed.
+	o := g.loadLeased(ctx, c.key, c.nm, c.load, fence, prev, func(o *outcome) {
+		f = g.fillFor(c.co, fence, *o, refresh)
+		if c.backup {
+			f.backup = "b"
+		}
+		g.step(ctx, "fill")
+		if g.store(ctx, c.key, c.nm, f) {
+			// A change (an Invalidate, a newer fill) beat this fill: it
+			// may have returned before a call that joined this load
+			// began, so no joiner takes the value; each reads again
+			// (outcome.takes, joinedFits).
+			o.end = fencedOut
+		}
+		g.step(ctx, "filled")
+	})
 	c.loaded = o.end
 	v, err := o.v, o.err
-	f := g.fillFor(c.co, fence, o, refresh)
-	if c.backup {
-		f.backup = "b"
-	}
-	g.step(ctx, "fill")
-	g.store(ctx, c.key, c.nm, f)
-	g.step(ctx, "filled")
 	if f.keepLease > 0 {
 		// Reported once the lease is held for the back-off, so whoever
 		// watches the hook sees the state it describes.
@@ -43,10 +53,21 @@ func (g *Group) loadAndFill(ctx context.Context, c *call, fence int64, refresh b
 }
 
 // loadLeased calls load while a watchdog keeps the lease fence alive
-// (fence 0: no lease). The watchdog stops however the load ends.
-func (g *Group) loadLeased(ctx context.Context, key string, nm names, load LoadFunc, fence int64, prev *entry.Entry) outcome {
-	defer g.watchLeases([]heldLease{{nm, fence}}, time.Now())()
-	o, _ := g.callLoader(ctx, key, load, false, prev)
+// (fence 0: no lease), then settle with its outcome (the fill, which may
+// mark it fenced out) before the key's load slot is released. The
+// watchdog stops however the load ends, before settle.
+func (g *Group) loadLeased(ctx context.Context, key string, nm names, load LoadFunc, fence int64, prev *entry.Entry, settle func(*outcome)) outcome {
+	stop, stopped := g.watchLeases([]heldLease{{nm, fence}}, time.Now()), false
+	defer func() {
+		if !stopped {
+			stop()
+		}
+	}()
+	o, _ := g.callLoaderKeep(ctx, key, load, false, prev, func(o *outcome) {
+		stop()
+		stopped = true
+		settle(o)
+	})
 	return o
 }
 
@@ -76,6 +97,10 @@ func (g *Group) jittered(d time.Duration) time.Duration {
 	}
 	return d - time.Duration(rand.Float64()*g.opts.Jitter*float64(d))
 }
+
+// fencedOut is the end a load whose fill a change beat is given for its
+// joiners (call.loaded): before any call began, so none takes its value.
+var fencedOut = time.Unix(0, 1)
 
 // outcome is how one loader call ended.
 type outcome struct {
@@ -129,8 +154,10 @@ func (g *Group) callLoader(ctx context.Context, key string, load LoadFunc, join 
 
 // callLoaderKeep is callLoader; keep, when set, is given an own load's
 // outcome before the key's slot is released, so that what it keeps (in
-// the reserve) is there for whoever finds the key no longer loading.
-func (g *Group) callLoaderKeep(ctx context.Context, key string, load LoadFunc, join bool, prev *entry.Entry, keep func(outcome)) (o outcome, own bool) {
+// the reserve, in Redis) is there for whoever finds the key no longer
+// loading, and what it marks on the outcome (fencedOut) reaches the
+// load's joiners.
+func (g *Group) callLoaderKeep(ctx context.Context, key string, load LoadFunc, join bool, prev *entry.Entry, keep func(*outcome)) (o outcome, own bool) {
 	g.lmu.Lock()
 	for {
 		r := g.loads[key]
@@ -160,10 +187,10 @@ func (g *Group) callLoaderKeep(ctx context.Context, key string, load LoadFunc, j
 		g.step(ctx, "load released")
 	}()
 	o = g.runLoader(ctx, key, load, prev)
-	r.o = o
 	if keep != nil {
-		keep(o)
+		keep(&o)
 	}
+	r.o = o
 	return o, true
 }
 

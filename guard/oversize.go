@@ -19,8 +19,10 @@ import (
 // belongs to one marker (the one written at the same Redis millisecond) and
 // is served only while Redis holds that marker: a refresh, an Invalidate or
 // the marker's expiry retires every node's copy at once. The origin thus
-// sees at most one load per key per refresh per node, and the fleet-wide
-// coordination (one refresher at a time, under the lease) is unchanged.
+// sees at most one load per key per refresh per node (while a node's hot
+// oversize keys fit in oversizeEntries: a copy pushed out is loaded
+// again), and the fleet-wide coordination (one refresher at a time, under
+// the lease) is unchanged.
 //
 // A stale marker is served from a copy at hit latency while one node
 // refreshes it; a node without a copy waits for that refresh, as for a

@@ -435,6 +435,18 @@ func (t *Tier) setLive(live, keep bool) {
 	}
 }
 
+// kept is the reserve's copy of it, its Redis times made local by at. A
+// value that must be revalidated is kept fresh only: the reserve would
+// serve it stale past its fresh-until, which it never is.
+func (it *Item) kept(at func(redisMs int64) time.Time) Kept {
+	stale := it.Entry.StaleUntil
+	if it.Entry.MustRevalidate {
+		stale = it.Entry.FreshUntil
+	}
+	return Kept{Key: it.key, Name: it.name, Value: it.Entry.Value, FreshUntil: at(it.Entry.FreshUntil),
+		StaleUntil: at(stale), Base: clockBase.Add(time.Duration(it.Base))}
+}
+
 // toReserve hands the copies to the reserve, and reports whether it
 // handed any.
 func (t *Tier) toReserve() (handed bool) {
@@ -451,8 +463,7 @@ func (t *Tier) toReserve() (handed bool) {
 	defer t.mu.Unlock()
 	for it := t.head.prev; it != &t.head; it = it.prev {
 		if !it.mark {
-			t.reserve.Offer(Kept{Key: it.key, Name: it.name, Value: it.Entry.Value, FreshUntil: at(it.Entry.FreshUntil),
-				StaleUntil: at(it.Entry.StaleUntil), Base: clockBase.Add(time.Duration(it.Base))})
+			t.reserve.Offer(it.kept(at))
 			handed = true
 		}
 	}
@@ -482,8 +493,7 @@ func (t *Tier) ToReserve(key string) bool {
 		t.mu.Unlock()
 		return false
 	}
-	k := Kept{Key: it.key, Name: it.name, Value: it.Entry.Value, FreshUntil: at(it.Entry.FreshUntil),
-		StaleUntil: at(it.Entry.StaleUntil), Base: clockBase.Add(time.Duration(it.Base))}
+	k := it.kept(at)
 	t.mu.Unlock()
 	t.reserve.Offer(k)
 	return true

@@ -537,3 +537,39 @@ func TestLocalTierHitsAfterChange(t *testing.T) {
 	}
 	t.Logf("%d hits", hits.Load())
 }
+
+// TestHandedMustRevalidateStaysFresh: a copy of a value that must be
+// revalidated reaches the reserve, when the tier stops or hands it over
+// (ToReserve), fresh until its fresh-until and never stale after it: the
+// reserve serves a value stale past its fresh-until, which such a value
+// never is. Before, it carried the entry's stale-until (the window it is
+// kept in Redis to be revalidated), and a Group that lost Redis served it
+// stale for all of that window.
+func TestHandedMustRevalidateStaysFresh(t *testing.T) {
+	for _, hand := range []string{"ToReserve", "SetLive(false)"} {
+		for _, must := range []bool{false, true} {
+			lt := newStore(Config{Namespace: "ns:", Entries: 8, Bytes: 1 << 20, TTL: time.Hour})
+			lt.reserve = NewReserve(8, 1<<20)
+			lt.redisNow = func() (int64, bool) { return 1_000_000, true }
+			lt.SetLive(true)
+			e := entry.Entry{Value: []byte("v"), Fence: 1, Written: 1, FreshUntil: 1_000_000 + 1000, StaleUntil: 1_000_000 + 60_000, MustRevalidate: must}
+			lt.keepNow("k", "ns:{k}", lt.Ticket("ns:{k}"), &e, nanotime()+int64(time.Minute), nanotime(), false)
+			switch hand {
+			case "ToReserve":
+				if !lt.ToReserve("k") {
+					t.Fatalf("%s: nothing handed", hand)
+				}
+			default:
+				lt.setLive(false, true)
+			}
+			k, ok := lt.reserve.Get("k")
+			if !ok {
+				t.Fatalf("%s, MustRevalidate %v: the reserve keeps nothing", hand, must)
+			}
+			stale := k.StaleUntil.Sub(k.FreshUntil)
+			if want := 59 * time.Second; !must && stale != want || must && stale != 0 {
+				t.Errorf("%s, MustRevalidate %v: kept stale for %v after fresh", hand, must, stale)
+			}
+		}
+	}
+}
