@@ -55,14 +55,14 @@ func middlewareFor(eng *httpcache.Engine[*echo.Context]) echo.MiddlewareFunc {
 				if rerr != nil {
 					// A writer of an earlier middleware that hides echo's:
 					// one of ours sees the status as it goes out.
-					uw := &unsafeWriter{ResponseWriter: c.Response(), before: inv}
+					uw := &httpcache.UnsafeWriter{ResponseWriter: c.Response(), Before: inv}
 					c.SetResponse(uw)
 					err := next(c)
 					if c.Response() == uw {
 						c.SetResponse(uw.ResponseWriter)
 					}
 					if err == nil {
-						uw.header(http.StatusOK)
+						uw.Finish()
 					}
 					return err
 				}
@@ -157,43 +157,3 @@ func afterCache(ms []echo.MiddlewareFunc, h echo.HandlerFunc) echo.HandlerFunc {
 // middleware), calls the handler instead of serving the run's request
 // through the cache a second time.
 type detachedKey struct{}
-
-// unsafeWriter hands the status and fields of an unsafe request's response
-// to the engine's invalidation just before the status goes out, on a
-// response whose writer hides echo's (echo.UnwrapResponse fails), so that
-// its Before hooks cannot be used.
-type unsafeWriter struct {
-	http.ResponseWriter
-	before func(status int, h http.Header)
-	done   bool
-}
-
-// header hands status on, once: the first status that goes out.
-func (w *unsafeWriter) header(status int) {
-	if !w.done {
-		w.done = true
-		w.before(status, w.Header())
-	}
-}
-
-func (w *unsafeWriter) WriteHeader(code int) {
-	if code >= 200 || code == http.StatusSwitchingProtocols {
-		w.header(code)
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *unsafeWriter) Write(b []byte) (int, error) {
-	w.header(http.StatusOK)
-	return w.ResponseWriter.Write(b)
-}
-
-// Flush sends the status as the writer under it would: 200 if none was
-// written.
-func (w *unsafeWriter) Flush() {
-	w.header(http.StatusOK)
-	_ = http.NewResponseController(w.ResponseWriter).Flush()
-}
-
-// Unwrap lets http.ResponseController reach the writer under this one.
-func (w *unsafeWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
