@@ -221,7 +221,11 @@
 //     others, and each caller leaves on its own deadline. It sees that
 //     call's context values and metadata, so it must depend only on what
 //     the key covers. Header and trailer metadata it sets reach that call
-//     alone (none, if it runs as a background refresh) and are not cached.
+//     alone and are not cached. A background refresh runs on the stream of
+//     the call that started it, served stale (grpc-go's stream, so that
+//     grpc.SetSendCompressor and the like work in every run): what it sets
+//     reaches that call if the call's answer has not gone out yet (an
+//     interceptor before this one still at work), and nobody else.
 //   - A handler panic answers codes.Internal to the call whose run
 //     panicked, as any other error; it is not cached, and the process
 //     survives. So does a handler's runtime.Goexit (the handler runs on a

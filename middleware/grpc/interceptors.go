@@ -261,14 +261,10 @@ func UnaryServerInterceptor(g *guard.Group, opts ...Option) grpc.UnaryServerInte
 					setStatus(ctx, f.status)
 				}
 				if !f.direct {
-					if own != nil && own.err != nil {
-						own.replay(ctx) // this call's own run failed
-					}
 					return nil, f.err
 				}
 				c.bypassed(ctx, method, f.reason, "")
 				if own != nil && own.err == nil {
-					own.replay(ctx)
 					return own.resp, nil // this call's own run, not storable
 				}
 				return c.direct(ctx, method, req, handler)
@@ -284,7 +280,6 @@ func UnaryServerInterceptor(g *guard.Group, opts ...Option) grpc.UnaryServerInte
 					st = cachestatus.Degraded
 				}
 				setStatus(ctx, st)
-				a.replay(ctx)
 				return a.resp, nil
 			}
 			resp, err := c.decode(method, res.Value)

@@ -3,12 +3,10 @@ package guardgrpc
 import (
 	"context"
 	"errors"
-	"sync"
 	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -23,56 +21,6 @@ import (
 type answer struct {
 	resp any
 	err  error
-	md   *heldMetadata // what a server run set with grpc.SetHeader and SetTrailer
-}
-
-// heldMetadata is the grpc.ServerTransportStream of a server handler's
-// run: it holds the header and trailer metadata the handler sets, which
-// reach the call whose own run answered it (replay), and nobody when the
-// run was a background refresh, whose call was answered from the cache,
-// and may still be sending its response.
-type heldMetadata struct {
-	method          string
-	mu              sync.Mutex
-	header, trailer metadata.MD
-}
-
-func (h *heldMetadata) Method() string { return h.method }
-
-func (h *heldMetadata) SetHeader(md metadata.MD) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.header = metadata.Join(h.header, md)
-	return nil
-}
-
-// SendHeader holds md as SetHeader does: the call's header goes out with
-// its answer.
-func (h *heldMetadata) SendHeader(md metadata.MD) error { return h.SetHeader(md) }
-
-func (h *heldMetadata) SetTrailer(md metadata.MD) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.trailer = metadata.Join(h.trailer, md)
-	return nil
-}
-
-// replay sets on ctx's call the metadata a's run set, when a is the
-// call's own run.
-func (a *answer) replay(ctx context.Context) {
-	if a == nil || a.md == nil {
-		return
-	}
-	h := a.md
-	h.mu.Lock()
-	header, trailer := h.header, h.trailer
-	h.mu.Unlock()
-	if len(header) > 0 {
-		_ = grpc.SetHeader(ctx, header)
-	}
-	if len(trailer) > 0 {
-		_ = grpc.SetTrailer(ctx, trailer)
-	}
 }
 
 // do runs the guard for one call; load makes the call's guard load,
@@ -98,21 +46,16 @@ func (c *cache) do(ctx context.Context, key string, load func(own *atomic.Pointe
 // most once per call.
 func (c *cache) serverLoad(method string, handler grpc.UnaryHandler, req any, own *atomic.Pointer[answer]) guard.LoadFunc {
 	return func(lctx context.Context) ([]byte, error) {
-		var md *heldMetadata
-		if st := grpc.ServerTransportStreamFromContext(lctx); st != nil {
-			md = &heldMetadata{method: st.Method()}
-			lctx = grpc.NewContextWithServerTransportStream(lctx, md)
-		}
 		var resp any
 		err := safely(func() (err error) {
 			resp, err = handler(lctx, req)
 			return err
 		})
 		if err != nil {
-			own.Store(&answer{err: callerError(err), md: md})
+			own.Store(&answer{err: callerError(err)})
 			return nil, c.o.loadError(err)
 		}
-		own.Store(&answer{resp: resp, md: md})
+		own.Store(&answer{resp: resp})
 		m, ok := resp.(proto.Message)
 		if !ok {
 			return nil, guard.NoStore(errUncacheable)
