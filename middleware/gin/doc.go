@@ -57,9 +57,10 @@
 // the fleet, until one response can be shared. A handler that panics
 // panics again on its own request's goroutine, with its value, for
 // gin.Recovery (or net/http) to handle; no other request sees it. An
-// unsafe request whose handlers recorded errors and wrote nothing
-// invalidates its URL only if the error middleware then writes a 2xx or
-// 3xx.
+// unsafe request whose handlers recorded errors and wrote nothing is taken
+// as failed: it invalidates its URL only if a middleware before this one
+// then writes a 2xx or 3xx (the status gin sends when nobody writes does
+// not pass through the middleware, and invalidates nothing).
 //
 // The engine's own failures end the chain with c.AbortWithError: 503 while
 // a failing key's requests wait for their turn past the guard's

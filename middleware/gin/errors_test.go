@@ -60,9 +60,24 @@ func TestHandlersAfterCacheRun(t *testing.T) {
 			t.Errorf("request %d: Cache-Status %q, want a bypass that says why", i, cs)
 		}
 	}
+	// Twice, on the engine and on a group: the group's serves, with one
+	// Cache-Status.
+	twice := gin.New()
+	mw := guardgin.Middleware(newGroup(t), guardgin.Config{})
+	twice.Use(mw)
+	twice.Group("/", mw).GET("/t", func(c *gin.Context) { calls.Add(1); c.String(http.StatusOK, "t") })
+	before := calls.Load()
+	for i, want := range []string{"stampede; fwd=miss; stored", "stampede; hit"} {
+		if got := do(twice, get("/t")).Header().Values("Cache-Status"); len(got) != 1 || got[0] != want {
+			t.Errorf("twice, request %d: Cache-Status %q, want [%q]", i, got, want)
+		}
+	}
+	if calls.Load()-before != 1 {
+		t.Errorf("twice: %d handler calls for two requests, want 1", calls.Load()-before)
+	}
 	// On the route itself, last, it caches as before.
 	r.GET("/items/:id", guardgin.Middleware(newGroup(t), guardgin.Config{}), func(c *gin.Context) { calls.Add(1); c.String(http.StatusOK, "item") })
-	before := calls.Load()
+	before = calls.Load()
 	do(r, get("/items/1"))
 	do(r, get("/items/1"))
 	if calls.Load()-before != 1 {

@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"reflect"
 	"runtime"
-	"slices"
 	"strings"
 
 	"github.com/gin-gonic/gin"
@@ -64,11 +63,14 @@ func middlewareFor(eng *httpcache.Engine[*gin.Context]) gin.HandlerFunc {
 			c.Next()
 			return
 		}
-		if handlersAfter(c) {
+		if between, cache := handlersAfter(c); between {
 			// A detached run calls the route's handler alone: the
 			// handlers between (a group's access check) would never run,
-			// not even for the request itself.
-			c.Header("Cache-Status", cachestatus.Bypass+`; detail="handlers after the cache"`)
+			// not even for the request itself. When one of them is this
+			// middleware again (a group's, a route's), that one serves.
+			if !cache {
+				c.Header("Cache-Status", cachestatus.Bypass+`; detail="handlers after the cache"`)
+			}
 			c.Next()
 			return
 		}
@@ -143,22 +145,32 @@ func runDetached(cp *gin.Context, handler gin.HandlerFunc, w http.ResponseWriter
 }
 
 // handlersAfter reports whether c's chain holds handlers between the one
-// running (this middleware) and the route's handler, the last.
-func handlersAfter(c *gin.Context) bool {
+// running (this middleware) and the route's handler, the last, and
+// whether one of them is this middleware again.
+func handlersAfter(c *gin.Context) (between, cache bool) {
 	if chainKnown {
 		v := reflect.ValueOf(c).Elem()
-		return v.FieldByIndex(handlersField).Len()-int(v.FieldByIndex(indexField).Int()) > 2
+		chain, at := v.FieldByIndex(handlersField), int(v.FieldByIndex(indexField).Int())
+		for i := at + 1; i < chain.Len()-1; i++ {
+			between = true
+			if chain.Index(i).Pointer() == cacheCode {
+				return true, true
+			}
+		}
+		return between, false
 	}
-	// A gin of another layout: by name, this middleware's last.
+	// A gin of another layout: by name, from this middleware's last.
 	names := c.HandlerNames()
-	last := slices.Index(names, cacheName)
-	for i := len(names) - 1; i >= 0; i-- {
-		if names[i] == cacheName {
+	last := -1
+	for i, n := range names {
+		if n == cacheName {
+			if last >= 0 {
+				cache = true
+			}
 			last = i
-			break
 		}
 	}
-	return last >= 0 && len(names)-last > 2
+	return last >= 0 && len(names)-last > 2, cache
 }
 
 // gin.Context's handler chain and the index of the handler running in it,
@@ -178,11 +190,15 @@ var (
 	}()
 )
 
-// cacheName is the name gin gives this package's middleware
-// (Context.HandlerNames); set by init, as handlersAfter, which reads it, is
-// part of that middleware.
-var cacheName string
+// cacheCode and cacheName are the code pointer of this package's
+// middleware and the name gin gives it (Context.HandlerNames); set by
+// init, as handlersAfter, which reads them, is part of that middleware.
+var (
+	cacheCode uintptr
+	cacheName string
+)
 
 func init() {
-	cacheName = runtime.FuncForPC(reflect.ValueOf(middlewareFor(nil)).Pointer()).Name()
+	cacheCode = reflect.ValueOf(middlewareFor(nil)).Pointer()
+	cacheName = runtime.FuncForPC(cacheCode).Name()
 }
