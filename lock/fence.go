@@ -27,10 +27,17 @@ import (
 // quorum has it, so a later hold of the owner, granted by a quorum, reports
 // it too, whichever minority of masters is down. Two cases still differ: a
 // hold obtained while that first call is under way may report a number
-// from before the raise; and a master that ran a mint whose reply was lost
+// from before the raise; a master that ran a mint whose reply was lost
 // keeps its own number if it was larger, and a later hold granted by it
-// reports that larger number. When the second round reaches no quorum,
-// FenceContext returns an error (Fence 0), and a later call tries again.
+// reports that larger number; and a hold whose granting masters do not
+// agree, a quorum of them, on the owner's number and holds (a master that
+// lost its data, or one a Release missed, which keeps the owner's old
+// holds, while others are down) is taken as the owner's first: its
+// number is minted anew, larger than every number before, and Holds
+// reports the fewest holds a master counted. Were the number taken from
+// a master a Release missed, it could be lower than another owner's
+// since. When the second round reaches no quorum, FenceContext returns an
+// error (Fence 0), and a later call tries again.
 //
 // Fence returns 0 when it cannot mint a number: the lock was lost or
 // released before the first call, or Redis did not answer within
