@@ -16,6 +16,7 @@ package notify
 import (
 	"context"
 	"errors"
+	"net"
 	"sync"
 	"time"
 
@@ -64,8 +65,9 @@ func (h *Hub) Channel() string { return h.channel }
 
 // Subscribed reports, without blocking, whether Redis has confirmed the
 // subscription. Once true it stays true while the Hub is open: after a
-// reconnect go-redis subscribes again by itself, and messages sent in
-// between are lost, which waiters' fallback timers cover.
+// reconnect go-redis subscribes again by itself, a connection gone silent
+// is replaced (healthEvery), and messages sent in between are lost, which
+// waiters' fallback timers cover.
 func (h *Hub) Subscribed() bool {
 	select {
 	case <-h.ready:
@@ -137,17 +139,38 @@ func (h *Hub) Waiters(id string) int {
 	return len(h.waiters[id])
 }
 
+// healthEvery is how long the dispatcher waits for anything on its
+// connection before it asks Redis (PING); a second wait as long with no
+// answer makes it subscribe again on a new connection. A server that
+// froze, or a path that went silent without closing (a partition, a
+// cluster master left frozen after its replica took over), would
+// otherwise hold the subscription forever: no message, no error.
+var healthEvery = 3 * time.Second
+
 func (h *Hub) dispatch(ps *redis.PubSub, done chan struct{}) {
 	defer close(done)
 	backoff := time.Millisecond
+	pinged := false
 	for {
-		msg, err := ps.Receive(context.Background())
+		msg, err := ps.ReceiveTimeout(context.Background(), healthEvery)
 		if err != nil {
 			h.mu.Lock()
 			closed := h.closed
 			h.mu.Unlock()
 			if closed || errors.Is(err, redis.ErrClosed) {
 				return
+			}
+			if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
+				if !pinged {
+					pinged = true
+					_ = ps.Ping(context.Background()) // the next receive tells
+					continue
+				}
+				pinged = false
+				if ps = h.resubscribe(ps); ps == nil {
+					return
+				}
+				continue
 			}
 			if rerr := redis.Error(nil); errors.As(err, &rerr) && !h.Subscribed() {
 				// Redis answered the SUBSCRIBE with an error: no retry on
@@ -171,7 +194,7 @@ func (h *Hub) dispatch(ps *redis.PubSub, done chan struct{}) {
 			backoff = min(backoff*2, 500*time.Millisecond)
 			continue
 		}
-		backoff = time.Millisecond
+		backoff, pinged = time.Millisecond, false
 		switch m := msg.(type) {
 		case *redis.Subscription:
 			if m.Kind == "subscribe" && !h.Subscribed() {
@@ -188,6 +211,20 @@ func (h *Hub) dispatch(ps *redis.PubSub, done chan struct{}) {
 			h.mu.Unlock()
 		}
 	}
+}
+
+// resubscribe replaces old, whose connection stopped answering, with a new
+// subscription (for a cluster, on the node that serves the channel's slot
+// now), and returns it; nil once the Hub is closed.
+func (h *Hub) resubscribe(old *redis.PubSub) *redis.PubSub {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil
+	}
+	_ = old.Close()
+	h.ps = h.rdb.Subscribe(context.Background(), h.channel)
+	return h.ps
 }
 
 // Close stops the dispatcher and closes the Pub/Sub connection. Ready fails

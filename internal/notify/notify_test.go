@@ -114,3 +114,32 @@ func publishUntilWoken(t *testing.T, rdb redis.UniversalClient, channel, id stri
 		}
 	}
 }
+
+// TestResubscribesSilentConnection: a subscription whose connection goes
+// silent without closing (a frozen server, a partition, a cluster master
+// left frozen after its replica took over) is asked (PING), then given up
+// for a new one: the Hub dials again. Before, Receive waited on it with no
+// deadline, forever, and no fill message reached the Hub's waiters again
+// (they fell back on their polls) while it reported itself subscribed.
+// Once the path answers, a message reaches the waiter.
+func TestResubscribesSilentConnection(t *testing.T) {
+	defer func(d time.Duration) { healthEvery = d }(healthEvery)
+	healthEvery = 50 * time.Millisecond
+	srv := redistest.Shared(t)
+	p := redistest.NewProxy(t, srv.Addr)
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr})
+	defer rdb.Close()
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	h := New(rdb, NewChannel("test:silent:"))
+	defer h.Close()
+	if err := h.Ready(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	dialed := p.Dialed()
+	p.Stall()
+	redistest.Eventually(t, 10*time.Second, "a new subscription while the path is silent", func() bool { return p.Dialed() > dialed })
+	p.Resume()
+	w := make(chan struct{}, 1)
+	defer h.Register("x", w)()
+	publishUntilWoken(t, srv.Client(t), h.Channel(), "x", w)
+}
