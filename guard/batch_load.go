@@ -100,7 +100,7 @@ func (b *batch) degrade(idx []int) {
 			b.wg.Go(func() {
 				g.step(b.ctx, "batch joined a degraded load")
 				<-r.done
-				if privateOf(r.o.err) != nil {
+				if privateOf(r.o.err) != nil || r.settledVerdict() == fillRejected {
 					// Another caller's private answer: the key is this
 					// batch's to answer, as a Do's would be (Group.alone).
 					b.degrade([]int{i})
@@ -243,6 +243,11 @@ func (b *batch) flight(idx []int, fences []int64, slots []*runningLoad, useRedis
 	}
 	g.lmu.Unlock()
 	for _, r := range slots {
+		if useRedis {
+			// Filled below: the joiners that wait for a fill learn its
+			// verdict (runningLoad.settled).
+			r.settled = make(chan struct{})
+		}
 		close(r.done)
 	}
 	if h := g.opts.Hooks.BatchLoad; h != nil {
@@ -255,7 +260,10 @@ func (b *batch) flight(idx []int, fences []int64, slots []*runningLoad, useRedis
 		for j, i := range idx {
 			items[j] = fillItem{key: keys[j], nm: b.nms[i], f: g.fillFor(b.co, fences[j], outcome{v: vals[keys[j]], err: errs[j], d: d}, b.refresh)}
 		}
-		g.storeMany(b.ctx, items)
+		verdicts := g.storeMany(b.ctx, items)
+		for j, r := range slots {
+			r.settle(verdicts[j])
+		}
 		// The watchdog ran on until the fill: a batch's fill carries many
 		// values and can take a while.
 		stop()

@@ -320,9 +320,11 @@ type fillItem struct {
 // A lease whose fill failed is given back in one more pipeline, so that the
 // other nodes do not wait it out (the watchdog may have extended it to
 // LockTTL); should the fill have run after all, that finds the lease gone.
-func (g *Group) storeMany(ctx context.Context, items []fillItem) {
+// It returns each fill's verdict.
+func (g *Group) storeMany(ctx context.Context, items []fillItem) []fillVerdict {
+	verdicts := make([]fillVerdict, len(items))
 	if len(items) == 0 {
-		return
+		return verdicts
 	}
 	var unsettled []heldLease
 	calls := make([]lua.Call, len(items))
@@ -355,14 +357,18 @@ func (g *Group) storeMany(ctx context.Context, items []fillItem) {
 				unsettled = append(unsettled, heldLease{nm: items[i].nm, fence: f})
 			}
 			g.keepUnfilled(items[i].key, items[i].nm, items[i].f) // as store does, after Changed
+			if items[i].f.mode != fillNone {
+				verdicts[i] = fillUnknown
+			}
 			continue
 		}
 		it := items[i]
-		g.filled(it.key, it.nm, it.f, v, sent)
+		verdicts[i] = g.filled(it.key, it.nm, it.f, v, sent)
 	}
 	g.settle("fill", failed)
 	if breaker.Refused(failed) {
 		g.br.Trip() // see fillRefused
 	}
 	g.releaseLeases(ctx, unsettled)
+	return verdicts
 }

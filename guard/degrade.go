@@ -71,8 +71,8 @@ func (g *Group) alone(ctx context.Context, c *call) (Result, error) {
 			if res, err, ok := g.fromReserve(detached, c); ok {
 				return degradedOutcome{res: res, owner: c}, err
 			}
-			o, own := g.callLoaderKeep(detached, c.key, c.load, true, nil, func(o *outcome) {
-				if !g.keepDegraded(c, *o) {
+			o, own := g.callLoaderKeep(detached, c.key, c.load, true, nil, func(o outcome) {
+				if !g.keepDegraded(c, o) {
 					g.markDegraded(c.key, c.nm.entry, o.err)
 				}
 			})

@@ -137,7 +137,7 @@ func (f fillSpec) freshWindow() time.Duration {
 // store runs guard_fill.lua: store (subject to the fence), settle the lease,
 // wake the waiters. Failures are reported through hooks; the callers have
 // their value either way.
-func (g *Group) store(ctx context.Context, key string, nm names, f fillSpec) (rejected bool) {
+func (g *Group) store(ctx context.Context, key string, nm names, f fillSpec) fillVerdict {
 	fresh := f.fresh
 	if f.mode == fillNone {
 		fresh = time.Millisecond // windows are not used, but must be valid
@@ -169,12 +169,26 @@ func (g *Group) store(ctx context.Context, key string, nm names, f fillSpec) (re
 		g.fillRefused(err, nm, f.fence)
 		changed()
 		g.keepUnfilled(key, nm, f)
-		return false
+		if f.mode == fillNone {
+			return fillLanded
+		}
+		return fillUnknown
 	}
 	defer changed()
 	g.br.Success()
 	return g.filled(key, nm, f, reply, sent)
 }
+
+// fillVerdict is what became of a fill: it landed (or wrote nothing, by
+// design), a newer value or an Invalidate beat it, or its outcome is
+// unknown (Redis failed, or did not answer in time).
+type fillVerdict int
+
+const (
+	fillLanded fillVerdict = iota
+	fillRejected
+	fillUnknown
+)
 
 // fillRefused acts on a fill Redis refused to this user (an ACL without a
 // command the fill script runs, while the reads pass): the fill can never
@@ -230,11 +244,10 @@ func (g *Group) keepReserve(key, name string, v []byte, now time.Time, fresh, st
 
 // filled acts on a reply of guard_fill.lua for fill f of key, sent at
 // local time sent: the clock sample, the hint of a value stored, the
-// rejection or foreign values reported. It reports a rejection: a newer
-// value or an Invalidate beat the fill.
-func (g *Group) filled(key string, nm names, f fillSpec, reply []any, sent int64) (rejected bool) {
+// rejection or foreign values reported. It returns the fill's verdict.
+func (g *Group) filled(key string, nm names, f fillSpec, reply []any, sent int64) (v fillVerdict) {
 	if len(reply) != 4 {
-		return false
+		return fillUnknown
 	}
 	written, _ := reply[0].(int64)
 	now, _ := reply[1].(int64)
@@ -242,7 +255,7 @@ func (g *Group) filled(key string, nm names, f fillSpec, reply []any, sent int64
 	g.clk.observe(now, sent)
 	switch {
 	case f.mode != fillNone && written == 0:
-		rejected = true
+		v = fillRejected
 		if h := g.opts.Hooks.FillRejected; h != nil {
 			h(key)
 		}
@@ -252,7 +265,7 @@ func (g *Group) filled(key string, nm names, f fillSpec, reply []any, sent int64
 	case written == 1 && (f.flags == flagValue || f.flags == flagRevalidate):
 		g.hint(key, nm, now+ms(f.fresh))
 	}
-	return rejected
+	return v
 }
 
 // private sets f for a load that answered Private or Pass (pe).

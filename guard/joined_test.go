@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/stampede-go/stampede/internal/redistest"
 )
 
@@ -306,17 +308,19 @@ func TestBatchJoinedPrivateReadsAgain(t *testing.T) {
 // the change returned, so it gets the change's outcome. The load's own
 // caller, which began before the change, may still get it. Before, a
 // joiner took the value of any load that had not ended when it began: the
-// value Invalidate removed, as Shared. Both ways a call joins a running
+// value Invalidate removed, as Shared. Every way a call joins a running
 // load of its node, with and without the in-process tier: a read flight's
-// load (A refills the key, or nobody does and the joiner loads), and a
-// background refresh's, which a call waiting on another node's lease (A's
-// refill) joins.
+// load (A refills the key, or nobody does and the joiner loads); a
+// background refresh's, by Do or by GetMany, which a call waiting on
+// another node's lease (A's refill) joins; and a refresh an oversize
+// marker's call joins, whose value would be kept as the marker's copy.
 func TestJoinedLoadFencedOut(t *testing.T) {
 	type row struct {
 		path   string
 		refill bool
 	}
-	for _, r := range []row{{"read flight", true}, {"read flight", false}, {"refresh", true}} {
+	rows := []row{{"read flight", true}, {"read flight", false}, {"refresh", true}, {"batch refresh", true}, {"oversize", true}}
+	for _, r := range rows {
 		for _, tierOn := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/refill=%v/tier=%v", r.path, r.refill, tierOn), func(t *testing.T) {
 				rdb := redistest.Shared(t).Client(t)
@@ -324,17 +328,23 @@ func TestJoinedLoadFencedOut(t *testing.T) {
 				if !tierOn {
 					o.LocalEntries = Disabled
 				}
+				value := func(v string) string { return v }
+				if r.path == "oversize" {
+					o.MaxValueBytes = 16
+					value = func(v string) string { return v + "-0123456789abcdefghij" }
+				}
+				var joined, waits, slotJoins, rejected atomic.Int64
+				o.Hooks.FillRejected = func(string) { rejected.Add(1) }
 				a := newGroup(t, rdb, o)
 				b := newGroup(t, otherClient(t, rdb), o)
 				key := "k"
-				var joined, waits, released atomic.Int64
 				b.testJoined = func(string) { joined.Add(1) }
 				b.testStep = func(_ context.Context, s string) {
 					switch s {
 					case "joined load":
 						waits.Add(1)
-					case "load released":
-						released.Add(1)
+					case "load slot joined":
+						slotJoins.Add(1)
 					}
 				}
 				held := func(v string) (LoadFunc, chan struct{}, chan struct{}) {
@@ -342,7 +352,7 @@ func TestJoinedLoadFencedOut(t *testing.T) {
 					return func(context.Context) ([]byte, error) {
 						close(started)
 						<-gate
-						return []byte(v), nil
+						return []byte(value(v)), nil
 					}, started, gate
 				}
 				get := func(g *Group, load LoadFunc) <-chan string {
@@ -358,55 +368,129 @@ func TestJoinedLoadFencedOut(t *testing.T) {
 				}
 				old, started, gate := held("old")
 				var first <-chan string
-				if r.path == "refresh" {
+				switch r.path {
+				case "read flight":
+					first = get(b, old)
+				case "batch refresh":
+					putEntry(t, rdb, b, key, "stale", -1000, 60_000, 1)
+					m, err := b.GetMany(ctxT(t), []string{key}, func(ctx context.Context, keys []string) (map[string][]byte, error) {
+						v, err := old(ctx)
+						return map[string][]byte{key: v}, err
+					})
+					if err != nil || string(m[key]) != "stale" {
+						t.Fatalf("the stale batch: %q %v", m[key], err)
+					}
+				default:
 					putEntry(t, rdb, b, key, "stale", -1000, 60_000, 1)
 					if v, err := b.Get(ctxT(t), key, old); err != nil || string(v) != "stale" {
 						t.Fatalf("the stale call: %q %v", v, err)
 					}
+				}
+				if first == nil {
 					stale := make(chan string, 1)
 					stale <- "stale"
 					first = stale
-				} else {
-					first = get(b, old)
 				}
 				<-started // B loads old
 				if err := a.Invalidate(ctxT(t), key); err != nil {
 					t.Fatal(err)
 				}
-				want, gateA := "mine", make(chan struct{})
+				want, gateA := value("mine"), make(chan struct{})
 				switch {
-				case r.path == "refresh":
+				case r.path == "refresh" || r.path == "batch refresh":
 					// A takes the lease and loads new, held: B's call
 					// waits for its fill, joining B's refresh meanwhile.
 					loadA, startedA, gA := held("new")
 					refilled := get(a, loadA)
 					<-startedA
-					gateA, want = gA, "new"
+					gateA, want = gA, value("new")
 					defer func() { <-refilled }()
 				case r.refill:
-					if v, err := a.Get(ctxT(t), key, func(context.Context) ([]byte, error) { return []byte("new"), nil }); err != nil || string(v) != "new" {
+					// A's refill returns (an oversize one: a marker B reads).
+					if v, err := a.Get(ctxT(t), key, func(context.Context) ([]byte, error) { return []byte(value("new")), nil }); err != nil || string(v) != value("new") {
 						t.Fatalf("A's refill: %q %v", v, err)
 					}
-					want = "new"
+					want = value("new")
+					if r.path == "oversize" {
+						want = value("mine") // B loads its own copy of the marker
+					}
 				}
-				second := get(b, func(context.Context) ([]byte, error) { return []byte("mine"), nil })
-				if r.path == "refresh" {
+				second := get(b, func(context.Context) ([]byte, error) { return []byte(value("mine")), nil })
+				switch r.path {
+				case "refresh", "batch refresh":
 					redistest.Eventually(t, 10*time.Second, "the call to join B's refresh", func() bool { return waits.Load() == 1 })
-				} else {
+				case "oversize":
+					redistest.Eventually(t, 10*time.Second, "the call to join B's refresh", func() bool { return slotJoins.Load() == 1 })
+				default:
 					redistest.Eventually(t, 10*time.Second, "the call to join B's read flight", func() bool { return joined.Load() == 2 })
 				}
 				close(gate) // B's load ends; its fill is fenced out
-				if r.path == "refresh" {
-					redistest.Eventually(t, 10*time.Second, "B's refresh to end", func() bool { return released.Load() == 1 })
+				if r.path == "refresh" || r.path == "batch refresh" {
+					redistest.Eventually(t, 10*time.Second, "B's fill to be rejected", func() bool { return rejected.Load() == 1 })
 				}
 				close(gateA)
-				if v := <-first; v != "old" && v != "stale" {
+				if v := <-first; v != value("old") && v != "stale" {
 					t.Errorf("the load's own caller got %q", v)
 				}
 				if got := <-second; got != want {
 					t.Errorf("a call that began after the Invalidate returned got %q, want %q", got, want)
 				}
+				if r.path == "oversize" {
+					if v, err := b.Get(ctxT(t), key, nil2Loader(t)); err != nil || string(v) != value("mine") {
+						t.Errorf("the next call: %q %v, want B's copy %q", v, err, value("mine"))
+					}
+				}
 			})
 		}
 	}
+}
+
+// TestDegradedJoinerTakesLoadAtItsEnd: a call that joins a load of its
+// node with Redis unavailable (the breaker open) takes its value when the
+// load ends, without waiting for the load's fill, which a stalled Redis
+// holds for RedisTimeout: the wait for a fill's verdict is for calls that
+// read Redis (TestJoinedLoadFencedOut). Under an earlier mend of that
+// test's fault the load's slot spanned its fill, and such a call waited
+// the whole RedisTimeout after the load ended.
+func TestDegradedJoinerTakesLoadAtItsEnd(t *testing.T) {
+	srv := redistest.Start(t)
+	p := redistest.NewProxy(t, srv.Addr)
+	const redisTimeout = 2 * time.Second
+	b := newGroup(t, redis.NewClient(&redis.Options{Addr: p.Addr, ContextTimeoutEnabled: true}),
+		Options{Namespace: redistest.Key(t) + ":", FreshFor: time.Hour, RedisTimeout: redisTimeout, BreakerFailures: 1, BreakerCooldown: time.Minute})
+	var slotJoins atomic.Int64
+	b.testStep = func(_ context.Context, s string) {
+		if s == "load slot joined" {
+			slotJoins.Add(1)
+		}
+	}
+	started, gate := make(chan struct{}), make(chan struct{})
+	first := make(chan Result, 1)
+	go func() {
+		r, _ := b.Do(ctxT(t), "k", func(context.Context) ([]byte, error) { close(started); <-gate; return []byte("v1"), nil })
+		first <- r
+	}()
+	<-started
+	p.Stall()
+	defer p.Resume()
+	if _, err := b.Do(ctxT(t), "other", func(context.Context) ([]byte, error) { return []byte("o"), nil }); err != nil {
+		t.Fatal(err)
+	}
+	if !b.br.Open() {
+		t.Fatal("the breaker is not open")
+	}
+	second := make(chan Result, 1)
+	go func() {
+		r, _ := b.Do(ctxT(t), "k", func(context.Context) ([]byte, error) { return []byte("mine"), nil })
+		second <- r
+	}()
+	redistest.Eventually(t, 10*time.Second, "the degraded call to join the load", func() bool { return slotJoins.Load() == 1 })
+	ended := time.Now()
+	close(gate)
+	r := <-second
+	if took := time.Since(ended); string(r.Value) != "v1" || r.Status != Degraded || took >= redisTimeout/2 {
+		t.Errorf("the joiner got %q %v %v after the load ended; want v1, Degraded, well before the fill's RedisTimeout (%v)", r.Value, r.Status, took, redisTimeout)
+	}
+	p.Resume()
+	<-first
 }

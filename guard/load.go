@@ -19,26 +19,26 @@ import (
 // a stale value exists and keeps being served if the load fails. prev is
 // the entry the load replaces (Previous), or nil.
 func (g *Group) loadAndFill(ctx context.Context, c *call, fence int64, refresh bool, prev *entry.Entry) (Result, error) {
-	var f fillSpec
-	// Filled before the key's load slot is released, so that the calls
-	// of this process that joined the load learn whether its fill landed.
-	o := g.loadLeased(ctx, c.key, c.nm, c.load, fence, prev, func(o *outcome) {
-		f = g.fillFor(c.co, fence, *o, refresh)
-		if c.backup {
-			f.backup = "b"
-		}
-		g.step(ctx, "fill")
-		if g.store(ctx, c.key, c.nm, f) {
-			// A change (an Invalidate, a newer fill) beat this fill: it
-			// may have returned before a call that joined this load
-			// began, so no joiner takes the value; each reads again
-			// (outcome.takes, joinedFits).
-			o.end = fencedOut
-		}
-		g.step(ctx, "filled")
-	})
+	o, slot := g.loadLeased(ctx, c.key, c.nm, c.load, fence, prev)
+	fenced := fillUnknown
+	defer func() { slot.settle(fenced) }() // however this ends: the joiners wait
 	c.loaded = o.end
 	v, err := o.v, o.err
+	f := g.fillFor(c.co, fence, o, refresh)
+	if c.backup {
+		f.backup = "b"
+	}
+	g.step(ctx, "fill")
+	fenced = g.store(ctx, c.key, c.nm, f)
+	if fenced != fillLanded {
+		// A change (an Invalidate, a newer fill) beat this fill, or its
+		// outcome is unknown: the change may have returned before a call
+		// that joined this load began, so no such call takes the value;
+		// each reads again (joinedFits, runningLoad.settle).
+		c.loaded = fencedOut
+	}
+	slot.settle(fenced)
+	g.step(ctx, "filled")
 	if f.keepLease > 0 {
 		// Reported once the lease is held for the back-off, so whoever
 		// watches the hook sees the state it describes.
@@ -53,22 +53,13 @@ func (g *Group) loadAndFill(ctx context.Context, c *call, fence int64, refresh b
 }
 
 // loadLeased calls load while a watchdog keeps the lease fence alive
-// (fence 0: no lease), then settle with its outcome (the fill, which may
-// mark it fenced out) before the key's load slot is released. The
-// watchdog stops however the load ends, before settle.
-func (g *Group) loadLeased(ctx context.Context, key string, nm names, load LoadFunc, fence int64, prev *entry.Entry, settle func(*outcome)) outcome {
-	stop, stopped := g.watchLeases([]heldLease{{nm, fence}}, time.Now()), false
-	defer func() {
-		if !stopped {
-			stop()
-		}
-	}()
-	o, _ := g.callLoaderKeep(ctx, key, load, false, prev, func(o *outcome) {
-		stop()
-		stopped = true
-		settle(o)
-	})
-	return o
+// (fence 0: no lease). The watchdog stops however the load ends. It
+// returns the load's slot, which the caller settles once the fill
+// answered.
+func (g *Group) loadLeased(ctx context.Context, key string, nm names, load LoadFunc, fence int64, prev *entry.Entry) (outcome, *runningLoad) {
+	defer g.watchLeases([]heldLease{{nm, fence}}, time.Now())()
+	o, _, slot := g.callLoaderSlot(ctx, key, load, noJoin, prev, nil, true)
+	return o, slot
 }
 
 // loadOnce returns load made to run at most once: later calls get the
@@ -98,8 +89,9 @@ func (g *Group) jittered(d time.Duration) time.Duration {
 	return d - time.Duration(rand.Float64()*g.opts.Jitter*float64(d))
 }
 
-// fencedOut is the end a load whose fill a change beat is given for its
-// joiners (call.loaded): before any call began, so none takes its value.
+// fencedOut is the end a load whose fill a change beat (or whose fill's
+// outcome is unknown) is given for its joiners (call.loaded): before any
+// call began, so none takes its value.
 var fencedOut = time.Unix(0, 1)
 
 // outcome is how one loader call ended.
@@ -135,29 +127,116 @@ type revalidation struct {
 type runningLoad struct {
 	done chan struct{}
 	o    outcome
+	// settled, for a load whose value is filled to Redis, is closed once
+	// the fill answered, with fenced set before: whether a change beat
+	// the fill (fillRejected) or its outcome is unknown (fillUnknown). A
+	// call that began after such a change returned must not take the
+	// value, and a joiner cannot tell when it began against the change:
+	// the joiners of a fenced-out load read again. nil: nothing to wait.
+	settled chan struct{}
+	fenced  fillVerdict
+	once    sync.Once
 }
+
+// settle records the verdict of r's fill and releases the joiners that
+// wait for it; the first call decides. A nil r is a no-op.
+func (r *runningLoad) settle(v fillVerdict) {
+	if r == nil || r.settled == nil {
+		return
+	}
+	r.once.Do(func() {
+		r.fenced = v
+		close(r.settled)
+	})
+}
+
+// verdict returns the verdict of r's fill, once done is closed: waiting
+// for it up to d, fillUnknown past that; fillLanded at once when r's
+// value is not filled (settled nil).
+func (r *runningLoad) verdict(d time.Duration) fillVerdict {
+	if r.settled == nil {
+		return fillLanded
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-r.settled:
+		return r.fenced
+	case <-t.C:
+		return fillUnknown
+	}
+}
+
+// settledVerdict returns the verdict of r's fill if it answered already,
+// else fillLanded: for a caller that joins a load only for its value (Redis
+// unavailable), which does not wait for a fill that is failing, and takes
+// the value unless a change is known to have beaten it.
+func (r *runningLoad) settledVerdict() fillVerdict {
+	if r.settled == nil {
+		return fillLanded
+	}
+	select {
+	case <-r.settled:
+		return r.fenced
+	default:
+		return fillLanded
+	}
+}
+
+// joinMode is how callLoaderSlot treats a load of the key already running
+// in this process.
+type joinMode int
+
+const (
+	// noJoin: wait for it to end, then load anew: the value will be
+	// stored under a lease just won, and one whose load began before the
+	// lease was taken could be older than a fill that landed meanwhile.
+	noJoin joinMode = iota
+	// joinValue: take its outcome, unless its fill is known to have been
+	// beaten by a change (Redis unavailable: a fill failing is no reason
+	// to wait, nor to load again).
+	joinValue
+	// joinSettled: take its outcome once its fill answered, unless it was
+	// beaten or its outcome is unknown (a value kept for a marker read in
+	// Redis: it must not be older than what the marker stands for).
+	joinSettled
+)
 
 // callLoader runs load detached from every caller, bounded by LoadTimeout,
 // turning a panic into *PanicError. At most one load of a key runs in this
 // process at a time, whichever path asked for it (a miss, a background
 // refresh, Redis being unavailable). With join set, the caller only needs a
-// value and takes the result of a load of key already running. Without it,
-// the result will be stored under a lease just won: the caller waits for a
-// running load to end and then loads anew, because a value whose load began
-// before the lease was taken must not be stored under the lease's fence (it
-// could be older than a fill that landed meanwhile).
+// value and takes the result of a load of key already running (joinValue).
+// Without it, the result will be stored under a lease just won: the caller
+// waits for a running load to end and then loads anew (noJoin).
 //
 // own is false when the outcome is that of a load another caller started.
 func (g *Group) callLoader(ctx context.Context, key string, load LoadFunc, join bool, prev *entry.Entry) (o outcome, own bool) {
-	return g.callLoaderKeep(ctx, key, load, join, prev, nil)
+	mode := noJoin
+	if join {
+		mode = joinValue
+	}
+	o, own, _ = g.callLoaderSlot(ctx, key, load, mode, prev, nil, false)
+	return o, own
 }
 
 // callLoaderKeep is callLoader; keep, when set, is given an own load's
 // outcome before the key's slot is released, so that what it keeps (in
-// the reserve, in Redis) is there for whoever finds the key no longer
-// loading, and what it marks on the outcome (fencedOut) reaches the
-// load's joiners.
-func (g *Group) callLoaderKeep(ctx context.Context, key string, load LoadFunc, join bool, prev *entry.Entry, keep func(*outcome)) (o outcome, own bool) {
+// the reserve) is there for whoever finds the key no longer loading.
+func (g *Group) callLoaderKeep(ctx context.Context, key string, load LoadFunc, join bool, prev *entry.Entry, keep func(outcome)) (o outcome, own bool) {
+	mode := noJoin
+	if join {
+		mode = joinValue
+	}
+	o, own, _ = g.callLoaderSlot(ctx, key, load, mode, prev, keep, false)
+	return o, own
+}
+
+// callLoaderSlot is callLoaderKeep with the join mode; with fills set, an
+// own load's slot is returned for the caller to settle once its fill
+// answered (runningLoad.settle: the joiners that wait for it are bounded
+// by the fill's own timeout).
+func (g *Group) callLoaderSlot(ctx context.Context, key string, load LoadFunc, mode joinMode, prev *entry.Entry, keep func(outcome), fills bool) (o outcome, own bool, slot *runningLoad) {
 	g.lmu.Lock()
 	for {
 		r := g.loads[key]
@@ -165,9 +244,17 @@ func (g *Group) callLoaderKeep(ctx context.Context, key string, load LoadFunc, j
 			break
 		}
 		g.lmu.Unlock()
+		g.step(ctx, "load slot joined")
 		<-r.done // bounded by that load's LoadTimeout
-		if join {
-			return r.o, false
+		switch mode {
+		case joinValue:
+			if r.settledVerdict() != fillRejected {
+				return r.o, false, nil
+			}
+		case joinSettled:
+			if r.verdict(g.redisTimeout()) == fillLanded {
+				return r.o, false, nil
+			}
 		}
 		g.lmu.Lock()
 	}
@@ -175,6 +262,9 @@ func (g *Group) callLoaderKeep(ctx context.Context, key string, load LoadFunc, j
 		g.loads = map[string]*runningLoad{}
 	}
 	r := &runningLoad{done: make(chan struct{}), o: outcome{err: errLoadAbandoned}}
+	if fills {
+		r.settled = make(chan struct{})
+	}
 	g.loads[key] = r
 	g.lmu.Unlock()
 	defer func() {
@@ -187,11 +277,11 @@ func (g *Group) callLoaderKeep(ctx context.Context, key string, load LoadFunc, j
 		g.step(ctx, "load released")
 	}()
 	o = g.runLoader(ctx, key, load, prev)
-	if keep != nil {
-		keep(&o)
-	}
 	r.o = o
-	return o, true
+	if keep != nil {
+		keep(o)
+	}
+	return o, true, r
 }
 
 // runLoader calls load once; see callLoader. load runs on a goroutine of

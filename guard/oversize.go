@@ -94,7 +94,10 @@ func (g *Group) loadOversize(ctx context.Context, key string, load LoadFunc, e e
 			res.Value, res.Status = cp.v, Shared
 			return missOutcome{res: res, claimed: new(atomic.Bool)}, cp.err
 		}
-		o, _ := g.callLoader(detached, key, load, true, nil)
+		// A load running here is taken once its fill landed: the value
+		// of one a change beat (a refresh an Invalidate fenced out) is
+		// older than the marker read, and would be kept as its copy.
+		o, _, _ := g.callLoaderSlot(detached, key, load, joinSettled, nil, nil, false)
 		cp := overCopy{v: o.v, err: o.err, written: e.Written, until: e.StaleUntil}
 		if o.err != nil {
 			cp.v, cp.until = nil, min(now+ms(g.opts.ErrorBackoff), e.StaleUntil)

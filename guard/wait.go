@@ -55,6 +55,7 @@ type waitDriver interface {
 type joinedLoad struct {
 	w *waiter
 	r *runningLoad
+	v fillVerdict // of r's fill: a value whose fill did not land is not taken
 }
 
 // waitLoop is one wait: its keys, and the loads of this process they
@@ -209,7 +210,10 @@ func (l *waitLoop) join() {
 			l.joins++
 			go func() {
 				<-r.done // bounded by that load's LoadTimeout
-				l.joined <- joinedLoad{w, r}
+				// Then its fill, bounded by the fill's own timeout: a
+				// wait for a fill takes the value of a load whose fill
+				// landed only (runningLoad.settled).
+				l.joined <- joinedLoad{w, r, r.verdict(2 * l.g.redisTimeout())}
 			}()
 		} else if w.joinable {
 			w.holder = time.Millisecond
@@ -226,7 +230,7 @@ func (l *waitLoop) take(j joinedLoad) {
 		return
 	}
 	w.joined = false
-	if !l.d.joined(w, j.r.o) {
+	if j.v != fillLanded || !l.d.joined(w, j.r.o) {
 		w.force = true
 		return
 	}
