@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -493,4 +495,127 @@ func TestDegradedJoinerTakesLoadAtItsEnd(t *testing.T) {
 	}
 	p.Resume()
 	<-first
+}
+
+// failOnce fails, with a connection error, the next command (or pipeline)
+// sent after arm: a fill that Redis never saw, its outcome unknown to the
+// Group.
+type failOnce struct{ armed atomic.Bool }
+
+func (h *failOnce) arm() { h.armed.Store(true) }
+
+func (h *failOnce) fail() error {
+	if h.armed.CompareAndSwap(true, false) {
+		return &net.OpError{Op: "read", Net: "tcp", Err: errors.New("injected failure")}
+	}
+	return nil
+}
+
+func (h *failOnce) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *failOnce) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if err := h.fail(); err != nil {
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *failOnce) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if err := h.fail(); err != nil {
+			for _, c := range cmds {
+				c.SetErr(err)
+			}
+			return err
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestFailedFillSharedOnce: a load whose fill fails (Redis did not answer:
+// no sign of a change) is shared with the calls of its process that joined
+// it, through its read flight or through a wait for its fill, as before:
+// one load. Under an earlier mend of TestJoinedLoadFencedOut's fault, a
+// fill of unknown outcome counted as fenced out: every joiner read again,
+// and the origin got a second load per node (the joiners 1 s late) at
+// each fill that failed.
+func TestFailedFillSharedOnce(t *testing.T) {
+	for _, path := range []string{"read flight", "wait"} {
+		t.Run(path, func(t *testing.T) {
+			srv := redistest.Start(t)
+			rdb := srv.Client(t)
+			h := &failOnce{}
+			rdb.AddHook(h)
+			g := newGroup(t, rdb, Options{RedisTimeout: 300 * time.Millisecond, FreshFor: time.Minute, WaitTimeout: 2 * time.Second})
+			var joined, waits, fills atomic.Int64
+			g.testJoined = func(string) { joined.Add(1) }
+			g.testStep = func(_ context.Context, s string) {
+				switch s {
+				case "fill":
+					if fills.Add(1) == 1 {
+						h.arm() // the first fill fails
+					}
+				case "joined load":
+					waits.Add(1)
+				}
+			}
+			var calls atomic.Int64
+			started, gate := make(chan struct{}), make(chan struct{})
+			load := func(context.Context) ([]byte, error) {
+				if calls.Add(1) == 1 {
+					close(started)
+					<-gate
+				}
+				return []byte("v"), nil
+			}
+			const n = 8
+			got := make(chan string, n)
+			call := func() {
+				v, err := g.Get(ctxT(t), "k", load)
+				if err != nil {
+					t.Error(err)
+				}
+				got <- string(v)
+			}
+			var wg sync.WaitGroup
+			wg.Go(call)
+			<-started
+			callers := n
+			if path == "wait" {
+				// A batch of the key waits for the fill and joins the load.
+				callers = 2
+				wg.Go(func() {
+					m, err := g.GetMany(ctxT(t), []string{"k"}, func(_ context.Context, keys []string) (map[string][]byte, error) {
+						calls.Add(1)
+						return map[string][]byte{"k": []byte("batch")}, nil
+					})
+					if err != nil {
+						t.Error(err)
+					}
+					got <- string(m["k"])
+				})
+				redistest.Eventually(t, 10*time.Second, "the batch to join the load", func() bool { return waits.Load() == 1 })
+			} else {
+				for range n - 1 {
+					wg.Go(call)
+				}
+				redistest.Eventually(t, 10*time.Second, "the calls to join the read flight", func() bool { return joined.Load() == n })
+			}
+			close(gate)
+			wg.Wait()
+			close(got)
+			for v := range got {
+				if v != "v" {
+					t.Errorf("a caller got %q, want the shared v", v)
+				}
+				callers--
+			}
+			if calls.Load() != 1 || callers != 0 {
+				t.Errorf("%d loader calls, %d callers unanswered; want 1 load for all", calls.Load(), callers)
+			}
+		})
+	}
 }

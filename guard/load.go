@@ -30,11 +30,14 @@ func (g *Group) loadAndFill(ctx context.Context, c *call, fence int64, refresh b
 	}
 	g.step(ctx, "fill")
 	fenced = g.store(ctx, c.key, c.nm, f)
-	if fenced != fillLanded {
-		// A change (an Invalidate, a newer fill) beat this fill, or its
-		// outcome is unknown: the change may have returned before a call
-		// that joined this load began, so no such call takes the value;
-		// each reads again (joinedFits, runningLoad.settle).
+	if fenced == fillRejected {
+		// A change (an Invalidate, a newer fill) beat this fill: it may
+		// have returned before a call that joined this load began, so no
+		// such call takes the value; each reads again (joinedFits,
+		// runningLoad.settle). A fill whose outcome is unknown (Redis
+		// failed) is taken: reading again would cost the origin a load
+		// per node at each failing fill, and Redis failing is no sign of
+		// a change.
 		c.loaded = fencedOut
 	}
 	slot.settle(fenced)
@@ -132,7 +135,9 @@ type runningLoad struct {
 	// the fill (fillRejected) or its outcome is unknown (fillUnknown). A
 	// call that began after such a change returned must not take the
 	// value, and a joiner cannot tell when it began against the change:
-	// the joiners of a fenced-out load read again. nil: nothing to wait.
+	// the joiners of a rejected load read again (those that keep the
+	// value, joinSettled, also when the outcome is unknown). nil: nothing
+	// to wait.
 	settled chan struct{}
 	fenced  fillVerdict
 	once    sync.Once

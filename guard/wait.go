@@ -210,9 +210,9 @@ func (l *waitLoop) join() {
 			l.joins++
 			go func() {
 				<-r.done // bounded by that load's LoadTimeout
-				// Then its fill, bounded by the fill's own timeout: a
-				// wait for a fill takes the value of a load whose fill
-				// landed only (runningLoad.settled).
+				// Then its fill's verdict, bounded by the fill's own
+				// timeout: a wait for a fill does not take the value of a
+				// load a change beat (runningLoad.settled).
 				l.joined <- joinedLoad{w, r, r.verdict(2 * l.g.redisTimeout())}
 			}()
 		} else if w.joinable {
@@ -230,7 +230,7 @@ func (l *waitLoop) take(j joinedLoad) {
 		return
 	}
 	w.joined = false
-	if j.v != fillLanded || !l.d.joined(w, j.r.o) {
+	if j.v == fillRejected || !l.d.joined(w, j.r.o) {
 		w.force = true
 		return
 	}
