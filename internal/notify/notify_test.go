@@ -117,7 +117,7 @@ func publishUntilWoken(t *testing.T, rdb redis.UniversalClient, channel, id stri
 
 // TestResubscribesSilentConnection: a subscription whose connection goes
 // silent without closing (a frozen server, a partition, a cluster master
-// left frozen after its replica took over) is asked (PING), then given up
+// left frozen after its replica took over) is asked (SUBSCRIBE again), then given up
 // for a new one: the Hub dials again. Before, Receive waited on it with no
 // deadline, forever, and no fill message reached the Hub's waiters again
 // (they fell back on their polls) while it reported itself subscribed.
