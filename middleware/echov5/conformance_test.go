@@ -46,6 +46,15 @@ func TestPoisoningCluster(t *testing.T) { conformance.PoisoningCluster(t, adapte
 // middleware/internal/conformance) on generated cases.
 func TestTransparency(t *testing.T) { conformance.Transparency(t, adapter) }
 
+// FuzzTransparency runs the transparency property on cases chosen by fuzz
+// input; its seeds are cases the generator found (ci_seed_103_then_304:
+// echo sends a 103 it was given as the final status and drops the 304
+// that follows, and the oracle judged that answer by the ending of the
+// handler's other branch).
+func FuzzTransparency(f *testing.F) {
+	f.Fuzz(func(t *testing.T, data []byte) { conformance.TransparencyCase(t, adapter, data) })
+}
+
 // TestMisuse holds the adapter to the one rule for programmer errors
 // (package middleware/internal/conformance).
 func TestMisuse(t *testing.T) { conformance.Misuse(t, adapter, "guardecho") }
