@@ -92,9 +92,9 @@ func (g *Group) jittered(d time.Duration) time.Duration {
 	return d - time.Duration(rand.Float64()*g.opts.Jitter*float64(d))
 }
 
-// fencedOut is the end a load whose fill a change beat (or whose fill's
-// outcome is unknown) is given for its joiners (call.loaded): before any
-// call began, so none takes its value.
+// fencedOut is the end a load whose fill a change beat (fillRejected) is
+// given for its joiners (call.loaded): before any call began, so none
+// takes its value. A fill of unknown outcome is still shared.
 var fencedOut = time.Unix(0, 1)
 
 // outcome is how one loader call ended.
@@ -217,12 +217,7 @@ const (
 //
 // own is false when the outcome is that of a load another caller started.
 func (g *Group) callLoader(ctx context.Context, key string, load LoadFunc, join bool, prev *entry.Entry) (o outcome, own bool) {
-	mode := noJoin
-	if join {
-		mode = joinValue
-	}
-	o, own, _ = g.callLoaderSlot(ctx, key, load, mode, prev, nil, false)
-	return o, own
+	return g.callLoaderKeep(ctx, key, load, join, prev, nil)
 }
 
 // callLoaderKeep is callLoader; keep, when set, is given an own load's

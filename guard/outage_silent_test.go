@@ -323,15 +323,24 @@ func testReserveKeptWhileTierReturns(t *testing.T, byACL bool) {
 	}
 	// Redis stops answering (a stalled path): every call fails, by its
 	// timeout (a cut's resets are retried, and may all succeed).
+	// The stall lasts 300 ms and until a call has failed in it: on a
+	// starved machine (a clean-clone CI run, packages side by side under
+	// the race detector), the callers may not have run in its first
+	// 300 ms, and the test then looked at no stall at all.
 	p.Stall()
-	for stop := time.Now().Add(300 * time.Millisecond); time.Now().Before(stop); {
+	stalled := time.Now()
+	failed := func() bool {
+		quiet, ok := n.br.QuietFor()
+		return !ok || quiet < time.Since(stalled)
+	}
+	for stop := stalled.Add(300 * time.Millisecond); time.Now().Before(stop) || !failed(); {
+		if time.Since(stalled) > 10*time.Second {
+			t.Fatal("no call failed in 10 s of Redis stalled: the condition under test does not hold")
+		}
 		time.Sleep(10 * time.Millisecond) // the fault's own pace
 	}
 	p.Resume()
 	stopCallers()
-	if quiet, ok := n.br.QuietFor(); ok && quiet > time.Second {
-		t.Fatal("no call failed while Redis stalled: the condition under test does not hold")
-	}
 	if got := loads.Load(); got != 0 {
 		t.Errorf("%d loads when Redis stalled before the tier was back, of %d keys the node held fresh; want 0", got, keys)
 	}
