@@ -259,6 +259,7 @@ func (b *batch) flight(idx []int, fences []int64, slots []*runningLoad, useRedis
 		items := make([]fillItem, len(idx))
 		for j, i := range idx {
 			items[j] = fillItem{key: keys[j], nm: b.nms[i], f: g.fillFor(b.co, fences[j], outcome{v: vals[keys[j]], err: errs[j], d: d}, b.refresh)}
+			items[j].f.since = b.start // before the load began
 		}
 		verdicts := g.storeMany(b.ctx, items)
 		for j, r := range slots {
@@ -344,13 +345,13 @@ func (b *batch) keepDegraded(idx []int, vals map[string][]byte, errs []error) {
 		switch {
 		case errs[j] == nil:
 		case b.refresh:
-			g.refreshFailedDegraded(k, b.nms[i].entry, errs[j])
+			g.refreshFailedDegraded(k, b.nms[i].entry, errs[j], b.start)
 			continue
 		default:
 			// A mark, as Group.alone leaves one.
-			g.markDegraded(k, b.nms[i].entry, errs[j])
+			g.markDegraded(k, b.nms[i].entry, errs[j], b.start)
 			continue
 		}
-		g.keepReserve(k, b.nms[i].entry, vals[k], now, g.jittered(b.co.freshFor), b.co.staleFor)
+		g.keepReserve(k, b.nms[i].entry, vals[k], now, g.jittered(b.co.freshFor), b.co.staleFor, b.start)
 	}
 }

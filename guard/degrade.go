@@ -73,7 +73,7 @@ func (g *Group) alone(ctx context.Context, c *call) (Result, error) {
 			}
 			o, own := g.callLoaderKeep(detached, c.key, c.load, true, nil, func(o outcome) {
 				if !g.keepDegraded(c, o) {
-					g.markDegraded(c.key, c.nm.entry, o.err)
+					g.markDegraded(c.key, c.nm.entry, o.err, o.begun(c.start))
 				}
 			})
 			switch {
@@ -140,9 +140,9 @@ func (g *Group) fromReserve(ctx context.Context, c *call) (Result, error, bool) 
 // origin is marked not found, so its stale value is served no longer (as
 // a negative entry would replace it in Redis), and it reports true; any
 // other end backs off ErrorBackoff, the stale value still served.
-func (g *Group) refreshFailedDegraded(key, name string, err error) (gone bool) {
+func (g *Group) refreshFailedDegraded(key, name string, err error, since time.Time) (gone bool) {
 	if errors.Is(err, ErrNotFound) && g.opts.NegativeFor > 0 {
-		g.markDegraded(key, name, err)
+		g.markDegraded(key, name, err, since)
 		return true
 	}
 	g.reserve.RefreshFailed(key, time.Now().Add(g.opts.ErrorBackoff))
@@ -168,11 +168,11 @@ func markErr(key string, k tier.Kept) error {
 }
 
 // markDegraded leaves in the reserve the mark of key's load without Redis
-// that failed with err (its entry is named name): for NegativeFor a key
+// that failed with err (its entry is named name), begun at since: for NegativeFor a key
 // not found, for ErrorBackoff a failure, as the fill would store in Redis
 // (fillFor); nothing for a private answer, a load that stores nothing, or
 // no error at all.
-func (g *Group) markDegraded(key, name string, err error) {
+func (g *Group) markDegraded(key, name string, err error, since time.Time) {
 	now := time.Now()
 	k := tier.Kept{Key: key, Name: name, Base: now}
 	switch {
@@ -187,7 +187,7 @@ func (g *Group) markDegraded(key, name string, err error) {
 		k.Mark, k.FreshUntil, k.Value = tier.Failed, now.Add(g.opts.ErrorBackoff), causeText(err)
 	}
 	k.StaleUntil = k.FreshUntil
-	g.reserve.Put(k)
+	g.reserve.PutSince(k, since)
 }
 
 // refreshReserve reloads c's stale value in the background, unless a
@@ -204,7 +204,7 @@ func (g *Group) refreshReserve(ctx context.Context, c *call, now time.Time) {
 			return
 		}
 		o, _ := g.callLoader(detached, c.key, c.load, true, nil)
-		if !g.keepDegraded(c, o) && !g.refreshFailedDegraded(c.key, c.nm.entry, o.err) {
+		if !g.keepDegraded(c, o) && !g.refreshFailedDegraded(c.key, c.nm.entry, o.err, o.begun(c.start)) {
 			if h := g.opts.Hooks.RefreshError; h != nil && o.err != nil {
 				h(c.key, o.err)
 			}
@@ -229,6 +229,7 @@ func (g *Group) refreshCoordinated(ctx context.Context, c *call) (next time.Time
 		return time.Time{}, false
 	}
 	defer g.br.Release(probe)
+	readAt := time.Now()
 	rr, err := g.read(ctx, c.nm, false)
 	if err != nil {
 		if errors.Is(err, errMasterDown) {
@@ -252,9 +253,9 @@ func (g *Group) refreshCoordinated(ctx context.Context, c *call) (next time.Time
 		}
 	case st == fresh || st == stale:
 		left := time.Duration(e.FreshUntil-rr.now) * time.Millisecond
-		g.reserve.Put(tier.Kept{Key: c.key, Name: c.nm.entry, Value: e.Value, FreshUntil: time.Now().Add(left),
+		g.reserve.PutSince(tier.Kept{Key: c.key, Name: c.nm.entry, Value: e.Value, FreshUntil: time.Now().Add(left),
 			StaleUntil: time.Now().Add(time.Duration(e.StaleUntil-rr.now) * time.Millisecond),
-			Base:       time.Now().Add(-time.Duration(max(rr.now-e.Written, 0)) * time.Millisecond)})
+			Base:       time.Now().Add(-time.Duration(max(rr.now-e.Written, 0)) * time.Millisecond)}, readAt)
 	case rr.x < 0:
 		g.leaseHook(c.key, false)
 		return time.Now().Add(time.Duration(-rr.x) * time.Millisecond), true
@@ -290,7 +291,7 @@ func (g *Group) keepDegraded(c *call, o outcome) bool {
 			stale = 0 // never served stale
 		}
 	}
-	return g.keepReserve(c.key, c.nm.entry, o.v, time.Now(), fresh, stale)
+	return g.keepReserve(c.key, c.nm.entry, o.v, time.Now(), fresh, stale, o.begun(c.start))
 }
 
 // supersedeReserve gives the reserve what this node just read of key from

@@ -42,7 +42,7 @@ const (
 // fillFor decides what a load's outcome stores.
 func (g *Group) fillFor(co callOptions, fence int64, o outcome, refresh bool) fillSpec {
 	v, err := o.v, o.err
-	f := fillSpec{fence: fence, loadDur: o.d, mode: fillWrite}
+	f := fillSpec{fence: fence, loadDur: o.d, mode: fillWrite, since: o.begun(time.Time{})}
 	switch {
 	case err == nil && o.win != nil:
 		// The loader said how long this value lives: exactly that long.
@@ -110,6 +110,9 @@ type fillSpec struct {
 	expect       string // mode "k": "fence,written" of the entry revalidated
 	keep         []byte // flags "o": the value kept in process once the marker is stored
 	backup       string // "b": the fill of a backup load (guard_fill.lua's ARGV[14])
+	// since: when the load began (outcome.begun), for the reserve, which
+	// keeps the value if Redis does not take it (keepUnfilled)
+	since time.Time
 }
 
 // overMarker turns the fill of value v, too large for Redis, into an
@@ -228,17 +231,18 @@ func (g *Group) keepUnfilled(key string, nm names, f fillSpec) {
 	default:
 		return
 	}
-	g.keepReserve(key, nm.entry, f.value, time.Now(), f.fresh, stale)
+	g.keepReserve(key, nm.entry, f.value, time.Now(), f.fresh, stale, f.since)
 }
 
-// keepReserve keeps v, the value of key (its entry's name), in the
-// reserve from now: fresh for fresh, then stale for stale. It reports
-// false, keeping nothing, when no window is left.
-func (g *Group) keepReserve(key, name string, v []byte, now time.Time, fresh, stale time.Duration) bool {
+// keepReserve keeps v, the value of key (its entry's name) whose load
+// began at since, in the reserve from now: fresh for fresh, then stale for
+// stale, unless an invalidation dropped key since (tier.Reserve.PutSince).
+// It reports false, keeping nothing, when no window is left.
+func (g *Group) keepReserve(key, name string, v []byte, now time.Time, fresh, stale time.Duration, since time.Time) bool {
 	if satAdd(fresh, stale) <= 0 {
 		return false
 	}
-	g.reserve.Put(tier.Kept{Key: key, Name: name, Value: v, FreshUntil: now.Add(fresh), StaleUntil: now.Add(satAdd(fresh, stale)), Base: now})
+	g.reserve.PutSince(tier.Kept{Key: key, Name: name, Value: v, FreshUntil: now.Add(fresh), StaleUntil: now.Add(satAdd(fresh, stale)), Base: now}, since)
 	return true
 }
 

@@ -13,13 +13,15 @@ import (
 )
 
 // Invalidate drops key's value on every node and any refresh in flight.
-// A failure is returned, and retried in the background.
+// A failure is returned, and retried in the background; this node drops
+// its own copies at once, and a load of key that began before Invalidate
+// is not kept to serve while Redis is down.
 func (g *Group) Invalidate(ctx context.Context, key string) error {
 	if err := g.check(ctx, key, func(context.Context) ([]byte, error) { return nil, nil }); err != nil {
 		return err
 	}
 	g.loc.Remove(key)
-	g.reserve.Remove(key)
+	g.reserve.Forget(key)
 	g.hints.c.Remove(key)
 	g.over.c.Remove(key)
 	nm := g.names(key)
@@ -160,8 +162,5 @@ func (g *Group) drainKeys(tag, drain string, ms []any) ([]string, []any) {
 // the tag's invalidation time too.)
 func (g *Group) dropLocalTag(tag string) {
 	g.loc.ChangedTag(hashtag.Base(g.opts.Namespace, tag))
-	g.reserve.RemoveIf(func(key string) bool {
-		t, ok := hashtag.Tag(key)
-		return ok && t == tag
-	})
+	g.reserve.ForgetTag(tag)
 }

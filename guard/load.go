@@ -109,6 +109,16 @@ type outcome struct {
 	end   time.Time // when the loader returned, before any hook or fill
 }
 
+// begun returns when o's load began, or start (when the call that asks
+// began, which is earlier) if o does not tell: a value is kept in the
+// reserve only if no invalidation dropped its key since (PutSince).
+func (o outcome) begun(start time.Time) time.Time {
+	if o.end.IsZero() || o.end.Equal(fencedOut) {
+		return start
+	}
+	return o.end.Add(-o.d)
+}
+
 // takes reports whether a call that began at start may take o, a load it
 // joined: only if it began before the load ended. A load that ended
 // before may be older than a change returned before the call began, so

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/stampede-go/stampede/internal/hashtag"
 )
 
 // Reserve holds the values this node served, for the moments it cannot
@@ -50,7 +52,19 @@ type Reserve struct {
 	values shelf
 	large  shelf // values over an eighth of maxBytes: LargeEntries, maxBytes
 	marks  shelf
+
+	// forgotten is when each key (forgotTags: each hash tag) was last
+	// dropped by an invalidation (Forget, ForgetTag): a value whose load
+	// began before is not kept (PutSince). At most maxForgotten of both;
+	// past that they are dropped, and nothing whose load began before
+	// forgotFloor is kept.
+	forgotten   map[string]time.Time
+	forgotTags  map[string]time.Time
+	forgotFloor time.Time
 }
+
+// maxForgotten bounds the invalidations the reserve remembers (Forget).
+const maxForgotten = 1024
 
 // LargeEntries bounds the values kept over an eighth of the bytes.
 const LargeEntries = 16
@@ -140,6 +154,97 @@ func (r *Reserve) Put(k Kept) {
 		}
 	}
 	r.putLocked(k)
+}
+
+// PutSince is Put for a value (or mark) whose load, or read, began at
+// since: it is not kept if an invalidation dropped its key (Forget,
+// ForgetTag) at since or after. The invalidation may have failed (Redis
+// down), and Put would keep the value it meant to drop, for its windows.
+func (r *Reserve) PutSince(k Kept, since time.Time) {
+	if r == nil || !r.fits(k) {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.forgotSince(k.Key, since) {
+		return
+	}
+	r.epoch++
+	if el := r.byKey[k.Key]; k.Mark == Failed && el != nil {
+		if v := el.Value.(*Kept); v.Mark == Value && k.Base.Before(v.StaleUntil) {
+			return
+		}
+	}
+	r.putLocked(k)
+}
+
+// forgotSince reports whether key was dropped by an invalidation at since
+// or after (or may have been: since is before what is remembered).
+func (r *Reserve) forgotSince(key string, since time.Time) bool {
+	if since.Before(r.forgotFloor) {
+		return true
+	}
+	if at, ok := r.forgotten[key]; ok && !at.Before(since) {
+		return true
+	}
+	if t, ok := hashtag.Tag(key); ok {
+		if at, ok := r.forgotTags[t]; ok && !at.Before(since) {
+			return true
+		}
+	}
+	return false
+}
+
+// Forget drops key's value, for an invalidation: a load of key that began
+// before is not kept (PutSince).
+func (r *Reserve) Forget(key string) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.removeLocked(key)
+	r.remember(r.forgottenMap(), key)
+}
+
+// ForgetTag drops the values of the keys of the hash tag tag, for its
+// invalidation: a load of one of them that began before is not kept.
+func (r *Reserve) ForgetTag(tag string) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for key := range r.byKey {
+		if t, ok := hashtag.Tag(key); ok && t == tag {
+			r.removeLocked(key)
+		}
+	}
+	if r.forgotTags == nil {
+		r.forgotTags = map[string]time.Time{}
+	}
+	r.remember(r.forgotTags, tag)
+}
+
+func (r *Reserve) forgottenMap() map[string]time.Time {
+	if r.forgotten == nil {
+		r.forgotten = map[string]time.Time{}
+	}
+	return r.forgotten
+}
+
+// remember records that name (a key, or a tag in m) was dropped now. Past
+// maxForgotten, every record is dropped for a floor: what began before
+// now is not kept.
+func (r *Reserve) remember(m map[string]time.Time, name string) {
+	now := time.Now()
+	if _, ok := m[name]; !ok && len(r.forgotten)+len(r.forgotTags) >= maxForgotten {
+		clear(r.forgotten)
+		clear(r.forgotTags)
+		r.forgotFloor = now
+		return
+	}
+	m[name] = now
 }
 
 // fits reports whether k may be kept: a value of the bytes at most (a
@@ -323,20 +428,6 @@ func (r *Reserve) Keys() []string {
 		keys = append(keys, k)
 	}
 	return keys
-}
-
-// RemoveIf drops the values whose keys match.
-func (r *Reserve) RemoveIf(match func(key string) bool) {
-	if r == nil {
-		return
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for key := range r.byKey {
-		if match(key) {
-			r.removeLocked(key)
-		}
-	}
 }
 
 // Clear drops every value.
