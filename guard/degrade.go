@@ -295,12 +295,12 @@ func (g *Group) keepDegraded(c *call, o outcome) bool {
 }
 
 // supersedeReserve gives the reserve what this node just read of key from
-// Redis (e, read at now, Redis ms), in place of what it keeps of key, if
+// Redis (e, read at now, Redis ms, by a read sent at sent), in place of what it keeps of key, if
 // anything (tier.Reserve.Supersede): kept through a return of Redis, an
 // older value would be served again at the next failure, though this
 // node served the newer one. A key Redis says has no value, or a failure
 // remembered, drops what is kept.
-func (g *Group) supersedeReserve(key string, e *entry.Entry, now int64, age time.Duration) {
+func (g *Group) supersedeReserve(key string, e *entry.Entry, now int64, age time.Duration, sent time.Time) {
 	if !g.reserve.Holding() {
 		return
 	}
@@ -312,6 +312,6 @@ func (g *Group) supersedeReserve(key string, e *entry.Entry, now int64, age time
 	default:
 		t := time.Now()
 		g.reserve.Supersede(key, e.Value, t.Add(time.Duration(e.FreshUntil-now)*time.Millisecond),
-			t.Add(time.Duration(e.StaleUntil-now)*time.Millisecond), t.Add(-age))
+			t.Add(time.Duration(e.StaleUntil-now)*time.Millisecond), t.Add(-age), sent)
 	}
 }

@@ -266,12 +266,13 @@ const staleLocal = 250 * time.Millisecond
 type keep struct {
 	name string
 	tk   tier.Ticket
+	sent time.Time // when the read was about to be sent, for the reserve
 }
 
 // keepOf returns the keep of a read of the entry named name about to be
 // sent.
 func (g *Group) keepOf(name string) keep {
-	return keep{name: name, tk: g.loc.Ticket(name)}
+	return keep{name: name, tk: g.loc.Ticket(name), sent: time.Now()}
 }
 
 // served turns a decoded entry into the caller's answer; a fresh value is
@@ -281,7 +282,7 @@ func (g *Group) keepOf(name string) keep {
 func (g *Group) served(key string, e entry.Entry, now int64, st Status, k keep, report bool) (Result, error) {
 	age := time.Duration(max(now-e.Written, 0)) * time.Millisecond
 	g.keepLocal(key, e, now, age, k, st == Stale)
-	g.supersedeReserve(key, &e, now, age)
+	g.supersedeReserve(key, &e, now, age, k.sent)
 	// A not-found or a failure remembered answers the call as a value
 	// does: a lookup the hooks count.
 	switch {

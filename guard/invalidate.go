@@ -64,7 +64,7 @@ func (g *Group) InvalidateTag(ctx context.Context, tag string) error {
 	if err := g.check(ctx, "{"+tag+"}", noLoad); err != nil {
 		return err
 	}
-	if err := g.invalidateTag(ctx, tag); err != nil {
+	if err := g.invalidateTag(ctx, tag, false); err != nil {
 		g.retryLater(invTarget{tag: true, name: tag})
 		return err
 	}
@@ -77,11 +77,11 @@ func (g *Group) InvalidateTag(ctx context.Context, tag string) error {
 // members are then dropped (and their waiters woken) in slices of
 // drainSlice, each a short script, so no call blocks Redis for long and
 // nothing another client does can keep it from ending.
-func (g *Group) invalidateTag(ctx context.Context, tag string) error {
-	g.dropLocalTag(tag)
+func (g *Group) invalidateTag(ctx context.Context, tag string, retry bool) error {
+	g.dropLocalTag(tag, !retry)
 	// Again once the script ran (or may have): a read sent before may
 	// carry a value it dropped.
-	defer g.dropLocalTag(tag)
+	defer g.dropLocalTag(tag, !retry)
 	members, inv := g.tagNames(tag)
 	base := strings.TrimSuffix(members, ":tkeys")
 	drain := base + ":tdrain:" + strconv.FormatUint(rand.Uint64(), 36)
@@ -156,11 +156,16 @@ func (g *Group) drainKeys(tag, drain string, ms []any) ([]string, []any) {
 	return keys, strangers
 }
 
-// dropLocalTag drops this process's local copies of the keys of tag, and
-// what its reserve holds of them.
+// dropLocalTag drops this process's local copies of the keys of tag, and,
+// with reserve set, what its reserve holds of them (not for a retry of a
+// failed invalidation: the first try dropped them, and what the reserve
+// kept since was loaded after, and a retry each second would refuse every
+// load of the tag's keys longer than that, while Redis is down).
 // (The fast path's hints need no dropping: its GET of a tagged key reads
 // the tag's invalidation time too.)
-func (g *Group) dropLocalTag(tag string) {
+func (g *Group) dropLocalTag(tag string, reserve bool) {
 	g.loc.ChangedTag(hashtag.Base(g.opts.Namespace, tag))
-	g.reserve.ForgetTag(tag)
+	if reserve {
+		g.reserve.ForgetTag(tag)
+	}
 }

@@ -77,7 +77,7 @@ func (g *Group) retryInvalidations() {
 		for _, it := range batch {
 			var err error
 			if it.tag {
-				err = g.invalidateTag(ctx, it.name)
+				err = g.invalidateTag(ctx, it.name, true)
 			} else {
 				err = g.invalidate(ctx, g.names(it.name))
 			}

@@ -55,16 +55,31 @@ type Reserve struct {
 
 	// forgotten is when each key (forgotTags: each hash tag) was last
 	// dropped by an invalidation (Forget, ForgetTag): a value whose load
-	// began before is not kept (PutSince). At most maxForgotten of both;
-	// past that they are dropped, and nothing whose load began before
-	// forgotFloor is kept.
+	// began before is not kept (PutSince, Supersede). forgetLog holds
+	// them in order, bounded (maxForgotten, maxForgottenBytes): the
+	// oldest go first, and nothing whose load began before the last one
+	// gone (forgotFloor) is kept.
 	forgotten   map[string]time.Time
 	forgotTags  map[string]time.Time
+	forgetLog   []forgetRecord // oldest first, from forgetHead
+	forgetHead  int
+	forgetBytes int
 	forgotFloor time.Time
 }
 
-// maxForgotten bounds the invalidations the reserve remembers (Forget).
-const maxForgotten = 1024
+// forgetRecord is one invalidation the reserve remembers.
+type forgetRecord struct {
+	name string
+	tag  bool
+	at   time.Time
+}
+
+// The invalidations the reserve remembers: a load that began before the
+// oldest of them, and ends after, is not kept, whatever its key.
+const (
+	maxForgotten      = 4096
+	maxForgottenBytes = 256 << 10
+)
 
 // LargeEntries bounds the values kept over an eighth of the bytes.
 const LargeEntries = 16
@@ -204,7 +219,7 @@ func (r *Reserve) Forget(key string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.removeLocked(key)
-	r.remember(r.forgottenMap(), key)
+	r.remember(key, false)
 }
 
 // ForgetTag drops the values of the keys of the hash tag tag, for its
@@ -220,31 +235,44 @@ func (r *Reserve) ForgetTag(tag string) {
 			r.removeLocked(key)
 		}
 	}
-	if r.forgotTags == nil {
-		r.forgotTags = map[string]time.Time{}
-	}
-	r.remember(r.forgotTags, tag)
+	r.remember(tag, true)
 }
 
-func (r *Reserve) forgottenMap() map[string]time.Time {
+// remember records that name (a key, or a tag) was dropped now; past the
+// bounds, the oldest records go, and the floor rises to the last gone.
+func (r *Reserve) remember(name string, tag bool) {
 	if r.forgotten == nil {
-		r.forgotten = map[string]time.Time{}
+		r.forgotten, r.forgotTags = map[string]time.Time{}, map[string]time.Time{}
 	}
-	return r.forgotten
-}
-
-// remember records that name (a key, or a tag in m) was dropped now. Past
-// maxForgotten, every record is dropped for a floor: what began before
-// now is not kept.
-func (r *Reserve) remember(m map[string]time.Time, name string) {
+	m := r.forgotten
+	if tag {
+		m = r.forgotTags
+	}
 	now := time.Now()
-	if _, ok := m[name]; !ok && len(r.forgotten)+len(r.forgotTags) >= maxForgotten {
-		clear(r.forgotten)
-		clear(r.forgotTags)
-		r.forgotFloor = now
-		return
-	}
 	m[name] = now
+	r.forgetLog = append(r.forgetLog, forgetRecord{name: name, tag: tag, at: now})
+	r.forgetBytes += len(name)
+	for len(r.forgetLog)-r.forgetHead > maxForgotten || r.forgetBytes > maxForgottenBytes {
+		old := r.forgetLog[r.forgetHead]
+		r.forgetLog[r.forgetHead] = forgetRecord{}
+		r.forgetHead++
+		r.forgetBytes -= len(old.name)
+		om := r.forgotten
+		if old.tag {
+			om = r.forgotTags
+		}
+		if at, ok := om[old.name]; ok && at.Equal(old.at) {
+			// Its last record: forgotten from here on.
+			delete(om, old.name)
+			if old.at.After(r.forgotFloor) {
+				r.forgotFloor = old.at
+			}
+		}
+	}
+	if r.forgetHead > len(r.forgetLog)/2 {
+		r.forgetLog = append(r.forgetLog[:0], r.forgetLog[r.forgetHead:]...)
+		r.forgetHead = 0
+	}
 }
 
 // fits reports whether k may be kept: a value of the bytes at most (a
@@ -287,18 +315,20 @@ func (r *Reserve) Offer(k Kept) {
 }
 
 // Supersede replaces the value kept for key, if any, by value, which this
-// node just read from Redis with the windows fresh and stale and the write
-// time base: a node that served a newer value must not go back to an older
-// one at its next failure. A value equal to the kept one leaves it as it
-// is (no lock is taken while nothing is kept).
-func (r *Reserve) Supersede(key string, value []byte, fresh, stale, base time.Time) {
+// node just read from Redis, by a read sent at sent, with the windows
+// fresh and stale and the write time base: a node that served a newer
+// value must not go back to an older one at its next failure. A value
+// equal to the kept one leaves it as it is (no lock is taken while nothing
+// is kept), and so does a read sent before an invalidation dropped key (it
+// may carry the value dropped; see PutSince).
+func (r *Reserve) Supersede(key string, value []byte, fresh, stale, base, sent time.Time) {
 	if !r.Holding() {
 		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	el := r.byKey[key]
-	if el == nil {
+	if el == nil || r.forgotSince(key, sent) {
 		return
 	}
 	k := el.Value.(*Kept)

@@ -43,6 +43,17 @@ func TestReserveForget(t *testing.T) {
 				map[bool]string{true: "before", false: "after"}[c.since.Equal(before)], got, c.want)
 		}
 	}
+	// A read sent before the invalidation replaces no kept value.
+	r.Put(Kept{Key: "a", Name: "n:a", Value: []byte("new"), StaleUntil: time.Now().Add(time.Minute)})
+	r.Supersede("a", []byte("old"), time.Now().Add(time.Minute), time.Now().Add(time.Minute), time.Now(), before)
+	if k, _ := r.Get("a"); string(k.Value) != "new" {
+		t.Errorf("a read sent before the invalidation replaced the kept value: %q", k.Value)
+	}
+	r.Supersede("a", []byte("newer"), time.Now().Add(time.Minute), time.Now().Add(time.Minute), time.Now(), after)
+	if k, _ := r.Get("a"); string(k.Value) != "newer" {
+		t.Errorf("a read sent after the invalidation did not replace the kept value: %q", k.Value)
+	}
+	r.Remove("a")
 	// A value kept before the invalidation is dropped by it.
 	r.Put(Kept{Key: "{t}y", Name: "n", Value: []byte("v"), StaleUntil: time.Now().Add(time.Minute)})
 	r.ForgetTag("t")
@@ -53,8 +64,8 @@ func TestReserveForget(t *testing.T) {
 	for i := range maxForgotten + 1 {
 		r.Forget("k" + strconv.Itoa(i))
 	}
-	if n := len(r.forgotten) + len(r.forgotTags); n > maxForgotten {
-		t.Fatalf("%d invalidations remembered, over the bound %d", n, maxForgotten)
+	if n := len(r.forgotten) + len(r.forgotTags); n > maxForgotten || len(r.forgetLog)-r.forgetHead > maxForgotten {
+		t.Fatalf("%d invalidations remembered (%d records), over the bound %d", n, len(r.forgetLog)-r.forgetHead, maxForgotten)
 	}
 	if kept("b", before) {
 		t.Error("a value begun before the floor was kept")

@@ -224,7 +224,7 @@ func TestReserveOffer(t *testing.T) {
 func TestReserveSupersede(t *testing.T) {
 	at := time.Unix(1000, 0)
 	r := NewReserve(16, 1<<20)
-	r.Supersede("absent", []byte("v"), at, at, at)
+	r.Supersede("absent", []byte("v"), at, at, at, time.Now())
 	if r.Holding() || r.Len() != 0 {
 		t.Fatalf("Supersede of a key not kept: holding %v, %d kept; want nothing", r.Holding(), r.Len())
 	}
@@ -232,12 +232,12 @@ func TestReserveSupersede(t *testing.T) {
 	if !r.Holding() {
 		t.Fatal("Holding false with a value kept")
 	}
-	r.Supersede("k", []byte("v1"), at.Add(time.Hour), at.Add(time.Hour), at.Add(time.Hour))
+	r.Supersede("k", []byte("v1"), at.Add(time.Hour), at.Add(time.Hour), at.Add(time.Hour), time.Now())
 	if k, _ := r.Get("k"); !k.Base.Equal(at) {
 		t.Errorf("an equal value replaced the kept one (base %v, want %v)", k.Base, at)
 	}
 	later := at.Add(time.Second)
-	r.Supersede("k", []byte("v2"), later.Add(time.Second), later.Add(time.Minute), later)
+	r.Supersede("k", []byte("v2"), later.Add(time.Second), later.Add(time.Minute), later, time.Now())
 	k, ok := r.Get("k")
 	if !ok || string(k.Value) != "v2" || k.Name != "n:k" || !k.Base.Equal(later) || !k.FreshUntil.Equal(later.Add(time.Second)) {
 		t.Errorf("after Supersede: %q name %q base %v fresh %v (kept %v); want v2, n:k, %v, %v", k.Value, k.Name, k.Base, k.FreshUntil, ok, later, later.Add(time.Second))
