@@ -207,6 +207,7 @@ func (b *batch) flight(idx []int, fences []int64, slots []*runningLoad, useRedis
 		}
 		stop = g.watchLeases(ls, leased)
 	}
+	began := time.Now() // before the loader began: see outcome.begun
 	vals, unasked, d, err := b.callBatch(keys)
 	end := time.Now() // before the hooks: see outcome.takes
 	if !b.refresh {
@@ -225,7 +226,7 @@ func (b *batch) flight(idx []int, fences []int64, slots []*runningLoad, useRedis
 		default:
 			found++
 		}
-		slots[j].o = outcome{v: v, err: errs[j], d: d, end: end}
+		slots[j].o = outcome{v: v, err: errs[j], d: end.Sub(began), end: end}
 		if h := g.opts.Hooks.Load; h != nil {
 			h(k, d, errs[j])
 		}
