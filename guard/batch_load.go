@@ -145,7 +145,7 @@ func (b *batch) fromReserveClaimed(idx []int, slots []*runningLoad) ([]int, []*r
 		}
 		// Not a load: a call on Redis's path that joined the slot reads
 		// for itself (an end before any call began; see outcome.takes).
-		slots[k].o = outcome{v: b.res[i].v, err: b.res[i].err, end: time.Unix(0, 1)}
+		slots[k].o = outcome{v: b.res[i].v, err: b.res[i].err, end: fencedOut}
 		done = append(done, slots[k])
 		g.lmu.Lock()
 		delete(g.loads, b.keys[i])

@@ -42,7 +42,7 @@ const (
 // fillFor decides what a load's outcome stores.
 func (g *Group) fillFor(co callOptions, fence int64, o outcome, refresh bool) fillSpec {
 	v, err := o.v, o.err
-	f := fillSpec{fence: fence, loadDur: o.d, mode: fillWrite, since: o.begun(time.Time{})}
+	f := fillSpec{fence: fence, loadDur: o.d, mode: fillWrite, since: o.begun(time.Time{})} // a batch sets its start
 	switch {
 	case err == nil && o.win != nil:
 		// The loader said how long this value lives: exactly that long.

@@ -93,8 +93,9 @@ func (g *Group) jittered(d time.Duration) time.Duration {
 }
 
 // fencedOut is the end a load whose fill a change beat (fillRejected) is
-// given for its joiners (call.loaded): before any call began, so none
-// takes its value. A fill of unknown outcome is still shared.
+// given for its joiners (call.loaded), and that of a batch slot answered
+// from Redis, not loaded: before any call began, so none takes its value.
+// A fill of unknown outcome is still shared.
 var fencedOut = time.Unix(0, 1)
 
 // outcome is how one loader call ended.
@@ -110,8 +111,9 @@ type outcome struct {
 }
 
 // begun returns when o's load began, or start (when the call that asks
-// began, which is earlier) if o does not tell: a value is kept in the
-// reserve only if no invalidation dropped its key since (PutSince).
+// began, which is earlier) if o does not tell (no end, or fencedOut): a
+// value is kept in the reserve only if no invalidation dropped its key
+// since (PutSince). A zero start counts every invalidation remembered.
 func (o outcome) begun(start time.Time) time.Time {
 	if o.end.IsZero() || o.end.Equal(fencedOut) {
 		return start

@@ -113,7 +113,7 @@ func (g *Group) resolveMiss(ctx context.Context, c *call, x int64, marker *entry
 // reread reads the key again after a wake-up and acts on what it finds.
 func (d *missWait) reread(ws []*waiter, resolve func(*waiter), _ bool) {
 	w, g, c := ws[0], d.g, d.c
-	k, at := g.keepOf(c.nm.entry), time.Now()
+	k := g.keepOf(c.nm.entry)
 	rr, err := g.read(d.ctx, c.nm, w.force)
 	w.force, w.now = false, false
 	if err != nil {
@@ -144,7 +144,7 @@ func (d *missWait) reread(ws []*waiter, resolve func(*waiter), _ bool) {
 				g.releaseLeases(d.ctx, []heldLease{{c.nm, rr.x}})
 			}
 		}
-		*d.from = valueRead{ok: true, e: e, tk: k.tk, at: at}
+		*d.from = valueRead{ok: true, e: e, tk: k.tk, at: k.sent}
 		status := Shared
 		if st == stale {
 			status = Stale

@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -21,10 +22,11 @@ import (
 // during a degraded load re-adds the old value to the reserve". A value
 // whose load began before this node dropped its key is now not kept
 // (Reserve.PutSince). Rows: a Do, a GetMany, a Do whose fill failed
-// (Redis died during the load: keepUnfilled), a not-found mark, and each
-// with InvalidateTag in place of Invalidate.
+// (Redis died during the load: keepUnfilled), a not-found mark, a failure
+// remembered (ErrorBackoff), and each with InvalidateTag in place of
+// Invalidate.
 func TestInvalidateDuringDegradedLoad(t *testing.T) {
-	for _, how := range []string{"do", "getmany", "unfilled", "notfound"} {
+	for _, how := range []string{"do", "getmany", "unfilled", "notfound", "error"} {
 		for _, tag := range []bool{false, true} {
 			name := how
 			if tag {
@@ -35,11 +37,14 @@ func TestInvalidateDuringDegradedLoad(t *testing.T) {
 	}
 }
 
+// errOrigin is the origin failing.
+var errOrigin = errors.New("origin failed")
+
 func testInvalidateDuringDegradedLoad(t *testing.T, how string, tag bool) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t, func(o *redis.Options) { o.MaxRetries = -1; o.DialTimeout = 100 * time.Millisecond })
 	g := newGroup(t, rdb, Options{RedisTimeout: 100 * time.Millisecond, BreakerCooldown: time.Minute,
-		FreshFor: time.Minute, NegativeFor: time.Minute})
+		FreshFor: time.Minute, NegativeFor: time.Minute, ErrorBackoff: time.Minute})
 	key := "k"
 	if tag {
 		key = "{t}k"
@@ -49,8 +54,11 @@ func testInvalidateDuringDegradedLoad(t *testing.T, how string, tag bool) {
 	started, release := make(chan struct{}), make(chan struct{})
 	var loads atomic.Int64
 	value := func(v int64) ([]byte, error) {
-		if how == "notfound" && v == 1 {
+		switch {
+		case how == "notfound" && v == 1:
 			return nil, ErrNotFound
+		case how == "error" && v == 1:
+			return nil, errOrigin
 		}
 		return fmt.Appendf(nil, "v%d", v), nil
 	}
@@ -94,7 +102,7 @@ func testInvalidateDuringDegradedLoad(t *testing.T, how string, tag bool) {
 		t.Fatal("the invalidation succeeded with Redis down: the condition under test does not hold")
 	}
 	close(release)
-	if err := <-first; err != nil && !(how == "notfound" && err == ErrNotFound) {
+	if err := <-first; err != nil && !(how == "notfound" && err == ErrNotFound) && !(how == "error" && errors.Is(err, errOrigin)) {
 		t.Fatalf("the first call: %v", err)
 	}
 	// Begun after the Invalidate returned: not the value it dropped.

@@ -18,7 +18,7 @@ func TestReserveLargeValuesBounded(t *testing.T) {
 	now := time.Now()
 	for i := range 16 {
 		k := fmt.Sprint("k", i)
-		r.Put(tier.Kept{Key: k, Name: "n" + k, Value: make([]byte, 4<<20), FreshUntil: now.Add(time.Hour), StaleUntil: now.Add(time.Hour)})
+		r.PutSince(tier.Kept{Key: k, Name: "n" + k, Value: make([]byte, 4<<20), FreshUntil: now.Add(time.Hour), StaleUntil: now.Add(time.Hour)}, now)
 	}
 	kept := 0
 	for i := range 16 {

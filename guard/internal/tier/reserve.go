@@ -44,7 +44,7 @@ type Reserve struct {
 	held atomic.Int64
 
 	mu sync.Mutex
-	// epoch counts what was handed in (Offer, Put): a clear decided on
+	// epoch counts what was handed in (Offer, PutSince): a clear decided on
 	// an older epoch (ClearAt) would drop what came since unseen.
 	epoch  uint64
 	byKey  map[string]*list.Element // of *Kept, in values, large or marks
@@ -285,7 +285,7 @@ func (r *Reserve) fits(k Kept) bool {
 	return k.cost() <= r.maxBytes/8
 }
 
-// putLocked is Put, r.mu held.
+// putLocked keeps k, r.mu held, without the checks of PutSince.
 func (r *Reserve) putLocked(k Kept) {
 	r.removeLocked(k.Key)
 	r.keyOf[k.Name] = k.Key
@@ -356,7 +356,7 @@ func (r *Reserve) Epoch() uint64 {
 	return r.epoch
 }
 
-// ClearAt empties the reserve unless something was handed in (Offer, Put)
+// ClearAt empties the reserve unless something was handed in (Offer, PutSince)
 // since Epoch returned epoch, and reports whether it did: the tier may
 // hand its copies over between a caller's look at its state and the
 // clear.

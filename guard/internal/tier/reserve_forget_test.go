@@ -44,7 +44,7 @@ func TestReserveForget(t *testing.T) {
 		}
 	}
 	// A read sent before the invalidation replaces no kept value.
-	r.Put(Kept{Key: "a", Name: "n:a", Value: []byte("new"), StaleUntil: time.Now().Add(time.Minute)})
+	r.PutSince(Kept{Key: "a", Name: "n:a", Value: []byte("new"), StaleUntil: time.Now().Add(time.Minute)}, time.Now())
 	r.Supersede("a", []byte("old"), time.Now().Add(time.Minute), time.Now().Add(time.Minute), time.Now(), before)
 	if k, _ := r.Get("a"); string(k.Value) != "new" {
 		t.Errorf("a read sent before the invalidation replaced the kept value: %q", k.Value)
@@ -55,7 +55,7 @@ func TestReserveForget(t *testing.T) {
 	}
 	r.Remove("a")
 	// A value kept before the invalidation is dropped by it.
-	r.Put(Kept{Key: "{t}y", Name: "n", Value: []byte("v"), StaleUntil: time.Now().Add(time.Minute)})
+	r.PutSince(Kept{Key: "{t}y", Name: "n", Value: []byte("v"), StaleUntil: time.Now().Add(time.Minute)}, time.Now())
 	r.ForgetTag("t")
 	if _, ok := r.Get("{t}y"); ok {
 		t.Error("ForgetTag left a value of its tag")

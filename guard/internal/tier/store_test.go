@@ -203,8 +203,8 @@ func TestReserveOffer(t *testing.T) {
 			FreshUntil: base.Add(time.Second), StaleUntil: base.Add(time.Minute)}
 	}
 	r := NewReserve(16, 1<<20)
-	r.Put(kept("loaded", "new", at.Add(time.Second)))
-	r.Put(kept("older", "old", at.Add(-time.Second)))
+	r.PutSince(kept("loaded", "new", at.Add(time.Second)), time.Now())
+	r.PutSince(kept("older", "old", at.Add(-time.Second)), time.Now())
 	r.Offer(kept("loaded", "copy", at))
 	r.Offer(kept("older", "copy", at))
 	r.Offer(kept("absent", "copy", at))
@@ -228,7 +228,7 @@ func TestReserveSupersede(t *testing.T) {
 	if r.Holding() || r.Len() != 0 {
 		t.Fatalf("Supersede of a key not kept: holding %v, %d kept; want nothing", r.Holding(), r.Len())
 	}
-	r.Put(Kept{Key: "k", Name: "n:k", Value: []byte("v1"), Base: at, FreshUntil: at.Add(time.Second), StaleUntil: at.Add(time.Minute)})
+	r.PutSince(Kept{Key: "k", Name: "n:k", Value: []byte("v1"), Base: at, FreshUntil: at.Add(time.Second), StaleUntil: at.Add(time.Minute)}, time.Now())
 	if !r.Holding() {
 		t.Fatal("Holding false with a value kept")
 	}
@@ -256,7 +256,7 @@ func TestReserveClearAt(t *testing.T) {
 	for _, hand := range []struct {
 		name string
 		f    func(*Reserve)
-	}{{"offer", func(r *Reserve) { r.Offer(kept) }}, {"put", func(r *Reserve) { r.Put(kept) }}} {
+	}{{"offer", func(r *Reserve) { r.Offer(kept) }}, {"put", func(r *Reserve) { r.PutSince(kept, time.Now()) }}} {
 		r := NewReserve(16, 1<<20)
 		epoch := r.Epoch()
 		hand.f(r)
@@ -322,7 +322,7 @@ func TestReserveMarks(t *testing.T) {
 			log = append(log, fmt.Sprintf("put %s mark %d (%d bytes)", key, k.Mark, len(k.Value)))
 			before, had := kind[key]
 			staleBefore := staleOf[key]
-			r.Put(k)
+			r.PutSince(k, time.Now())
 			got, ok := r.Get(key)
 			switch {
 			case k.Mark == Failed && had && before == Value && at.Before(staleBefore):
