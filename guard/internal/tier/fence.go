@@ -73,6 +73,9 @@ type fenceConn struct {
 	// forgotten a socket that closed.
 	ready  *readyFD
 	closed atomic.Bool
+	// arr tells that nothing reached the socket since a check found it
+	// empty, without asking the kernel (arrivals); nil: every check asks.
+	arr *arrivals
 	// The reader's own: its generation, and the Read in progress (read
 	// is made once, so a Read allocates nothing).
 	gen  uint64
@@ -101,6 +104,9 @@ func watch(cn net.Conn, kernel bool) (net.Conn, *fenceConn) {
 				// Should the connection be dropped unclosed.
 				runtime.AddCleanup(fc, (*readyFD).retire, fc.ready)
 			}
+			if fc.arr = newArrivals(rc); fc.arr != nil {
+				runtime.AddCleanup(fc, (*arrivals).close, fc.arr)
+			}
 		}
 	}
 	return fc, fc
@@ -110,6 +116,11 @@ func watch(cn net.Conn, kernel bool) (net.Conn, *fenceConn) {
 // epoll instance once no check uses it.
 func (c *fenceConn) Close() error {
 	c.closed.Store(true)
+	if c.arr != nil {
+		c.arr.close()
+		// The poll holds the socket until its instance is torn down.
+		shutdownSocket(c.rc)
+	}
 	err := c.Conn.Close()
 	c.ready.retire()
 	return err
@@ -122,6 +133,23 @@ func (c *fenceConn) Close() error {
 // ep_done_scan) may see nothing ready; a check that finds the instance
 // asked peeks instead.
 func (c *fenceConn) empty() bool {
+	var mark uint64
+	if c.arr != nil {
+		if c.arr.quiet() {
+			// Nothing arrived since a check found it empty.
+			return !c.closed.Load()
+		}
+		mark = c.arr.mark() // before the kernel is asked
+	}
+	empty := c.askEmpty()
+	if empty && c.arr != nil {
+		c.arr.checkedEmpty(mark)
+	}
+	return empty
+}
+
+// askEmpty asks the kernel whether the socket holds nothing (empty).
+func (c *fenceConn) askEmpty() bool {
 	if c.ready != nil {
 		if empty, asked := c.ready.empty(); asked {
 			// A socket closed under the check leaves the instance empty.

@@ -139,3 +139,10 @@ func (c *fenceConn) readOnce(fd uintptr) bool {
 		return true
 	}
 }
+
+// shutdownSocket ends rc's connection at once (a FIN to the peer), for a
+// socket that something besides its descriptor holds: close(2) alone
+// would end it only once that lets go (an io_uring poll: arrivals).
+func shutdownSocket(rc syscall.RawConn) {
+	_ = rc.Control(func(fd uintptr) { _ = unix.Shutdown(int(fd), unix.SHUT_RDWR) })
+}

@@ -116,6 +116,11 @@ func TestReadyWatchReleased(t *testing.T) {
 	for _, fc := range fcs {
 		_ = fc.Close()
 	}
+	for _, fc := range fcs {
+		if fc.arr != nil {
+			<-fc.arr.done // its thread closed what it opened (arrivals)
+		}
+	}
 	// Nothing was opened since: a number found open would be one of
 	// these instances left open.
 	for i, fc := range fcs {

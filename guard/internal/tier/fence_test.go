@@ -244,11 +244,13 @@ func TestFencedNotWhileBarrierOut(t *testing.T) {
 	}
 }
 
-// BenchmarkFenceCheck: the kernel check a hit pays when hits are more
-// than Window apart (HTTP rates), the fence's epoll instance asked; against
-// the peek it asked before (and still does where no instance can be made)
-// and TCP_INFO, which it asked before that (and the tracked reader's watch
-// still does).
+// BenchmarkFenceCheck: the check a hit pays when hits are more than
+// Window apart (HTTP rates): "check" as the fence makes it (with io_uring,
+// from shared memory while nothing arrived: arrivals); "epoll" the kernel
+// asked, the fence's epoll instance, as every check did before arrivals
+// and still does where io_uring cannot be used; the peek it asked before
+// that (and still does where no instance can be made) and TCP_INFO, which
+// it asked before that (and the tracked reader's watch still does).
 //
 //	go test -run '^$' -bench FenceCheck ./guard/internal/tier
 func BenchmarkFenceCheck(b *testing.B) {
@@ -282,6 +284,16 @@ func BenchmarkFenceCheck(b *testing.B) {
 			now += int64(Window) + 1 // past the last check's Window
 			if !fc.Quiet(now) {
 				b.Fatal("not quiet")
+			}
+		}
+	})
+	b.Run("epoll", func(b *testing.B) {
+		if fc.ready == nil {
+			b.Skip("no epoll instance")
+		}
+		for b.Loop() {
+			if !fc.askEmpty() {
+				b.Fatal("not empty")
 			}
 		}
 	})
