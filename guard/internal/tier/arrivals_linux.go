@@ -289,15 +289,29 @@ func probeUring() bool {
 	return true
 }
 
+// maxArrivals bounds the instances live at once: each holds an OS thread
+// (Go's threads are 10,000 at most, and an idle one is kept), so report
+// connections past it ask the kernel at each check, as without io_uring.
+var maxArrivals int64 = 64
+
+// liveArrivals counts the instances whose thread has not ended.
+var liveArrivals atomic.Int64
+
 // newArrivals starts watching rc's socket for arrivals, its instance set
 // up by its own thread meanwhile (a dial does not wait for it); nil where
-// io_uring cannot be used (see arrivals). close ends it.
+// io_uring cannot be used (see arrivals), or maxArrivals are live. close
+// ends it.
 func newArrivals(rc syscall.RawConn) *arrivals {
 	if !uringWorks() {
 		return nil
 	}
+	if liveArrivals.Add(1) > maxArrivals {
+		liveArrivals.Add(-1)
+		return nil
+	}
 	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
 	if err != nil {
+		liveArrivals.Add(-1)
 		return nil
 	}
 	a := &arrivals{efd: efd, done: make(chan struct{})}
@@ -313,7 +327,8 @@ func (a *arrivals) own(rc syscall.RawConn) {
 	// it with Pdeathsig would be killed (golang.org/issue/27505).
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	defer close(a.done)
+	defer close(a.done) // after the count below
+	defer liveArrivals.Add(-1)
 	var (
 		u   *uring
 		err error

@@ -196,3 +196,43 @@ func TestArrivalsKeepThreads(t *testing.T) {
 		}
 	}
 }
+
+// TestArrivalsBounded: no more than maxArrivals instances (each an OS
+// thread) are live at once; a connection past the bound has none, and
+// its checks ask the kernel; one that ends makes room.
+func TestArrivalsBounded(t *testing.T) {
+	if !uringWorks() {
+		t.Skip("io_uring is missing or refused here")
+	}
+	defer func(n int64) { maxArrivals = n }(maxArrivals)
+	maxArrivals = liveArrivals.Load() + 2
+	var fcs []*fenceConn
+	var peers []net.Conn
+	for range 3 {
+		raw, peer := tcpPair(t)
+		_, fc := watch(raw, true)
+		fcs, peers = append(fcs, fc), append(peers, peer)
+	}
+	if fcs[0].arr == nil || fcs[1].arr == nil || fcs[2].arr != nil {
+		t.Fatalf("instances %v %v %v; want the first two only", fcs[0].arr != nil, fcs[1].arr != nil, fcs[2].arr != nil)
+	}
+	if !fcs[2].empty() {
+		t.Fatal("not empty with nothing sent")
+	}
+	if _, err := peers[2].Write([]byte{'x'}); err != nil {
+		t.Fatal(err)
+	}
+	if fcs[2].empty() {
+		t.Fatal("a byte sent was not seen without an instance")
+	}
+	_ = fcs[0].Close()
+	<-fcs[0].arr.done
+	raw, _ := tcpPair(t)
+	_, fc := watch(raw, true)
+	if fc.arr == nil {
+		t.Fatal("no instance once one ended")
+	}
+	for _, c := range append(fcs[1:], fc) {
+		_ = c.Close()
+	}
+}
